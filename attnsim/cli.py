@@ -1,0 +1,192 @@
+"""Command line: parses and dispatches, nothing else.
+
+Exit codes: 0 ok; 2 bad usage or bad input (one line, no traceback);
+1 a run that failed (diverged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from . import __version__
+
+
+class UsageError(Exception):
+    """Bad usage or input: exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(f"{self.prog.removeprefix('attnsim').strip() or 'usage'}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="attnsim", description="Simulate token selection by softmax attention.")
+    p.add_argument("--version", action="version", version=f"attnsim {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    r = sub.add_parser("run", help="run one simulation and write its results")
+    r.add_argument("config", nargs="?", help="TOML file with config keys")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--engine", help="shorthand for --set engine=NAME")
+    r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>)")
+    r.add_argument("--data", help=".npz file with X (n,T,d), y (n,) and optional arrays")
+    r.add_argument("--plot", choices=("scores",), help="write a figure into the output folder")
+    r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
+    r.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
+    g.add_argument("--h", type=float, default=1e-6, help="central-difference step")
+    g.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    t_start = time.perf_counter()
+    from .config import ConfigError
+    from .data import DataError
+    from .dynamics import SimulationError
+
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "run":
+            return cmd_run(args, t_start)
+        if args.command == "check-grad":
+            return cmd_check_grad(args)
+        build_parser().print_help()
+        return 2
+    except (UsageError, ConfigError, DataError) as exc:
+        print(f"attnsim: error: {exc}", file=sys.stderr)
+        return 2
+    except SimulationError as exc:
+        print(f"attnsim: run failed: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_run(args, t_start: float) -> int:
+    from .config import make_config
+    from .run import simulate
+
+    sets = list(args.sets) + ([f"engine={args.engine}"] if args.engine else [])
+    cfg = make_config(args.config, sets)
+    if args.data is not None and not Path(args.data).is_file():
+        raise UsageError(f"--data: {args.data}: no such file")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = simulate(cfg, data=args.data, save_scores=args.save_scores, progress=None)
+    for w in caught:
+        print(f"attnsim: warning: {w.message}", file=sys.stderr)
+    outdir = Path(args.out) if args.out else _default_outdir(res)
+    res.save(outdir)
+    if args.plot == "scores":
+        _plot_scores(res, outdir / "scores.png")
+    if not args.quiet:
+        print(format_summary(res))
+        print(f"wrote {outdir}/result.json, trajectory.npz" + (", scores.png" if args.plot else ""))
+    return 0
+
+
+def _default_outdir(res) -> Path:
+    from .config import from_mapping
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{from_mapping(res.config).hash()}"
+
+
+def _plot_scores(res, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plotting import plot_example_scores
+    from .results import atomic_write
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    plot_example_scores(axes, res)
+    c = res.config
+    fig.suptitle(
+        f"d={c['d']}, |mu|={c['signal_norm']:g}, lr={c['lr']:g}: regime {res.final['regime']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+    plt.close(fig)
+
+
+def _fmt(x, spec: str = ".4f") -> str:
+    return "n/a" if x is None or x != x else format(x, spec)
+
+
+def format_summary(res) -> str:
+    c, f, th, e = res.config, res.final, res.theory, res.engine
+    lines = [
+        f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {c['integrator']} "
+        f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s); engine {e['used']} ({e['reason']})",
+        f"data: n={c['n']} T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
+        f"rho={c['rho']:g} noise_rate={c['noise_rate']:g} ({c['label_noise']}: {f['n_noisy']} noisy), "
+        f"train={c['train']}, lr={c['lr']:g}; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}",
+        f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
+        f"(clean {_fmt(f['train_acc_clean'], '.3f')}, noisy fitted {_fmt(f['train_acc_noisy'], '.3f')}, "
+        f"noisy vs true label {_fmt(f['train_acc_noisy_true'], '.3f')})",
+    ]
+    if f.get("test_acc") == f.get("test_acc"):
+        lines.append(f"test:  loss {_fmt(f['test_loss'])}, acc {_fmt(f['test_acc'], '.4f')}")
+    if f.get("pop_error") == f.get("pop_error"):
+        lines.append(
+            f"population: error {_fmt(f['pop_error'], '.3g')} +- {_fmt(f['pop_error_se'], '.2g')} "
+            f"(at init {_fmt(f['pop_error_init'], '.3g')}), loss {_fmt(f['pop_loss'])}, "
+            f"fresh-sample relevant score {_fmt(f.get('pop_score_relevant'), '.3f')}"
+        )
+    else:
+        lines.append(f"population: n/a ({res.data.get('population')})")
+    for g in ("clean", "noisy"):
+        if f.get(f"score_{g}_relevant") == f.get(f"score_{g}_relevant"):
+            lines.append(
+                f"scores ({g}): relevant {_fmt(f[f'score_{g}_relevant'], '.3f')}, "
+                f"weak aligned {_fmt(f[f'score_{g}_weak_aligned'], '.3f')}, "
+                f"weak opposite {_fmt(f[f'score_{g}_weak_opposite'], '.3f')}, "
+                f"irrelevant {_fmt(f[f'score_{g}_irrelevant'], '.3f')}"
+            )
+    lines.append(
+        f"regime: {f['regime']}; memorized at step {th.get('t_memorize')}, "
+        f"fresh relevant score >= {c['gen_score']:g} from step {th.get('t_generalize')}"
+    )
+    for w in res.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def cmd_check_grad(args) -> int:
+    from . import kernels
+    from .model import finite_difference_errors, random_instance
+
+    worst = 0.0
+    X, y, W, p, nu = random_instance(args.seed)
+    n, T, k = X.shape
+    print(f"central differences, h = {args.h:g}, n={n} T={T} k={k} r={W.shape[1]}, p != 0")
+    for loss in ("logistic", "linear"):
+        errs = finite_difference_errors(
+            lambda W_, p_, nu_, loss=loss: kernels.loss_and_grads(X, y, W_, p_, nu_, loss)[0],
+            lambda W_, p_, nu_, loss=loss: kernels.loss_and_grads(X, y, W_, p_, nu_, loss)[1:],
+            {"W": W, "p": p, "nu": nu},
+            h=args.h,
+        )
+        for block, e in errs.items():
+            print(
+                f"  {loss:8s} {block:2s}: max |fd - analytic| {e['max_abs']:.2e}, "
+                f"mean {e['mean_abs']:.2e}, relative {e['rel']:.2e}"
+            )
+            worst = max(worst, e["rel"])
+    print(f"worst per-block relative error (max |fd - analytic| / max |analytic|): {worst:.3e}")
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

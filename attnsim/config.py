@@ -1,0 +1,303 @@
+"""Typed, validated run configuration (SPEC §8), read from TOML and ``--set``.
+
+Every key has a default; every value is checked on construction. Bad input
+raises :class:`ConfigError`, which the command line turns into exit code 2
+with one line naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+TRAIN_BLOCKS = ("W", "p", "nu")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value, key, file or ``--set`` argument."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """All settings of one run; see the table in the README for meanings."""
+
+    n: int = 20
+    T: int = 8
+    d: int = 2000
+    signal_norm: float = 20.0
+    sigma: float = 1.0
+    rho: float = 0.1
+    n_relevant: int = 1
+    n_weak_aligned: int = 1
+    n_weak_opposite: int = 1
+    shuffle_roles: bool = False
+    noise_rate: float = 0.2
+    label_noise: str = "balanced"
+    lr: float = 5e-3
+    steps: int = 1000
+    train: str = "W,p"
+    init_W: str = "kaiming_uniform"
+    init_W_scale: float | None = None
+    init_p: str = "zeros"
+    init_p_scale: float | None = None
+    loss: str = "logistic"
+    seed: int = 0
+    test_n: int = 0
+    engine: str = "auto"
+    integrator: str = "gd"
+    flow_method: str = "RK45"
+    flow_rtol: float = 1e-8
+    flow_atol: float = 1e-10
+    log_scale: str = "linear"
+    log_every: int = 10
+    log_points: int = 100
+    pop_log_points: int = 50
+    pop_points: int = 4096
+    benign_error: float = 0.05
+    gen_score: float = 0.5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name)))
+        _validate(self)
+
+    # -- derived quantities -------------------------------------------------
+    @property
+    def train_set(self) -> frozenset[str]:
+        return frozenset(self.train.split(","))
+
+    @property
+    def W_scale(self) -> float:
+        """Standard deviation of W(0) entries (kaiming_uniform, gaussian)."""
+        return self.init_W_scale if self.init_W_scale is not None else 1.0 / math.sqrt(3 * self.d)
+
+    @property
+    def p_scale(self) -> float:
+        return self.init_p_scale if self.init_p_scale is not None else 1.0 / math.sqrt(self.d)
+
+    @property
+    def role_counts(self) -> tuple[int, int, int, int]:
+        """Tokens per role: relevant, weak aligned, weak opposite, irrelevant."""
+        used = self.n_relevant + self.n_weak_aligned + self.n_weak_opposite
+        return (self.n_relevant, self.n_weak_aligned, self.n_weak_opposite, self.T - used)
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, resolved: bool = True) -> dict[str, Any]:
+        """All keys; with ``resolved`` the default scales are filled in."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if resolved:
+            out["init_W_scale"] = self.W_scale
+            out["init_p_scale"] = self.p_scale
+        return out
+
+    def hash(self) -> str:
+        """Short stable hash of the resolved configuration."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+KEYS = tuple(f.name for f in fields(Config))
+_TYPES = {f.name: f.type for f in fields(Config)}
+_CHOICES = {
+    "label_noise": ("balanced", "exact", "iid"),
+    "init_W": ("kaiming_uniform", "gaussian", "identity"),
+    "init_p": ("zeros", "gaussian"),
+    "loss": ("logistic", "linear"),
+    "engine": ("auto", "dense", "reduced", "implicit"),
+    "integrator": ("gd", "flow"),
+    "flow_method": ("RK45", "DOP853"),
+    "log_scale": ("linear", "log"),
+}
+
+
+def _kind(name: str) -> str:
+    t = str(_TYPES[name])
+    for k in ("bool", "int", "float", "str"):
+        if t.startswith(k):
+            return k
+    raise AssertionError(t)  # pragma: no cover
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = _kind(name)
+    if value is None:
+        if name in ("init_W_scale", "init_p_scale"):
+            return None
+        raise ConfigError(f"{name}: a value is required")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        if isinstance(value, str):
+            value = _parse_scalar(value)
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        return int(value)
+    if kind == "float":
+        if isinstance(value, str):
+            value = _parse_scalar(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}: must be finite, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}: expected a string, got {value!r}")
+    if name == "train":
+        return normalize_train(value)
+    if name in _CHOICES:
+        lookup = {c.lower(): c for c in _CHOICES[name]}
+        if value.lower() not in lookup:
+            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(_CHOICES[name])}")
+        return lookup[value.lower()]
+    return value
+
+
+def normalize_train(text: str) -> str:
+    """Canonical ``train`` string: "Wp", "p,nu", "nu, W" -> "W,p", "p,nu", "W,nu"."""
+    rest = text.replace(",", "").replace(" ", "").replace("+", "").lower()
+    found: set[str] = set()
+    while rest:
+        for token, block in (("nu", "nu"), ("w", "W"), ("p", "p")):
+            if rest.startswith(token):
+                found.add(block)
+                rest = rest[len(token) :]
+                break
+        else:
+            raise ConfigError(f'train: {text!r} is not a non-empty subset of W, p, nu (e.g. "W,p")')
+    if not found:
+        raise ConfigError("train: must name at least one of W, p, nu")
+    return ",".join(b for b in TRAIN_BLOCKS if b in found)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _validate(c: Config) -> None:
+    _require(c.n >= 2, f"n: must be an integer >= 2, got {c.n}")
+    _require(c.d >= 2, f"d: must be an integer >= 2, got {c.d}")
+    for key in ("n_relevant", "n_weak_aligned", "n_weak_opposite"):
+        _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
+    _require(c.n_relevant >= 1, f"n_relevant: must be >= 1, got {c.n_relevant}")
+    used = c.n_relevant + c.n_weak_aligned + c.n_weak_opposite
+    _require(c.T >= max(used, 1), f"T: must be >= the number of role tokens ({used}), got {c.T}")
+    for key in ("signal_norm", "sigma", "lr", "flow_rtol", "flow_atol"):
+        _require(getattr(c, key) > 0, f"{key}: must be > 0, got {getattr(c, key)}")
+    _require(0 <= c.noise_rate < 1, f"noise_rate: must be in [0, 1), got {c.noise_rate}")
+    for key in ("steps", "seed", "test_n"):
+        _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
+    _require(c.log_every >= 1, f"log_every: must be an integer >= 1, got {c.log_every}")
+    for key in ("log_points", "pop_log_points"):
+        _require(getattr(c, key) >= 2, f"{key}: must be an integer >= 2, got {getattr(c, key)}")
+    pp = c.pop_points
+    _require(pp >= 16 and pp & (pp - 1) == 0, f"pop_points: must be a power of two >= 16, got {pp}")
+    for key in ("benign_error", "gen_score"):
+        _require(0 < getattr(c, key) < 1, f"{key}: must be in (0, 1), got {getattr(c, key)}")
+    for key in ("init_W_scale", "init_p_scale"):
+        v = getattr(c, key)
+        _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
+    _require(
+        not (c.train == "W" and c.init_p == "zeros"),
+        "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
+    )
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse a ``--set`` value: TOML literal if it is one, else the bare string."""
+    text = text.strip()
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def unknown_key_message(key: str) -> str:
+    near = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.5)
+    hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(KEYS)}"
+    return f"unknown config key {key!r}{hint}"
+
+
+def from_mapping(values: Mapping[str, Any], base: Config | None = None) -> Config:
+    """Build a Config from a mapping of overrides (unknown keys are errors)."""
+    for key in values:
+        if key not in KEYS:
+            raise ConfigError(unknown_key_message(key))
+    return dataclasses.replace(base or Config(), **dict(values))
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """Turn ``["key=value", ...]`` into a mapping, rejecting malformed items."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise ConfigError(f"--set: expected key=value, got {item!r}")
+        if key not in KEYS:
+            raise ConfigError(unknown_key_message(key))
+        out[key] = _parse_scalar(value)
+    return out
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a config TOML file (top-level keys, or a [config] table)."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    if set(data) == {"config"} and isinstance(data["config"], dict):
+        data = data["config"]
+    return data
+
+
+def make_config(path: str | Path | None = None, sets: list[str] | None = None, **overrides: Any) -> Config:
+    """Config from an optional TOML file, then ``--set`` items, then keywords."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(load_toml(path))
+    values.update(parse_set(sets or []))
+    values.update(overrides)
+    return from_mapping(values)
+
+
+def as_config(config: Config | Mapping[str, Any] | None) -> Config:
+    if config is None:
+        return Config()
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, Mapping):
+        return from_mapping(config)
+    raise ConfigError(f"config: expected a mapping or Config, got {type(config).__name__}")
+
+
+def exact_fraction(x: float) -> Fraction:
+    """The decimal a user typed (0.07 -> 7/100), for exact rounding of n * eta."""
+    return Fraction(repr(x))

@@ -1,0 +1,223 @@
+"""The gradient-descent driver: owns the schedule, the log grid and snapshots.
+
+The Numba kernel :func:`attnsim.kernels._gd_segment` advances the state between
+log points (and keeps the in-loop records: first-fit steps and the cumulative
+s_rel (1 - s_rel)); this module evaluates the metrics at each log point and
+collects them into a :class:`Trajectory`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import kernels, metrics
+from .config import Config
+from .data import ROLE_NAMES, Dataset
+from .engines import Problem
+from .population import Population
+
+PROGRESS_CHUNK = 20_000  # steps per kernel call when a progress bar is shown
+
+
+class SimulationError(RuntimeError):
+    """A run that failed (diverged); the command line exits with code 1."""
+
+
+def log_grid(cfg: Config) -> np.ndarray:
+    """Logged steps: always 0 and ``steps``; linear or geometric in between."""
+    if cfg.log_scale == "linear":
+        grid = np.arange(0, cfg.steps + 1, cfg.log_every)
+    else:
+        grid = np.geomspace(1, max(cfg.steps, 1), cfg.log_points - 1).round()
+    return np.unique(np.concatenate([[0, cfg.steps], grid]).astype(np.int64))
+
+
+def pop_indices(n_log: int, pop_log_points: int) -> np.ndarray:
+    """Indices into the log grid where population metrics are evaluated:
+    at most ``pop_log_points``, evenly spread, first and last included."""
+    m = min(n_log, pop_log_points)
+    return np.unique(np.linspace(0, n_log - 1, m).round().astype(np.int64))
+
+
+@dataclass
+class Trajectory:
+    """Metrics over the log grid (arrays of length L = number of log points),
+    plus per-sample end-of-run records."""
+
+    arrays: dict[str, np.ndarray]
+    fit_step: np.ndarray
+    status: str = "ok"
+    frozen_at: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Recorder:
+    """Evaluates and stores the metrics of a state at each log point."""
+
+    def __init__(self, problem: Problem, ds: Dataset, cfg: Config, grid, pop, save_scores):
+        self.pb, self.ds, self.cfg = problem, ds, cfg
+        self.grid = grid
+        self.pop = pop
+        self.pop_at = set(pop_indices(len(grid), cfg.pop_log_points).tolist()) if pop else set()
+        self.save_scores = save_scores
+        self.noisy = ds.noisy
+        self.rows: list[dict] = []
+        self.extra: dict[str, list] = {"selected": [], "selected_role": [], "example_scores": []}
+        if save_scores:
+            self.extra["scores"] = []
+        clean_idx = np.flatnonzero(~self.noisy)
+        noisy_idx = np.flatnonzero(self.noisy)
+        self.examples = np.array(
+            [clean_idx[0] if clean_idx.size else -1, noisy_idx[0] if noisy_idx.size else -1]
+        )
+
+    def _forward(self, X2, other, W, p, nu, y):
+        z = X2 @ (W @ p)
+        if other is not None:  # test tokens' products with W(0)R outside span(Q)
+            z = z + other @ p
+        u = X2 @ nu
+        n = y.size
+        return kernels.outputs(z.reshape(n, -1), u.reshape(n, -1), y, self.cfg.loss)
+
+    def record(self, j: int, W, p, nu, S_acc) -> dict:
+        pb, ds = self.pb, self.ds
+        with np.errstate(over="ignore", invalid="ignore"):
+            s, f, L = self._forward(pb.X2, None, W, p, nu, pb.y)
+        if not np.isfinite(L):  # the state after the last update is only seen here
+            raise SimulationError(f"diverged at step {int(self.grid[j])}: the training loss is not finite")
+        self.last_f = f
+        row = {"step": int(self.grid[j]), "train_loss": L}
+        row.update(metrics.accuracy_metrics(f, ds.y, ds.y_clean))
+        row["n_fitted"] = int(np.count_nonzero(ds.y * f > 0))
+        if pb.X2_test is not None:
+            st, ft, Lt = self._forward(pb.X2_test, pb.O_test, W, p, nu, pb.y_test)
+            row["test_loss"], row["test_acc"] = Lt, float(np.mean(pb.y_test * ft > 0))
+        row.update(metrics.role_scores(s, ds.roles, self.noisy))
+        row.update(metrics.frak_s(S_acc, ds.y_clean, self.noisy))
+        row["p_norm"] = float(np.linalg.norm(p))
+        row["W_dev"] = float(np.linalg.norm(W - pb.W0))
+        if j in self.pop_at:
+            row.update(self.population(W, p, nu))
+        self.rows.append(row)
+        sel = s.argmax(axis=1)
+        self.extra["selected"].append(sel)
+        roles = ds.roles
+        self.extra["selected_role"].append(
+            roles[np.arange(sel.size), sel] if roles is not None else -np.ones_like(sel)
+        )
+        ex = np.full((2, s.shape[1]), np.nan)
+        for a, i in enumerate(self.examples):
+            if i >= 0:
+                ex[a] = s[i]
+        self.extra["example_scores"].append(ex)
+        if self.save_scores:
+            self.extra["scores"].append(s.copy())
+        return row
+
+    def population(self, W, p, nu) -> dict:
+        pb = self.pb
+        qk, qq = pb.q_norm2(W, p)
+        return self.pop.evaluate(
+            qk @ pb.mu_pos, qk @ pb.mu_neg, qk @ nu, qq, nu @ pb.mu_pos, nu @ pb.mu_neg, nu @ nu
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        keys: list[str] = []
+        for row in self.rows:
+            keys += [k for k in row if k not in keys]
+        out = {}
+        for key in keys:
+            vals = [row.get(key, np.nan) for row in self.rows]
+            dtype = np.int64 if key in ("step", "n_fitted") else np.float64
+            out[key] = np.asarray(vals, dtype=dtype)
+        for key, vals in self.extra.items():
+            out[key] = np.asarray(vals)
+        out["example_index"] = self.examples
+        return out
+
+
+def make_population(cfg: Config, ds: Dataset, rng) -> Population | None:
+    if ds.population_reason is not None:
+        return None
+    roles = np.repeat(np.arange(4), ds.role_counts)
+    return Population(roles, cfg.rho, ds.sigma, cfg.pop_points, rng, cfg.loss)
+
+
+def run_gd(
+    problem: Problem,
+    ds: Dataset,
+    cfg: Config,
+    pop: Population | None,
+    save_scores: bool = False,
+    progress: bool | None = None,
+) -> Trajectory:
+    """Full-batch GD from the problem's initial state, logged on :func:`log_grid`."""
+    grid = log_grid(cfg)
+    rel = (ds.roles == 0).astype(np.float64) if ds.roles is not None else np.zeros(ds.y.size * problem.T)
+    seg = kernels.Segment(
+        problem.X2, problem.y, problem.W0, problem.p0, problem.nu0, problem.T,
+        cfg.lr, cfg.train_set, cfg.loss, rel,
+    )  # fmt: skip
+    rec = Recorder(problem, ds, cfg, grid, pop, save_scores)
+    bar = _progress_bar(cfg.steps, progress)
+    traj_warnings: list[str] = []
+    frozen_at = None
+    S_frozen = incr = None
+    step = 0
+    for j, target in enumerate(grid):
+        while frozen_at is None and step < target:
+            chunk = min(target - step, PROGRESS_CHUNK if bar is not None else target - step)
+            status, at = seg.advance(step, chunk)
+            if status == kernels.DIVERGED:
+                raise SimulationError(
+                    f"diverged at step {at}: the training loss is not finite (reduce lr={cfg.lr:g})"
+                )
+            if status == kernels.FROZEN:
+                frozen_at = at
+                incr = _s_increment(seg, rel, problem.T)
+                S_frozen = seg.S_acc.copy()
+                msg = f"frozen after step {at}: every gradient underflows to 0 (reduce lr)"
+                traj_warnings.append(msg)
+                warnings.warn(msg, stacklevel=2)
+                break
+            if bar is not None:
+                bar.update(at - step)
+            step = at
+        S = seg.S_acc if frozen_at is None else S_frozen + incr * (target - frozen_at - 1)
+        rec.record(j, seg.W, seg.p, seg.nu, S)
+    if bar is not None:
+        bar.close()
+    # in-loop fit record, closed with the final state
+    fit = seg.fit_since.copy()
+    fitted_now = ds.y * rec.last_f > 0  # the last log point is the final state
+    fit[~fitted_now] = -1
+    fit[fitted_now & (fit < 0)] = cfg.steps
+    return Trajectory(
+        arrays=rec.arrays(),
+        fit_step=fit,
+        status="frozen" if frozen_at is not None else "ok",
+        frozen_at=frozen_at,
+        warnings=traj_warnings,
+        state={"W": seg.W, "p": seg.p, "nu": seg.nu},
+    )
+
+
+def _s_increment(seg: kernels.Segment, rel: np.ndarray, T: int) -> np.ndarray:
+    s = seg.s.reshape(-1, T)
+    sr = (s * rel.reshape(-1, T)).sum(axis=1)
+    return sr * (1.0 - sr)
+
+
+def _progress_bar(steps: int, progress: bool | None):
+    if progress is False or steps < 10 * PROGRESS_CHUNK:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=steps, unit="step", disable=None if progress is None else not progress)
+
+
+__all__ = ["Trajectory", "run_gd", "log_grid", "pop_indices", "SimulationError", "ROLE_NAMES"]

@@ -1,0 +1,383 @@
+"""All Numba code of attnsim: the model's forward pass, hand-derived gradients,
+a many-step gradient-descent kernel and the population integrand.
+
+Everything ``@njit`` lives in this one module: numba's on-disk cache does not
+notice edits to helpers imported from other files (it would run stale code).
+Public functions at the bottom validate and coerce input; the ``_kernels`` do
+the work on contiguous float64 arrays and write into ``out`` arrays.
+
+Model and loss
+--------------
+Tokens of sample i are the rows x_it (t = 1..T) of ``X2[i*T:(i+1)*T]`` (k wide).
+With W (k x r), p (r), nu (k)::
+
+    q = W p,   z_it = x_it . q,   s_i = softmax(z_i),   u_it = x_it . nu,
+    f_i = sum_t s_it u_it,        L = (1/n) sum_i l(y_i f_i),
+
+l(m) = log(1 + e^{-m}) (logistic) or l(m) = -m (linear).
+
+Gradient derivation
+-------------------
+Write a_i = dL/df_i = (1/n) l'(y_i f_i) y_i, i.e. a_i = -(y_i/n) sigma(-y_i f_i)
+for the logistic loss and a_i = -y_i/n for the linear one.
+
+Softmax Jacobian: ds_it/dz_iv = s_it (delta_tv - s_iv), hence
+df_i/dz_iv = sum_t u_it s_it (delta_tv - s_iv) = s_iv (u_iv - f_i).
+
+Define c_iv = a_i s_iv (u_iv - f_i) = dL/dz_iv.  Since z_iv = x_iv^T W p,
+
+    dL/dq   = sum_{i,v} c_iv x_iv =: g            (k,)
+    dL/dW   = g p^T      (dz/dW_ab = x_a p_b)     (k, r)
+    dL/dp   = W^T g      (dz/dp = W^T x)          (r,)
+    dL/dnu  = sum_{i,t} a_i s_it x_it             (u_it = x_it . nu enters f linearly)
+
+The same formulas hold for a rectangular W, which the reduced engine uses.
+
+Reproducibility
+---------------
+No reduction runs across ``prange`` iterations: the parallel W pass splits the
+rows into ``N_CHUNKS`` fixed chunks, each chunk writes its own buffer row, and a
+serial loop adds the rows in order, so results do not depend on the number of
+threads. Matrix-vector products go through BLAS (``np.dot``); pin BLAS threads
+(threadpoolctl) for bitwise equality across thread settings (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+CACHE = True
+FASTMATH = False  # kept off: results must not depend on reassociation
+N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
+PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
+
+LOGISTIC, LINEAR = 0, 1
+OK, DIVERGED, FROZEN = 0, 1, 2
+_SQRT2 = math.sqrt(2.0)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _softplus(x):
+    """log(1 + e^x) without overflow."""
+    if x > 0.0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _sigmoid(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _loss_of_margin(m, loss_kind):
+    if loss_kind == LINEAR:
+        return -m
+    return _softplus(-m)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _outputs(z, u, y, T, loss_kind, s, f):
+    """Stable softmax of logits z (n*T,), outputs f (n,); returns the mean loss."""
+    n = f.size
+    total = 0.0
+    for i in range(n):
+        base = i * T
+        zmax = z[base]
+        for t in range(1, T):
+            if z[base + t] > zmax:
+                zmax = z[base + t]
+        ssum = 0.0
+        for t in range(T):
+            e = math.exp(z[base + t] - zmax)
+            s[base + t] = e
+            ssum += e
+        fi = 0.0
+        for t in range(T):
+            s[base + t] /= ssum
+            fi += s[base + t] * u[base + t]
+        f[i] = fi
+        total += _loss_of_margin(y[i] * fi, loss_kind)
+    return total / n
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _token_coeffs(y, s, u, f, T, loss_kind, c, w):
+    """c_it = a_i s_it (u_it - f_i) = dL/dz_it and w_it = a_i s_it (see docstring)."""
+    n = f.size
+    for i in range(n):
+        if loss_kind == LINEAR:
+            a = -y[i] / n
+        else:
+            a = -(y[i] / n) * _sigmoid(-y[i] * f[i])
+        base = i * T
+        for t in range(T):
+            w[base + t] = a * s[base + t]
+            c[base + t] = w[base + t] * (u[base + t] - f[i])
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, parallel=True)
+def _w_pass_parallel(W, g, p, lr, part):
+    """Chunk c: part[c] = W[rows_c]^T g[rows_c]; then W[rows_c] -= lr g p^T."""
+    k, r = W.shape
+    nc = part.shape[0]
+    for c in prange(nc):
+        lo = c * k // nc
+        hi = (c + 1) * k // nc
+        for j in range(r):
+            part[c, j] = 0.0
+        for i in range(lo, hi):
+            gi = g[i]
+            step = lr * gi
+            for j in range(r):
+                part[c, j] += W[i, j] * gi
+                W[i, j] -= step * p[j]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _w_pass(W, g, p, lr, gp, part):
+    """gp = W^T g with the old W, then W -= lr g p^T: one pass over W."""
+    k, r = W.shape
+    for j in range(r):
+        gp[j] = 0.0
+    if k * r >= PAR_MIN:
+        _w_pass_parallel(W, g, p, lr, part)
+        for c in range(part.shape[0]):  # serial, fixed-order reduction
+            for j in range(r):
+                gp[j] += part[c, j]
+        return
+    for i in range(k):
+        gi = g[i]
+        step = lr * gi
+        for j in range(r):
+            gp[j] += W[i, j] * gi
+            W[i, j] -= step * p[j]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _all_zero(a):
+    for v in a:
+        if v != 0.0:
+            return False
+    return True
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _gd_segment(
+    X2, y, W, p, nu, u, lr, step0, nsteps, T, loss_kind, train_W, train_p, train_nu,
+    rel, fit_since, S_acc, q, z, s, f, c, w, g, gnu, gp, part,
+):  # fmt: skip
+    """Apply ``nsteps`` GD updates in place, keeping the in-loop records.
+
+    At each state tau (tau = step0 .. step0 + nsteps - 1, before update tau + 1):
+    ``fit_since[i]`` is the first step of the current run of states in which
+    y_i f_i > 0 (-1 while unfitted) and ``S_acc[i]`` accumulates
+    s_rel (1 - s_rel), s_rel the score mass on sample i's relevant tokens
+    (``rel`` is the (n*T,) relevant-token indicator).
+
+    Returns (status, step): (OK, step0 + nsteps), (DIVERGED, tau) when the loss
+    at state tau is not finite, or (FROZEN, tau) when every gradient at state
+    tau is exactly zero (the state is then a fixed point of GD in float64).
+    """
+    n = y.size
+    for k in range(nsteps):
+        step = step0 + k
+        np.dot(W, p, q)
+        if train_nu:
+            np.dot(X2, nu, u)
+        np.dot(X2, q, z)
+        L = _outputs(z, u, y, T, loss_kind, s, f)
+        if not math.isfinite(L):
+            return DIVERGED, step
+        for i in range(n):
+            if y[i] * f[i] > 0.0:
+                if fit_since[i] < 0:
+                    fit_since[i] = step
+            else:
+                fit_since[i] = -1
+            sr = 0.0
+            for t in range(T):
+                sr += rel[i * T + t] * s[i * T + t]
+            S_acc[i] += sr * (1.0 - sr)
+        _token_coeffs(y, s, u, f, T, loss_kind, c, w)
+        np.dot(c, X2, g)
+        if train_nu:
+            np.dot(w, X2, gnu)
+        if _all_zero(g) and (not train_nu or _all_zero(gnu)):
+            return FROZEN, step
+        if train_W:
+            _w_pass(W, g, p, lr, gp, part)
+        elif train_p:
+            np.dot(g, W, gp)
+        if train_p:
+            for j in range(p.size):
+                p[j] -= lr * gp[j]
+        if train_nu:
+            for j in range(nu.size):
+                nu[j] -= lr * gnu[j]
+    return OK, step0 + nsteps
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _population(zeta, aq, anu, sq, b, sdc, gh_x, gh_w, loss_kind, err, loss, score, s):
+    """Population error and loss per scramble, and mean scores per token.
+
+    For class c (y = +1, -1) and standard normal point zeta (T,):
+    z_t = aq[c,t] + sq zeta_t, s = softmax(z), and f | z is Gaussian with mean
+    sum_t s_t (anu[c,t] + b zeta_t) and sd sdc ||s||_2. The error is
+    Phi(-y mean / sd); the loss is a Gauss-Hermite average over f.
+    """
+    R, M, T = zeta.shape
+    for t in range(T):
+        score[t] = 0.0
+    for r in range(R):
+        e_acc = 0.0
+        l_acc = 0.0
+        for ci in range(2):
+            yc = 1.0 if ci == 0 else -1.0
+            for m in range(M):
+                zmax = -math.inf
+                for t in range(T):
+                    zt = aq[ci, t] + sq * zeta[r, m, t]
+                    s[t] = zt
+                    if zt > zmax:
+                        zmax = zt
+                ssum = 0.0
+                for t in range(T):
+                    s[t] = math.exp(s[t] - zmax)
+                    ssum += s[t]
+                mean = 0.0
+                s2 = 0.0
+                for t in range(T):
+                    st = s[t] / ssum
+                    score[t] += st
+                    mean += st * (anu[ci, t] + b * zeta[r, m, t])
+                    s2 += st * st
+                ym = yc * mean
+                sd = sdc * math.sqrt(s2)
+                if loss_kind == LINEAR:
+                    l_acc -= ym
+                if sd > 0.0:
+                    e_acc += 0.5 * math.erfc(ym / (sd * _SQRT2))
+                    if loss_kind == LOGISTIC:
+                        for h in range(gh_x.size):
+                            l_acc += gh_w[h] * _softplus(-(ym + _SQRT2 * sd * gh_x[h]))
+                else:
+                    if ym < 0.0:
+                        e_acc += 1.0
+                    elif ym == 0.0:
+                        e_acc += 0.5
+                    if loss_kind == LOGISTIC:
+                        l_acc += _softplus(-ym)
+        err[r] = e_acc / (2 * M)
+        loss[r] = l_acc / (2 * M)
+    for t in range(T):
+        score[t] /= R * 2 * M
+
+
+# -- public wrappers ---------------------------------------------------------
+
+
+def _f64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def loss_kind_code(loss: str) -> int:
+    return {"logistic": LOGISTIC, "linear": LINEAR}[loss]
+
+
+def outputs(z, u, y, loss: str = "logistic"):
+    """Scores s (n, T), outputs f (n,) and mean loss from logits z and values u (n, T)."""
+    z, u, y = _f64(z), _f64(u), _f64(y)
+    n, T = z.shape
+    if u.shape != z.shape or y.shape != (n,):
+        raise ValueError(f"shapes z {z.shape}, u {u.shape}, y {y.shape} do not match")
+    s = np.empty(n * T)
+    f = np.empty(n)
+    L = _outputs(z.reshape(-1), u.reshape(-1), y, T, loss_kind_code(loss), s, f)
+    return s.reshape(n, T), f, L
+
+
+def loss_and_grads(X, y, W, p, nu, loss: str = "logistic"):
+    """Mean loss and (grad_W, grad_p, grad_nu) by the kernels; X is (n, T, k)."""
+    X, y, W, p, nu = map(_f64, (X, y, W, p, nu))
+    n, T, k = X.shape
+    if W.shape[0] != k or W.shape[1] != p.size or nu.size != k or y.size != n:
+        raise ValueError(f"shapes X {X.shape}, W {W.shape}, p {p.shape}, nu {nu.shape} do not match")
+    X2 = X.reshape(n * T, k)
+    kind = loss_kind_code(loss)
+    z, u = X2 @ (W @ p), X2 @ nu
+    s, f = np.empty(n * T), np.empty(n)
+    L = _outputs(z, u, y, T, kind, s, f)
+    c, w = np.empty(n * T), np.empty(n * T)
+    _token_coeffs(y, s, u, f, T, kind, c, w)
+    g = c @ X2
+    return L, np.outer(g, p), W.T @ g, w @ X2
+
+
+class Segment:
+    """Buffers and state for repeated :func:`_gd_segment` calls on one problem.
+
+    The arrays W, p, nu are updated in place; ``fit_since`` and ``S_acc`` are
+    the in-loop records (see the kernel's docstring).
+    """
+
+    def __init__(self, X2, y, W, p, nu, T, lr, train, loss, rel):
+        self.X2, self.y = _f64(X2), _f64(y)
+        self.W, self.p, self.nu = _f64(W).copy(), _f64(p).copy(), _f64(nu).copy()
+        self.T, self.lr = int(T), float(lr)
+        self.train = frozenset(train)
+        self.kind = loss_kind_code(loss)
+        self.rel = _f64(rel).reshape(-1)
+        nT, k = self.X2.shape
+        n = self.y.size
+        r = self.p.size
+        if self.W.shape != (k, r) or self.nu.size != k or nT != n * self.T or self.rel.size != nT:
+            raise ValueError("Segment: inconsistent shapes")
+        self.fit_since = -np.ones(n, dtype=np.int64)
+        self.S_acc = np.zeros(n)
+        self.u = self.X2 @ self.nu
+        self.q, self.z, self.s = np.empty(k), np.empty(nT), np.empty(nT)
+        self.f, self.c, self.w = np.empty(n), np.empty(nT), np.empty(nT)
+        self.g, self.gnu, self.gp = np.empty(k), np.empty(k), np.empty(r)
+        self.part = np.empty((N_CHUNKS, r))
+
+    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        """Apply ``nsteps`` updates starting at state ``step0``; (status, step)."""
+        st, step = _gd_segment(
+            self.X2, self.y, self.W, self.p, self.nu, self.u, self.lr, step0, nsteps,
+            self.T, self.kind, "W" in self.train, "p" in self.train, "nu" in self.train,
+            self.rel, self.fit_since, self.S_acc, self.q, self.z, self.s, self.f,
+            self.c, self.w, self.g, self.gnu, self.gp, self.part,
+        )  # fmt: skip
+        return int(st), int(step)
+
+
+def population_eval(zeta, aq, anu, sq, b, sdc, gh_x, gh_w, loss: str = "logistic"):
+    """Run :func:`_population`; returns (err (R,), loss (R,), score (T,))."""
+    R, M, T = zeta.shape
+    err, lo, score, s = np.empty(R), np.empty(R), np.empty(T), np.empty(T)
+    _population(
+        zeta, _f64(aq), _f64(anu), float(sq), float(b), float(sdc), gh_x, gh_w,
+        loss_kind_code(loss), err, lo, score, s,
+    )  # fmt: skip
+    return err, lo, score
+
+
+def warmup() -> None:
+    """Compile (or load from cache) every kernel on a tiny problem."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 3, 4))
+    y = np.array([1.0, -1.0])
+    W, p, nu = rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal(4)
+    loss_and_grads(X, y, W, p, nu)
+    seg = Segment(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p", "nu"), "logistic", np.ones(6))
+    seg.advance(0, 1)
+    z = np.zeros((1, 2, 3))
+    population_eval(z, np.zeros((2, 3)), np.zeros((2, 3)), 0.0, 0.0, 1.0, np.zeros(1), np.ones(1))

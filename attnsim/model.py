@@ -1,0 +1,99 @@
+"""Readable NumPy reference of the model, loss and gradients (SPEC §1).
+
+Slow and obviously correct: the Numba kernels in :mod:`attnsim.kernels` are
+tested against these functions, and these against finite differences.
+
+Shapes: X (n, T, k) tokens, y (n,) labels, W (k, r), p (r,), nu (k,).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def forward(X, W, p, nu):
+    """Logits z, scores s, token values u (all (n, T)) and outputs f (n,)."""
+    q = W @ p
+    z = X @ q
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e / e.sum(axis=1, keepdims=True)
+    u = X @ nu
+    f = (s * u).sum(axis=1)
+    return X @ q, s, u, f
+
+
+def loss(X, y, W, p, nu, kind: str = "logistic") -> float:
+    """Mean loss: logistic log(1 + exp(-y f)) or linear -y f."""
+    f = forward(X, W, p, nu)[3]
+    m = y * f
+    if kind == "linear":
+        return float(np.mean(-m))
+    return float(np.mean(np.logaddexp(0.0, -m)))
+
+
+def grads(X, y, W, p, nu, kind: str = "logistic"):
+    """(grad_W, grad_p, grad_nu) of :func:`loss`."""
+    n = X.shape[0]
+    _, s, u, f = forward(X, W, p, nu)
+    if kind == "linear":
+        a = -y / n
+    else:
+        a = -(y / n) / (1.0 + np.exp(y * f))  # -(y/n) * sigmoid(-y f)
+    c = a[:, None] * s * (u - f[:, None])
+    g = np.einsum("it,itk->k", c, X)
+    g_nu = np.einsum("it,itk->k", a[:, None] * s, X)
+    return np.outer(g, p), W.T @ g, g_nu
+
+
+def gd_step(X, y, W, p, nu, lr, train=("W", "p"), kind="logistic"):
+    """One full-batch GD step on the trained blocks; returns new (W, p, nu)."""
+    gW, gp, gnu = grads(X, y, W, p, nu, kind)
+    return (
+        W - lr * gW if "W" in train else W,
+        p - lr * gp if "p" in train else p,
+        nu - lr * gnu if "nu" in train else nu,
+    )
+
+
+def random_instance(seed: int = 0, n: int = 4, T: int = 5, k: int = 6, r: int = 7):
+    """A small random problem with p != 0 and a rectangular W, for gradient checks."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, T, k))
+    y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    W = rng.standard_normal((k, r)) / np.sqrt(k)
+    p = rng.standard_normal(r)
+    nu = rng.standard_normal(k) / np.sqrt(k)
+    return X, y, W, p, nu
+
+
+def finite_difference_errors(loss_fn, grad_fn, params, h: float = 1e-6) -> dict[str, dict]:
+    """Central differences of ``loss_fn(*params)`` against ``grad_fn(*params)``.
+
+    ``params`` maps block names (e.g. "W", "p", "nu") to arrays in call order.
+    Returns per block the max and mean absolute error and the max error
+    relative to ||analytic||_inf.
+    """
+    names = list(params)
+    values = [np.array(v, dtype=np.float64) for v in params.values()]
+    analytic = grad_fn(*values)
+    out = {}
+    for b, name in enumerate(names):
+        fd = np.empty_like(values[b])
+        flat, fd_flat = values[b].reshape(-1), fd.reshape(-1)
+        for j in range(flat.size):
+            old = flat[j]
+            flat[j] = old + h
+            up = loss_fn(*values)
+            flat[j] = old - h
+            down = loss_fn(*values)
+            flat[j] = old
+            fd_flat[j] = (up - down) / (2 * h)
+        err = np.abs(fd - analytic[b])
+        scale = np.abs(analytic[b]).max()
+        out[name] = {
+            "max_abs": float(err.max()),
+            "mean_abs": float(err.mean()),
+            "rel": float(err.max() / scale) if scale > 0 else float(err.max()),
+        }
+    return out

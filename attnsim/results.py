@@ -1,0 +1,165 @@
+"""Run results: the Result object, atomic save and load, provenance."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Result:
+    """One run: its configuration, trajectory arrays, final metrics and theory."""
+
+    config: dict[str, Any]
+    trajectory: dict[str, np.ndarray]
+    final: dict[str, Any]
+    theory: dict[str, Any]
+    engine: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    git: dict[str, Any] | None = None
+    elapsed_s: float = 0.0
+    startup_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    path: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return _clean(
+            {
+                "schema_version": self.schema_version,
+                "config": self.config,
+                "engine": self.engine,
+                "data": self.data,
+                "final": self.final,
+                "theory": self.theory,
+                "warnings": self.warnings,
+                "versions": self.versions,
+                "git": self.git,
+                "elapsed_s": self.elapsed_s,
+                "startup_s": self.startup_s,
+            }
+        )
+
+    def save(self, outdir: str | Path) -> Path:
+        """Write result.json and trajectory.npz into ``outdir`` atomically."""
+        outdir = Path(outdir)
+        outdir.mkdir(parents=True, exist_ok=True)
+        atomic_write(outdir / "trajectory.npz", lambda fh: np.savez_compressed(fh, **self.trajectory))
+        text = json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+        atomic_write(outdir / "result.json", lambda fh: fh.write(text.encode()))
+        self.path = outdir
+        return outdir
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN and inf become null, NumPy scalars Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _clean(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, then rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load(outdir: str | Path) -> Result:
+    """Read a result written by :meth:`Result.save`."""
+    outdir = Path(outdir)
+    with open(outdir / "result.json") as fh:
+        meta = json.load(fh)
+    with np.load(outdir / "trajectory.npz", allow_pickle=False) as f:
+        traj = {k: f[k] for k in f.files}
+    nan = float("nan")
+    final = {
+        k: (nan if v is None and k.startswith(("pop_", "test_", "score_")) else v)
+        for k, v in meta["final"].items()
+    }
+    return Result(
+        config=meta["config"],
+        trajectory=traj,
+        final=final,
+        theory=meta["theory"],
+        engine=meta.get("engine", {}),
+        versions=meta.get("versions", {}),
+        git=meta.get("git"),
+        elapsed_s=meta.get("elapsed_s", 0.0),
+        startup_s=meta.get("startup_s", 0.0),
+        warnings=meta.get("warnings", []),
+        data=meta.get("data", {}),
+        schema_version=meta.get("schema_version", 0),
+        path=outdir,
+    )
+
+
+def versions() -> dict[str, str]:
+    import numba
+    import scipy
+
+    from . import __version__
+
+    return {
+        "attnsim": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "numba": numba.__version__,
+    }
+
+
+def git_revision() -> dict[str, Any] | None:
+    """The checkout attnsim runs from (None when not run from a git checkout)."""
+    here = Path(__file__).resolve().parent.parent
+    if not (here / ".git").exists():
+        return None
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}

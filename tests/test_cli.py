@@ -1,0 +1,80 @@
+"""Command line: exit codes, one-line errors, outputs."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from attnsim.cli import main
+
+SMALL = ["--set", "d=60", "--set", "n=6", "--set", "steps=20", "--set", "pop_points=64"]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "attnsim.cli", *args], capture_output=True, text=True)
+
+
+def test_cli_version_and_run_writes_results(tmp_path):
+    out = _cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("attnsim ")
+    run = _cli("run", *SMALL, "--out", str(tmp_path / "r"), "--plot", "scores")
+    assert run.returncode == 0, run.stderr
+    assert "engine reduced" in run.stdout and "regime:" in run.stdout
+    meta = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert meta["config"]["d"] == 60 and meta["schema_version"] == 1
+    assert set(meta["final"]) >= {"train_loss", "pop_error", "pop_error_se", "regime", "n_noisy", "test_acc"}
+    assert set(meta["theory"]) >= {"snr", "n_snr2", "t_memorize", "t_generalize"}
+    assert meta["elapsed_s"] > 0 and meta["startup_s"] > 0 and "numba" in meta["versions"]
+    assert (tmp_path / "r" / "scores.png").stat().st_size > 1000
+    tr = np.load(tmp_path / "r" / "trajectory.npz")
+    assert {"step", "train_loss", "train_acc", "pop_error"} <= set(tr.files)
+
+
+def test_cli_check_grad_last_number_is_small():
+    out = _cli("check-grad")
+    assert out.returncode == 0
+    last = out.stdout.strip().splitlines()[-1]
+    assert float(last.split()[-1]) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "--set", "dd=3"], "did you mean 'd'"),
+        (["run", "--set", "lr=-1"], "lr:"),
+        (["run", "--set", "lr"], "--set"),
+        (["run", "--set", "train=W"], "train:"),
+        (["run", "--engine", "gpu"], "engine:"),
+        (["run", "--data", "/nonexistent.npz"], "--data"),
+        (["run", "/nonexistent.toml"], "cannot read"),
+        (["run", "--plot", "nope"], "--plot"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(args, needle, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0]
+
+
+def test_cli_bad_data_file_exits_2(tmp_path, capsys):
+    p = tmp_path / "bad.npz"
+    np.savez(p, X=np.zeros((3, 2, 4)), y=np.array([1, 0, 1]))
+    assert main(["run", "--data", str(p)]) == 2
+    assert "'y' must hold labels" in capsys.readouterr().err
+
+
+def test_cli_diverged_run_exits_1(tmp_path, capsys):
+    args = ["run", "--set", "d=20", "--set", "n=4", "--set", "T=4", "--set", "lr=1e305"]
+    args += ["--set", "loss=linear", "--set", "train=p,nu", "--out", str(tmp_path / "x")]
+    assert main(args) == 1
+    assert "diverged at step" in capsys.readouterr().err
+
+
+def test_cli_unreadable_toml(tmp_path, capsys):
+    p = tmp_path / "c.toml"
+    p.write_text("[[[")
+    assert main(["run", str(p)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err

@@ -1,0 +1,173 @@
+"""Data generation, label noise rules, seeds and user-supplied arrays."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from attnsim.config import Config
+from attnsim.data import (
+    DataError,
+    W0_blocks,
+    clean_labels,
+    draw_W0,
+    flip_mask,
+    generate,
+    head,
+    load_npz,
+    make_streams,
+)
+
+
+def _flips(n, eta, mode, seed=0):
+    cfg = Config(n=n, noise_rate=eta, label_noise=mode, d=4)
+    y = clean_labels(n)
+    return flip_mask(cfg, y, np.random.default_rng(seed)), y
+
+
+def test_label_noise_balanced_rules():
+    m, y = _flips(20, 0.2, "balanced")
+    assert m.sum() == 4 and m[y > 0].sum() == 2 and m[:2].all() and m[10:12].all()
+    m, _ = _flips(20, 0.05, "balanced")  # ceil(1) = 1, floor(1/2) = 0 per class
+    assert m.sum() == 0
+
+
+def test_label_noise_exact_rounds_half_up_with_exact_arithmetic():
+    m, y = _flips(100, 0.07, "exact")  # 100 * 0.07 is 7 exactly
+    assert m.sum() == 7 and m[y > 0].sum() == 4 and m[y < 0].sum() == 3
+    m, _ = _flips(10, 0.25, "exact")  # 2.5 rounds up to 3
+    assert m.sum() == 3
+    m, _ = _flips(20, 0.05, "exact")
+    assert m.sum() == 1 and m[0]
+
+
+def test_label_noise_iid_rate():
+    m, _ = _flips(20000, 0.2, "iid")
+    assert abs(m.mean() - 0.2) < 0.01
+
+
+def test_realized_noise_count_warns_when_off_by_more_than_one():
+    ds = generate(Config(n=20, d=10, noise_rate=0.05), make_streams(0))
+    assert ds.n_noisy == 0 and not ds.warnings  # off by exactly one: no warning
+    cfg = Config(n=100, d=4, noise_rate=0.2, label_noise="iid")
+    for seed in range(20):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = generate(cfg, make_streams(seed))
+        off = abs(ds.n_noisy - 20) > 1
+        assert bool(ds.warnings) == off == bool(caught)
+
+
+def test_tokens_have_roles_means_and_noise():
+    cfg = Config(n=400, T=6, d=30, signal_norm=7.0, rho=0.3, sigma=2.0)
+    ds = generate(cfg, make_streams(1))
+    assert ds.X.shape == (400, 6, 30)
+    pos = ds.y_clean > 0
+    m = ds.X[pos].mean(axis=0)
+    np.testing.assert_allclose(m[:, :2], [[7, 0], [2.1, 0], [0, 2.1], [0, 0], [0, 0], [0, 0]], atol=0.35)
+    m = ds.X[~pos].mean(axis=0)
+    np.testing.assert_allclose(m[:, :2], [[0, 7], [0, 2.1], [2.1, 0], [0, 0], [0, 0], [0, 0]], atol=0.35)
+    assert ds.X[:, :, 2:].std() == pytest.approx(2.0, rel=0.02)
+    np.testing.assert_array_equal(ds.roles[0], [0, 1, 2, 3, 3, 3])
+    np.testing.assert_allclose(ds.nu @ ds.mu_pos, 1 / np.sqrt(2))
+
+
+def test_shuffled_roles_follow_the_roles_array():
+    cfg = Config(n=50, T=6, d=20, signal_norm=50.0, shuffle_roles=True)
+    ds = generate(cfg, make_streams(2))
+    own = np.where(ds.y_clean > 0, 0, 1)
+    rel = ds.roles == 0
+    assert np.all(np.sort(ds.roles, axis=1) == [0, 1, 2, 3, 3, 3])
+    assert len({tuple(r) for r in ds.roles}) > 1
+    vals = ds.X[np.arange(50)[:, None], np.arange(6)[None, :], own[:, None]]
+    assert np.all(vals[rel] > 30) and np.all(vals[~rel & (ds.roles != 1)] < 30)
+
+
+def test_seed_reproducible_and_test_set_independent():
+    cfg = Config(n=10, d=50, test_n=10)
+    a, b = generate(cfg, make_streams(5)), generate(cfg, make_streams(5))
+    np.testing.assert_array_equal(a.X, b.X)
+    np.testing.assert_array_equal(a.X_test, b.X_test)
+    assert not np.allclose(a.X, a.X_test)
+    assert np.all(a.y_test == clean_labels(10))
+    c = generate(cfg, make_streams(6))
+    assert not np.allclose(a.X, c.X)
+    # the training tokens do not depend on the signal strength's noise draws
+    d = generate(cfg.replace(signal_norm=3.0), make_streams(5))
+    np.testing.assert_array_equal(a.X[:, :, 2:], d.X[:, :, 2:])
+
+
+def test_W0_row_blocks_equal_one_draw():
+    cfg = Config(d=600)
+    full = draw_W0(cfg, make_streams(0).init)
+    a = cfg.W_scale * np.sqrt(3.0)
+    ref = np.random.default_rng(0).spawn(4)[1].uniform(-a, a, (600, 600))
+    np.testing.assert_array_equal(full, ref)
+    assert sum(b.shape[0] for b in W0_blocks(cfg, make_streams(0).init, 600)) == 600
+    g = draw_W0(Config(d=600, init_W="gaussian"), make_streams(0).init)
+    assert g.std() == pytest.approx((3 * 600) ** -0.5, rel=0.01)
+    np.testing.assert_array_equal(draw_W0(Config(d=5, init_W="identity"), make_streams(0).init), np.eye(5))
+
+
+def _write(tmp_path, **arrays):
+    path = tmp_path / "d.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def test_load_npz_accepts_the_full_schema(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4, 3, 5))
+    mu_p, mu_n = np.eye(5)[0] * 2, np.eye(5)[1] * 2
+    path = _write(
+        tmp_path,
+        X=X,
+        y=np.array([1, 1, -1, -1]),
+        y_clean=np.array([1, -1, -1, -1]),
+        roles=np.tile([0, 1, 3], (4, 1)),
+        mu_pos=mu_p,
+        mu_neg=mu_n,
+        sigma=np.array(1.5),
+        W0=np.eye(5),
+        p0=np.ones(5),
+        X_test=X[:2],
+        y_test=np.array([1, -1]),
+    )
+    ds = load_npz(path, Config())
+    assert ds.n_noisy == 1 and ds.role_counts == (1, 1, 0, 1) and ds.sigma == 1.5
+    np.testing.assert_allclose(ds.nu, head(mu_p, mu_n))
+    assert ds.population_reason is None
+
+
+BAD_DATA = [
+    ({}, "missing required array 'X'"),
+    ({"X": np.zeros((4, 3))}, "'X' has shape"),
+    ({"y": np.zeros(4)}, "'y' must hold labels"),
+    ({"y": np.ones(3)}, "'y' has shape"),
+    ({"X": np.full((4, 3, 5), np.nan)}, "'X' contains NaN"),
+    ({"X": np.array([["a"]])}, "'X' must be numeric"),
+    ({"roles": np.full((4, 3), 7)}, "'roles'"),
+    ({"mu_pos": np.ones(4)}, "'mu_pos' has shape"),
+    ({"sigma": np.array(-1.0)}, "'sigma' must be a positive"),
+    ({"X_test": np.zeros((2, 3, 5))}, "given together"),
+    ({"W0": np.eye(4)}, "'W0' has shape"),
+]
+
+
+@pytest.mark.parametrize("change,needle", BAD_DATA)
+def test_load_npz_rejects_bad_arrays_naming_them(tmp_path, change, needle):
+    base = {"X": np.zeros((4, 3, 5)), "y": np.array([1, 1, -1, -1]), "nu": np.ones(5)}
+    if not change:
+        base = {"y": base["y"]}
+    base.update(change)
+    with pytest.raises(DataError, match=needle):
+        load_npz(_write(tmp_path, **base), Config())
+
+
+def test_load_npz_unreadable_file(tmp_path):
+    p = tmp_path / "x.npz"
+    p.write_text("not a zip")
+    with pytest.raises(DataError, match="not a readable"):
+        load_npz(p, Config())
+    with pytest.raises(DataError, match="no such data file"):
+        load_npz(tmp_path / "none.npz", Config())

@@ -1,0 +1,125 @@
+"""Kernels against the NumPy reference and against finite differences."""
+
+import numpy as np
+import pytest
+
+from attnsim import kernels, model
+from attnsim.model import finite_difference_errors, random_instance
+
+LOSSES = ("logistic", "linear")
+MODES = ("W", "p", "nu", "W,p", "p,nu", "W,nu", "W,p,nu")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("shape", [(4, 5, 6, 7), (3, 8, 10, 4), (5, 2, 3, 3)])
+def test_loss_and_grads_match_reference(loss, shape):
+    n, T, k, r = shape
+    X, y, W, p, nu = random_instance(1, n, T, k, r)
+    L, gW, gp, gnu = kernels.loss_and_grads(X, y, W, p, nu, loss)
+    assert L == pytest.approx(model.loss(X, y, W, p, nu, loss), rel=1e-13)
+    for a, b in zip((gW, gp, gnu), model.grads(X, y, W, p, nu, loss)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_grads_match_central_differences_per_block(loss):
+    X, y, W, p, nu = random_instance(2)
+    assert np.all(p != 0)
+    errs = finite_difference_errors(
+        lambda W_, p_, nu_: model.loss(X, y, W_, p_, nu_, loss),
+        lambda W_, p_, nu_: model.grads(X, y, W_, p_, nu_, loss),
+        {"W": W, "p": p, "nu": nu},
+    )
+    for block, e in errs.items():
+        assert e["rel"] < 1e-7, (block, e)
+        assert e["mean_abs"] < 1e-9, (block, e)
+
+
+def test_finite_difference_helper_detects_a_wrong_gradient():
+    X, y, W, p, nu = random_instance(3)
+    errs = finite_difference_errors(
+        lambda W_, p_, nu_: model.loss(X, y, W_, p_, nu_),
+        lambda W_, p_, nu_: [1.01 * g for g in model.grads(X, y, W_, p_, nu_)],
+        {"W": W, "p": p, "nu": nu},
+    )
+    assert all(e["rel"] > 1e-3 for e in errs.values())
+
+
+def test_outputs_are_stable_for_huge_logits():
+    z = np.array([[1e4, 0.0, -1e4], [800.0, 800.0, 0.0]])
+    u = np.array([[1.0, 2.0, 3.0], [1.0, 3.0, 0.0]])
+    s, f, L = kernels.outputs(z, u, np.array([1.0, -1.0]))
+    np.testing.assert_allclose(s, [[1, 0, 0], [0.5, 0.5, 0]], atol=1e-300)
+    np.testing.assert_allclose(f, [1.0, 2.0])
+    assert np.isfinite(L)
+    # softplus far in the tails
+    _, _, L2 = kernels.outputs(np.zeros((1, 1)), np.array([[1e3]]), np.array([-1.0]))
+    assert L2 == pytest.approx(1e3)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("train", MODES)
+def test_one_gd_step_equals_theta_minus_lr_grad(train, loss):
+    X, y, W, p, nu = random_instance(4)
+    n, T, k = X.shape
+    seg = kernels.Segment(X.reshape(n * T, k), y, W, p, nu, T, 0.3, train.split(","), loss, np.ones(n * T))
+    status, step = seg.advance(0, 1)
+    assert (status, step) == (kernels.OK, 1)
+    ref = model.gd_step(X, y, W, p, nu, 0.3, train.split(","), loss)
+    for a, b in zip((seg.W, seg.p, seg.nu), ref):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+
+
+def test_parallel_w_pass_matches_serial():
+    rng = np.random.default_rng(0)
+    k, r = 600, 500  # above PAR_MIN: parallel chunked path
+    assert k * r >= kernels.PAR_MIN
+    W = rng.standard_normal((k, r))
+    g, p = rng.standard_normal(k), rng.standard_normal(r)
+    W1, gp, part = W.copy(), np.empty(r), np.empty((kernels.N_CHUNKS, r))
+    kernels._w_pass(W1, g, p, 0.1, gp, part)
+    np.testing.assert_allclose(gp, W.T @ g, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(W1, W - 0.1 * np.outer(g, p), rtol=1e-14, atol=1e-14)
+
+
+def test_in_loop_records_match_a_naive_loop():
+    X, y, W, p, nu = random_instance(5, n=6, T=4, k=5, r=5)
+    n, T, k = X.shape
+    rel = np.zeros((n, T))
+    rel[:, 0] = 1.0
+    seg = kernels.Segment(X.reshape(n * T, k), y, W, p, nu, T, 2.0, ("W", "p"), "logistic", rel)
+    seg.advance(0, 7)
+    seg.advance(7, 13)
+    fit_since = -np.ones(n, dtype=int)
+    S = np.zeros(n)
+    for step in range(20):
+        _, s, _, f = model.forward(X, W, p, nu)
+        fitted = y * f > 0
+        fit_since = np.where(fitted, np.where(fit_since < 0, step, fit_since), -1)
+        S += s[:, 0] * (1 - s[:, 0])
+        W, p, nu = model.gd_step(X, y, W, p, nu, 2.0, ("W", "p"))
+    np.testing.assert_array_equal(seg.fit_since, fit_since)
+    np.testing.assert_allclose(seg.S_acc, S, rtol=1e-10)
+    np.testing.assert_allclose(seg.W, W, rtol=1e-10)
+
+
+def test_divergence_is_reported_with_its_step():
+    X, y, W, p, nu = random_instance(6)
+    n, T, k = X.shape
+    seg = kernels.Segment(
+        X.reshape(n * T, k), y, W, p, nu, T, 1e200, ("W", "p", "nu"), "linear", np.ones(n * T)
+    )
+    status, step = seg.advance(0, 50)
+    assert status == kernels.DIVERGED
+    assert 0 < step < 50
+
+
+def test_frozen_state_is_reported():
+    # one-hot attention on tokens whose value equals the output: every c_it = 0
+    X = np.zeros((2, 2, 2))
+    X[:, 0, 0] = 1.0
+    y = np.array([1.0, -1.0])
+    W, p, nu = np.eye(2), np.array([1e4, 0.0]), np.zeros(2)
+    seg = kernels.Segment(X.reshape(4, 2), y, W, p, nu, 2, 0.1, ("W", "p"), "logistic", np.ones(4))
+    status, step = seg.advance(0, 10)
+    assert (status, step) == (kernels.FROZEN, 0)

@@ -1,0 +1,98 @@
+"""Exact population metrics against closed forms and large fresh samples."""
+
+import numpy as np
+import pytest
+from scipy.special import ndtr
+
+from attnsim.population import Population, uniform_error
+
+ROLES = np.array([0, 1, 2, 3, 3, 3, 3, 3])
+
+
+def _pop(points=4096, seed=0, rho=0.1, sigma=1.0, roles=ROLES):
+    return Population(roles, rho, sigma, points, np.random.default_rng(seed))
+
+
+def _scalars(q, nu, mu_pos, mu_neg):
+    return q @ mu_pos, q @ mu_neg, q @ nu, q @ q, nu @ mu_pos, nu @ mu_neg, nu @ nu
+
+
+@pytest.mark.parametrize("norm", [5.0, 10.0, 20.0])
+def test_population_closed_form_at_q_zero(norm):
+    d = 6
+    mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm
+    nu = (mu_p - mu_n) / np.linalg.norm(mu_p - mu_n) / norm
+    out = _pop().evaluate(*_scalars(np.zeros(d), nu, mu_p, mu_n))
+    assert out["pop_error"] == pytest.approx(ndtr(-norm / np.sqrt(16)), rel=1e-12)
+    assert out["pop_error"] == pytest.approx(uniform_error(norm, 1.0, 8), rel=1e-12)
+    assert out["pop_error_se"] == 0.0
+    assert out["pop_score_relevant"] == pytest.approx(1 / 8)
+    assert out["pop_score_irrelevant"] == pytest.approx(5 / 8)
+
+
+def test_population_spec_values_at_init():
+    assert uniform_error(20, 1, 8) == pytest.approx(2.9e-7, rel=0.02)
+    assert uniform_error(10, 1, 8) == pytest.approx(6.2e-3, rel=0.02)
+    assert uniform_error(5, 1, 8) == pytest.approx(0.106, rel=0.01)
+
+
+def _fresh(q, nu, mu_p, mu_n, rho, sigma, m, rng, roles=ROLES):
+    """Monte Carlo over fresh clean samples: errors, losses and scores."""
+    d, T = q.size, roles.size
+    y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
+    own = np.where(y[:, None] > 0, mu_p, mu_n)
+    other = np.where(y[:, None] > 0, mu_n, mu_p)
+    c_own = np.select([roles == 0, roles == 1], [1.0, rho], 0.0)
+    c_oth = np.where(roles == 2, rho, 0.0)
+    X = sigma * rng.standard_normal((m, T, d))
+    X += c_own[None, :, None] * own[:, None, :] + c_oth[None, :, None] * other[:, None, :]
+    z = X @ q
+    s = np.exp(z - z.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    f = (s * (X @ nu)).sum(axis=1)
+    return (y * f < 0).astype(float), np.logaddexp(0, -y * f), s
+
+
+@pytest.mark.slow
+def test_population_matches_fresh_samples_within_four_standard_errors():
+    rng = np.random.default_rng(7)
+    d, norm, rho, sigma = 12, 5.0, 0.1, 1.0
+    mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm
+    q = 0.08 * (mu_p + mu_n) + 0.3 * rng.standard_normal(d)
+    nu = (mu_p - mu_n) / np.linalg.norm(mu_p - mu_n) / norm + 0.05 * rng.standard_normal(d)
+    out = _pop(rho=rho, sigma=sigma).evaluate(*_scalars(q, nu, mu_p, mu_n))
+    assert 0.05 < out["pop_error"] < 0.2  # a setting where the error is ~0.1
+    errs, losses, scores = [], [], []
+    for _ in range(10):
+        e, lo, s = _fresh(q, nu, mu_p, mu_n, rho, sigma, 20_000, rng)
+        errs.append(e)
+        losses.append(lo)
+        scores.append(s)
+    e, lo, s = np.concatenate(errs), np.concatenate(losses), np.concatenate(scores)
+    se = np.hypot(e.std() / np.sqrt(e.size), out["pop_error_se"])
+    assert abs(out["pop_error"] - e.mean()) < 4 * se
+    assert abs(out["pop_loss"] - lo.mean()) < 4 * lo.std() / np.sqrt(lo.size) + 1e-4
+    rel = s[:, 0]
+    assert abs(out["pop_score_relevant"] - rel.mean()) < 4 * rel.std() / np.sqrt(rel.size) + 1e-4
+
+
+def test_population_error_se_is_small_and_positive():
+    d, norm = 6, 5.0
+    mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm
+    nu = (mu_p - mu_n) / np.linalg.norm(mu_p - mu_n) / norm
+    q = np.array([0.3, 0.3, 0.2, 0.0, 0.1, 0.0])
+    out = _pop().evaluate(*_scalars(q, nu, mu_p, mu_n))
+    assert 0 < out["pop_error_se"] < 0.05 * out["pop_error"]
+    # the same points every time: deterministic
+    assert _pop().evaluate(*_scalars(q, nu, mu_p, mu_n)) == out
+
+
+def test_population_degenerate_sd_zero():
+    # nu parallel to q: f is a deterministic function of z, the sd -> 0 branch
+    d, norm = 4, 5.0
+    mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm
+    q = np.array([1.0, -1.0, 0.0, 0.0])
+    nu = 0.1 * q
+    out = _pop().evaluate(*_scalars(q, nu, mu_p, mu_n))
+    e, _, _ = _fresh(q, nu, mu_p, mu_n, 0.1, 1.0, 100_000, np.random.default_rng(1))
+    assert abs(out["pop_error"] - e.mean()) < 4 * np.hypot(e.std() / np.sqrt(e.size), out["pop_error_se"])

@@ -1,0 +1,152 @@
+"""The driver end to end: grids, engines, reproducibility, results, parity."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnsim
+from attnsim.config import Config
+from attnsim.dynamics import SimulationError, log_grid, pop_indices
+from attnsim.metrics import regime
+
+
+def test_log_grid_linear_and_log_include_ends():
+    g = log_grid(Config(steps=95, log_every=10))
+    assert g[0] == 0 and g[-1] == 95 and 90 in g and len(g) == 11
+    g = log_grid(Config(steps=10**6, log_scale="log", log_points=60))
+    assert g[0] == 0 and g[-1] == 10**6 and len(g) <= 60 and np.all(np.diff(g) > 0)
+    assert list(log_grid(Config(steps=0))) == [0]
+    idx = pop_indices(101, 50)
+    assert idx[0] == 0 and idx[-1] == 100 and len(idx) <= 50
+
+
+def test_simulate_records_everything(small_cfg):
+    r = attnsim.simulate({**small_cfg, "test_n": 50}, save_scores=True)
+    tr = r.trajectory
+    L = len(tr["step"])
+    assert tr["step"][0] == 0 and tr["step"][-1] == 50
+    for key in (
+        "train_loss",
+        "train_acc",
+        "pop_error",
+        "test_acc",
+        "score_clean_relevant",
+        "frakS_clean",
+        "W_dev",
+    ):
+        assert tr[key].shape == (L,)
+    assert tr["scores"].shape == (L, 8, 6)
+    assert tr["selected"].shape == (L, 8) and tr["selected_role"].shape == (L, 8)
+    np.testing.assert_allclose(tr["scores"].sum(axis=2), 1.0)
+    assert tr["frakS_clean"][0] == 0 and np.all(np.diff(tr["frakS_clean"]) > 0)
+    assert np.isfinite(tr["pop_error"]).sum() <= 50 and np.isfinite(tr["pop_error"][[0, -1]]).all()
+    assert r.final["pop_error_init"] == tr["pop_error"][0]
+    assert r.final["regime"] in ("not_overfitting", "partial", "benign", "harmful", "underfit")
+    assert r.final["n_noisy"] == 2 and r.engine["used"] == "reduced"
+
+
+def test_reduced_equals_dense(small_cfg):
+    a = attnsim.simulate({**small_cfg, "engine": "dense", "train": "W,p,nu", "init_p": "gaussian"})
+    b = attnsim.simulate({**small_cfg, "engine": "reduced", "train": "W,p,nu", "init_p": "gaussian"})
+    for key in ("train_loss", "pop_error", "pop_loss", "score_noisy_weak_opposite", "p_norm", "W_dev"):
+        np.testing.assert_allclose(a.trajectory[key], b.trajectory[key], rtol=1e-10, atol=1e-14)
+
+
+def test_bit_identical_reruns(small_cfg, tmp_path):
+    a = attnsim.simulate(small_cfg).save(tmp_path / "a")
+    b = attnsim.simulate(small_cfg).save(tmp_path / "b")
+    ja, jb = (json.loads((p / "result.json").read_text()) for p in (a, b))
+    for j in (ja, jb):
+        j.pop("elapsed_s"), j.pop("startup_s")
+    assert ja == jb
+    ta, tb = np.load(a / "trajectory.npz"), np.load(b / "trajectory.npz")
+    for k in ta.files:
+        np.testing.assert_array_equal(ta[k], tb[k])
+
+
+_THREAD_SCRIPT = """
+import sys, numpy as np, attnsim
+r = attnsim.simulate({"engine": sys.argv[1], "d": 700, "steps": 60, "log_every": 20, "pop_points": 256})
+np.save(sys.argv[2], np.stack([r.trajectory["train_loss"], r.trajectory["pop_error"], r.trajectory["W_dev"]]))
+"""
+
+
+@pytest.mark.parametrize("engine", ["dense", "reduced"])
+def test_thread_counts_agree(tmp_path, engine):
+    outs = []
+    for threads in ("1", "2"):
+        env = dict(
+            os.environ, NUMBA_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads
+        )
+        out = tmp_path / f"t{threads}.npy"
+        subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, engine, str(out)], env=env, check=True)
+        outs.append(np.load(out))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-300)
+
+
+def test_save_and_load_roundtrip(small_cfg, tmp_path):
+    r = attnsim.simulate(small_cfg)
+    r.save(tmp_path / "run")
+    back = attnsim.load(tmp_path / "run")
+    assert back.config == r.config and back.final["regime"] == r.final["regime"]
+    assert back.schema_version == 1 and back.versions["attnsim"] == attnsim.__version__
+    np.testing.assert_array_equal(back.trajectory["train_loss"], r.trajectory["train_loss"])
+    assert not list((tmp_path / "run").glob(".*tmp"))
+
+
+def test_divergence_raises_with_step():
+    with pytest.raises(SimulationError, match=r"diverged at step \d+"):
+        attnsim.simulate(
+            {"n": 4, "T": 4, "d": 20, "lr": 1e305, "steps": 20, "loss": "linear", "train": "p,nu"}
+        )
+
+
+def test_frozen_run_warns_and_keeps_going():
+    with pytest.warns(UserWarning, match="frozen after step"):
+        r = attnsim.simulate(
+            {"n": 4, "T": 4, "d": 50, "signal_norm": 50, "lr": 1e6, "steps": 30, "log_every": 10}
+        )
+    assert r.data["status"] == "frozen" and r.warnings
+    assert len(r.trajectory["step"]) == 4 and np.ptp(r.trajectory["train_loss"][1:]) == 0
+
+
+def test_regime_rules():
+    base = {"train_acc_clean": 1.0, "pop_error": 0.01}
+    assert regime({**base, "train_acc_noisy": 0.0}, 0.05) == "not_overfitting"
+    assert regime({**base, "train_acc_noisy": 0.5}, 0.05) == "partial"
+    assert regime({**base, "train_acc_noisy": 1.0}, 0.05) == "benign"
+    assert regime({**base, "train_acc_noisy": 1.0, "pop_error": 0.1}, 0.05) == "harmful"
+    assert regime({**base, "train_acc_noisy": 1.0, "pop_error": 0.1}, 0.2) == "benign"
+    assert regime({**base, "train_acc_clean": 0.9, "train_acc_noisy": 1.0}, 0.05) == "underfit"
+    nopop = {"train_acc_clean": 1.0, "train_acc_noisy": 1.0, "pop_error": float("nan"), "test_acc": 0.8}
+    assert regime(nopop, 0.05) == "harmful"
+
+
+@pytest.mark.parametrize("engine", ["dense", "reduced"])
+def test_parity_with_official_pytorch_run(fixture_path, engine):
+    f = np.load(fixture_path)
+    steps = int(f["steps"])
+    cfg = {"lr": float(f["lr"]), "steps": steps, "log_every": 1, "engine": engine, "pop_log_points": 2}
+    r = attnsim.simulate(cfg, data=fixture_path, save_scores=True)
+    loss = r.trajectory["train_loss"]
+    np.testing.assert_allclose(loss[:-1], f["loss_before_step"], rtol=1e-5)
+    assert loss[-1] == pytest.approx(float(f["loss_final"]), rel=1e-5)
+    np.testing.assert_allclose(r.trajectory["scores"][:-1], f["scores_before_step"], atol=1e-5)
+    np.testing.assert_allclose(r.trajectory["scores"][-1], f["scores_final"], atol=1e-5)
+    assert r.final["n_noisy"] == int(np.sum(f["y"] != f["y_clean"]))
+
+
+def test_data_without_signals_has_null_population(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "d.npz"
+    np.savez(
+        path, X=rng.standard_normal((6, 4, 10)), y=np.array([1, 1, 1, -1, -1, -1]), nu=rng.standard_normal(10)
+    )
+    r = attnsim.simulate({"steps": 5, "log_every": 1}, data=path)
+    assert np.isnan(r.final["pop_error"]) and "mu_pos" in r.data["population"]
+    assert np.isnan(r.final["score_clean_relevant"])
+    assert r.to_json()["final"]["pop_error"] is None
