@@ -65,6 +65,7 @@ class Recorder:
         self.pop_at = set(pop_indices(len(grid), cfg.pop_log_points).tolist()) if pop else set()
         self.save_scores = save_scores
         self.noisy = ds.noisy
+        self.metrics = metrics.StateMetrics(ds.y, ds.y_clean, ds.roles)
         self.rows: list[dict] = []
         self.extra: dict[str, list] = {"selected": [], "selected_role": [], "example_scores": []}
         if save_scores:
@@ -91,13 +92,12 @@ class Recorder:
             raise SimulationError(f"diverged at step {int(self.grid[j])}: the training loss is not finite")
         self.last_f = f
         row = {"step": int(self.grid[j]), "train_loss": L}
-        row.update(metrics.accuracy_metrics(f, ds.y, ds.y_clean))
-        row["n_fitted"] = int(np.count_nonzero(ds.y * f > 0))
+        row.update(self.metrics.accuracy(f))
         if pb.X2_test is not None:
             st, ft, Lt = self._forward(pb.X2_test, pb.O_test, W, p, nu, pb.y_test)
             row["test_loss"], row["test_acc"] = Lt, float(np.mean(pb.y_test * ft > 0))
-        row.update(metrics.role_scores(s, ds.roles, self.noisy))
-        row.update(metrics.frak_s(S_acc, ds.y_clean, self.noisy))
+        row.update(self.metrics.role_scores(s))
+        row.update(self.metrics.frak_s(S_acc))
         row["p_norm"] = float(np.linalg.norm(p))
         row["W_dev"] = float(np.linalg.norm(W - pb.W0))
         if j in self.pop_at:
@@ -126,9 +126,9 @@ class Recorder:
         )
 
     def arrays(self) -> dict[str, np.ndarray]:
-        keys: list[str] = []
+        keys: dict[str, None] = {}
         for row in self.rows:
-            keys += [k for k in row if k not in keys]
+            keys.update(dict.fromkeys(row))
         out = {}
         for key in keys:
             vals = [row.get(key, np.nan) for row in self.rows]

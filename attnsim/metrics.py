@@ -7,53 +7,67 @@ import numpy as np
 from .data import ROLE_NAMES
 
 GROUPS = ("clean", "noisy")
-REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit")
+REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted")
 
 
-def _mean(mask: np.ndarray, values: np.ndarray) -> float:
-    return float(values[mask].mean()) if mask.any() else float("nan")
+class StateMetrics:
+    """Metrics of one state on the training set, with the group weights
+    precomputed so each evaluation is a few small matrix products.
 
-
-def accuracy_metrics(f: np.ndarray, y: np.ndarray, y_clean: np.ndarray) -> dict[str, float]:
-    """Train accuracies overall, on clean and on noisy samples.
-
-    ``train_acc_noisy`` compares noisy samples with their observed (flipped)
-    labels, so it measures memorization; ``train_acc_noisy_true`` compares them
-    with their true labels.
+    Parameters
+    ----------
+    y, y_clean : (n,) observed and true labels.  roles : (n, T) role codes or None.
     """
-    noisy = y != y_clean
-    fitted = (y * f) > 0
-    return {
-        "train_acc": float(fitted.mean()),
-        "train_acc_clean": _mean(~noisy, fitted),
-        "train_acc_noisy": _mean(noisy, fitted),
-        "train_acc_noisy_true": _mean(noisy, (y_clean * f) > 0),
-    }
+
+    def __init__(self, y: np.ndarray, y_clean: np.ndarray, roles: np.ndarray | None):
+        self.y, self.y_clean = y, y_clean
+        self.noisy = noisy = y != y_clean
+        groups = (~noisy, noisy)
+        self.group_avg = np.stack([_avg_row(g) for g in groups])  # (2, n)
+        self.onehot = None if roles is None else (roles[:, :, None] == np.arange(4)).astype(float)
+        clean = ~noisy
+        self.frak_w = np.stack([clean, noisy, clean & (y_clean > 0), clean & (y_clean < 0)]).astype(
+            float
+        )  # (4, n)
+        self.role_keys = [f"score_{g}_{r}" for g in GROUPS for r in ROLE_NAMES]
+
+    def accuracy(self, f: np.ndarray) -> dict[str, float]:
+        """Train accuracies overall, on clean and on noisy samples.
+
+        ``train_acc_noisy`` compares noisy samples with their observed (flipped)
+        labels, so it measures memorization; ``train_acc_noisy_true`` compares
+        them with their true labels.
+        """
+        fitted = (self.y * f > 0).astype(float)
+        by_group = self.group_avg @ fitted
+        return {
+            "train_acc": float(fitted.mean()),
+            "train_acc_clean": float(by_group[0]),
+            "train_acc_noisy": float(by_group[1]),
+            "train_acc_noisy_true": float(self.group_avg[1] @ (self.y_clean * f > 0)),
+            "n_fitted": int(fitted.sum()),
+        }
+
+    def role_scores(self, s: np.ndarray) -> dict[str, float]:
+        """Per group (clean, noisy), the mean over its samples of the total
+        score on each role's tokens (NaN without roles or for an empty group)."""
+        if self.onehot is None:
+            return dict.fromkeys(self.role_keys, float("nan"))
+        mass = np.einsum("nt,ntr->nr", s, self.onehot)
+        return dict(zip(self.role_keys, (self.group_avg @ mass).ravel().tolist()))
+
+    def frak_s(self, S_acc: np.ndarray) -> dict[str, float]:
+        """Cumulative sums of s_rel (1 - s_rel): per group, and per true class
+        over clean samples (the normalization of the paper's first version)."""
+        v = self.frak_w @ S_acc
+        return dict(zip(("frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"), v.tolist()))
 
 
-def role_scores(s: np.ndarray, roles: np.ndarray | None, noisy: np.ndarray) -> dict[str, float]:
-    """Per group, the mean over samples of the total score on each role's tokens."""
-    out = {}
-    for group, mask in zip(GROUPS, (~noisy, noisy)):
-        for code, name in enumerate(ROLE_NAMES):
-            if roles is None or not mask.any():
-                out[f"score_{group}_{name}"] = float("nan")
-            else:
-                mass = np.where(roles == code, s, 0.0).sum(axis=1)
-                out[f"score_{group}_{name}"] = float(mass[mask].mean())
-    return out
-
-
-def frak_s(S_acc: np.ndarray, y_clean: np.ndarray, noisy: np.ndarray) -> dict[str, float]:
-    """Cumulative sums of s_rel (1 - s_rel): per group, and per true class over
-    clean samples (the paper's normalization of its first-version experiment)."""
-    clean = ~noisy
-    return {
-        "frakS_clean": float(S_acc[clean].sum()),
-        "frakS_noisy": float(S_acc[noisy].sum()),
-        "frakS_pos": float(S_acc[clean & (y_clean > 0)].sum()),
-        "frakS_neg": float(S_acc[clean & (y_clean < 0)].sum()),
-    }
+def _avg_row(mask: np.ndarray) -> np.ndarray:
+    """Weights that average over ``mask`` (all NaN for an empty group)."""
+    if not mask.any():
+        return np.full(mask.size, np.nan)
+    return mask / mask.sum()
 
 
 def regime(final: dict, benign_error: float) -> str:

@@ -12,7 +12,8 @@ so P(y f < 0) = E_zeta[Phi(-y mean / sd)]: a T-dimensional Gaussian integral,
 done by randomized quasi-Monte Carlo over zeta (``N_SCRAMBLES`` independent
 scrambles of a Sobol sequence, drawn once per run; the standard error comes
 from the spread of the scramble means). The expected loss adds a Gauss-Hermite
-average over f; the expected score of each role comes from the same points.
+average over f (as many nodes as the conditional sd needs); the expected
+score of each role comes from the same points.
 At q = 0 attention is uniform and the integrand is constant: the closed form
 Phi(-|mu| / (sigma sqrt(2T))) (default roles) comes out exactly with error 0.
 """
@@ -27,7 +28,7 @@ from . import kernels
 from .data import ROLE_NAMES
 
 N_SCRAMBLES = 8
-N_HERMITE = 12
+N_HERMITE_MAX = 32  # nodes are chosen per point from the conditional sd
 
 
 class Population:
@@ -51,8 +52,7 @@ class Population:
             u = qmc.Sobol(d=T, scramble=True, seed=rng).random_base2(m)
             zeta[i] = ndtri(np.clip(u, 1e-16, 1 - 1e-16))
         self.zeta = zeta
-        x, w = np.polynomial.hermite.hermgauss(N_HERMITE)
-        self.gh_x, self.gh_w = x, w / np.sqrt(np.pi)
+        self.gh_x, self.gh_w = kernels.hermite_table(N_HERMITE_MAX)
         # token mean a_t = c_own * mu_y + c_other * mu_{-y}
         self.c_own = np.select([self.roles == 0, self.roles == 1], [1.0, rho], 0.0)
         self.c_other = np.where(self.roles == 2, rho, 0.0)

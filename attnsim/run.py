@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from . import kernels, metrics, results, theory
 from .config import Config, ConfigError, as_config
@@ -62,7 +63,10 @@ def simulate(
     engine, reason = choose_engine(cfg, ds)
     problem = build(cfg, ds, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
-    traj = run_gd(problem, ds, cfg, pop, save_scores=save_scores, progress=progress)
+    # the step loop and metrics use small matrices: multithreaded BLAS only adds
+    # spinning threads that compete with Numba's (and changes rounding)
+    with threadpool_limits(limits=1, user_api="blas"):
+        traj = run_gd(problem, ds, cfg, pop, save_scores=save_scores, progress=progress)
     arrays = traj.arrays
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean
