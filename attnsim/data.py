@@ -217,26 +217,33 @@ def _check_noise_count(cfg: Config, ds: Dataset) -> None:
 def draw_W0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
     """W(0), d x d, drawn in row blocks (the reduced engine streams the same blocks)."""
     d = cfg.d if d is None else d
-    return np.concatenate(list(W0_blocks(cfg, rng, d)), axis=0) if d else np.zeros((0, 0))
+    W = np.empty((d, d))
+    for _ in W0_blocks(cfg, rng, d, out=W):
+        pass
+    return W
 
 
-def W0_blocks(cfg: Config, rng: np.random.Generator, d: int):  # noqa: N802
-    """Yield W(0) in blocks of ``ROW_BLOCK`` rows; identical to one full draw."""
-    if cfg.init_W == "identity":
-        for lo in range(0, d, ROW_BLOCK):
-            hi = min(d, lo + ROW_BLOCK)
-            block = np.zeros((hi - lo, d))
-            block[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
-            yield block
-        return
-    scale = cfg.W_scale
+def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | None = None):  # noqa: N802
+    """Yield (first row, block) of W(0) in blocks of ``ROW_BLOCK`` rows, top to
+    bottom; the draws are identical to one full draw. Blocks are views of
+    ``out`` (d x d) when given, else one reused buffer (O(d * ROW_BLOCK) memory:
+    copy a block to keep it)."""
+    buf = None if out is not None else np.empty((min(ROW_BLOCK, d), d))
+    a = cfg.W_scale * math.sqrt(3.0)  # kaiming_uniform: U(-a, a) has std a / sqrt(3)
     for lo in range(0, d, ROW_BLOCK):
-        shape = (min(d, lo + ROW_BLOCK) - lo, d)
-        if cfg.init_W == "gaussian":
-            yield scale * rng.standard_normal(shape)
-        else:  # kaiming_uniform: U(-a, a) has std a / sqrt(3)
-            a = scale * math.sqrt(3.0)
-            yield rng.uniform(-a, a, shape)
+        hi = min(d, lo + ROW_BLOCK)
+        block = out[lo:hi] if out is not None else buf[: hi - lo]
+        if cfg.init_W == "identity":
+            block[:] = 0.0
+            block[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
+        elif cfg.init_W == "gaussian":
+            rng.standard_normal(out=block)
+            block *= cfg.W_scale
+        else:
+            rng.random(out=block)  # the doubles rng.uniform(-a, a) would use
+            block *= 2.0 * a
+            block -= a  # -a + 2a u, exactly as rng.uniform computes it
+        yield lo, block
 
 
 def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:

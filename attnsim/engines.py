@@ -25,7 +25,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from .config import Config, ConfigError
-from .data import Dataset, Streams, W0_blocks, draw_p0
+from .data import Dataset, Streams, draw_p0, draw_W0
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
 
@@ -117,7 +117,7 @@ def build(cfg: Config, ds: Dataset, streams: Streams, engine: str, reason: str) 
 
 def _initial_weights(cfg: Config, ds: Dataset, streams: Streams) -> tuple[np.ndarray, np.ndarray]:
     d = ds.X.shape[2]
-    W0 = ds.W0 if ds.W0 is not None else np.concatenate(list(W0_blocks(cfg, streams.init, d)))
+    W0 = ds.W0 if ds.W0 is not None else draw_W0(cfg, streams.init, d)
     p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
     return np.ascontiguousarray(W0), np.ascontiguousarray(p0)
 
@@ -190,8 +190,7 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
         W0T_Q = ds.W0.T @ Q
         W0 = ds.W0
     else:  # row blocks: W0^T Q = sum_b W0[b]^T Q[b], memory O(d k) beyond W0 itself
-        blocks = list(W0_blocks(cfg, streams.init, d))
-        W0 = np.concatenate(blocks)
+        W0 = draw_W0(cfg, streams.init, d)
         W0T_Q = W0.T @ Q
     p0_full = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
     R = extend_basis(orthonormal_basis(W0T_Q), p0_full)

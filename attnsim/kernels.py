@@ -55,6 +55,8 @@ FASTMATH = False  # kept off: results must not depend on reassociation
 N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
 PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
 
+TAYLOR_SD = 0.05  # conditional sd up to which the expected loss uses a Taylor series
+
 LOGISTIC, LINEAR = 0, 1
 OK, DIVERGED, FROZEN = 0, 1, 2
 _SQRT2 = math.sqrt(2.0)
@@ -238,6 +240,28 @@ def _hermite_nodes(sd, n_max):
     return min(max(n, 2), n_max)
 
 
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _expected_softplus(x, sd, gh_x, gh_w, n_max):
+    """E softplus(x + sd Z), Z ~ N(0, 1).
+
+    For sd <= TAYLOR_SD the fourth-order expansion
+    sp(x) + sd^2 v / 2 + sd^4 v (1 - 6 v) / 8, with v = sigma(x) (1 - sigma(x))
+    the second derivative of softplus and v (1 - 6 v) its fourth, is within
+    3e-10 relative (checked against a 120-node rule); larger sd uses
+    Gauss-Hermite with as many nodes as it needs.
+    """
+    if sd <= TAYLOR_SD:
+        sg = _sigmoid(x)
+        v = sg * (1.0 - sg)
+        s2 = sd * sd
+        return _softplus(x) + 0.5 * s2 * v + 0.125 * s2 * s2 * v * (1.0 - 6.0 * v)
+    nh = _hermite_nodes(sd, n_max)
+    acc = 0.0
+    for h in range(nh):
+        acc += gh_w[nh, h] * _softplus(x - _SQRT2 * sd * gh_x[nh, h])
+    return acc
+
+
 @njit(cache=CACHE, fastmath=FASTMATH, parallel=True)
 def _population(zeta, aq, anu, sq, b, sdc, gh_x, gh_w, loss_kind, err, loss, score):
     """Population error and loss per scramble, and mean scores per token.
@@ -285,9 +309,7 @@ def _population(zeta, aq, anu, sq, b, sdc, gh_x, gh_w, loss_kind, err, loss, sco
                 if sd > 0.0:
                     e_acc += 0.5 * math.erfc(ym / (sd * _SQRT2))
                     if loss_kind == LOGISTIC:
-                        nh = _hermite_nodes(sd, n_max)
-                        for h in range(nh):
-                            l_acc += gh_w[nh, h] * _softplus(-(ym + _SQRT2 * sd * gh_x[nh, h]))
+                        l_acc += _expected_softplus(-ym, sd, gh_x, gh_w, n_max)
                 else:
                     if ym < 0.0:
                         e_acc += 1.0

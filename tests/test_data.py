@@ -103,7 +103,9 @@ def test_W0_row_blocks_equal_one_draw():
     a = cfg.W_scale * np.sqrt(3.0)
     ref = np.random.default_rng(0).spawn(4)[1].uniform(-a, a, (600, 600))
     np.testing.assert_array_equal(full, ref)
-    assert sum(b.shape[0] for b in W0_blocks(cfg, make_streams(0).init, 600)) == 600
+    blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
+    np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
+    assert [lo for lo, _ in blocks] == [0, 256, 512]
     g = draw_W0(Config(d=600, init_W="gaussian"), make_streams(0).init)
     assert g.std() == pytest.approx((3 * 600) ** -0.5, rel=0.01)
     np.testing.assert_array_equal(draw_W0(Config(d=5, init_W="identity"), make_streams(0).init), np.eye(5))

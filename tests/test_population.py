@@ -96,3 +96,15 @@ def test_population_degenerate_sd_zero():
     out = _pop().evaluate(*_scalars(q, nu, mu_p, mu_n))
     e, _, _ = _fresh(q, nu, mu_p, mu_n, 0.1, 1.0, 100_000, np.random.default_rng(1))
     assert abs(out["pop_error"] - e.mean()) < 4 * np.hypot(e.std() / np.sqrt(e.size), out["pop_error_se"])
+
+
+@pytest.mark.parametrize("sd", [0.0, 0.01, 0.05, 0.051, 0.3, 1.0, 2.0])
+def test_expected_softplus_matches_a_fine_quadrature(sd):
+    from attnsim import kernels
+
+    gx, gw = kernels.hermite_table(32)
+    x120, w120 = np.polynomial.hermite.hermgauss(120)
+    for x in np.linspace(-25, 25, 101):
+        ref = (w120 * np.logaddexp(0, x + np.sqrt(2) * sd * x120)).sum() / np.sqrt(np.pi)
+        got = kernels._expected_softplus(x, sd, gx, gw, 32)
+        assert got == pytest.approx(ref, rel=1e-6 if sd > 1 else 1e-9)
