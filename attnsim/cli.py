@@ -150,9 +150,11 @@ def format_summary(res) -> str:
                 f"weak opposite {_fmt(f[f'score_{g}_weak_opposite'], '.3f')}, "
                 f"irrelevant {_fmt(f[f'score_{g}_irrelevant'], '.3f')}"
             )
+    never = "never (within the run)"
+    t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
     lines.append(
-        f"regime: {f['regime']}; memorized at step {th.get('t_memorize')}, "
-        f"fresh relevant score >= {c['gen_score']:g} from step {th.get('t_generalize')}"
+        f"regime: {f['regime']}; memorized at step {never if t_mem is None else t_mem}, "
+        f"fresh relevant score >= {c['gen_score']:g} from step {never if t_gen is None else t_gen}"
     )
     for w in res.warnings:
         lines.append(f"warning: {w}")

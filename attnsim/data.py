@@ -11,7 +11,8 @@ in every release:
    ``label_noise = iid``.
 1. ``init``  - W(0) (row blocks of ``ROW_BLOCK`` rows, top to bottom), then p(0)
    if ``init_p = gaussian``.
-2. ``test``  - the finite test set (same recipe as the training set, clean labels).
+2. ``test``  - the finite test set, drawn in the engine's coordinates (see
+   :func:`attnsim.engines.sample_test`; clean labels).
 3. ``population`` - scrambles of the Sobol points used by the population metrics.
 
 Because the streams are independent, the training tokens depend only on
@@ -60,7 +61,9 @@ class Dataset:
 
     Attributes
     ----------
-    X : (n, T, d) training tokens.
+    X : (n, T, d) training tokens (None for the implicit engine, which keeps
+        its tokens in its own coordinates; mu_pos, mu_neg and nu are then in
+        those coordinates too).
     y : (n,) observed labels in {-1, +1}.
     y_clean : (n,) true labels (equal to ``y`` when unknown).
     roles : (n, T) int role codes, or None when unknown.
@@ -71,7 +74,7 @@ class Dataset:
     X_test, y_test : a supplied or drawn test set, or None.
     """
 
-    X: np.ndarray
+    X: np.ndarray | None
     y: np.ndarray
     y_clean: np.ndarray
     roles: np.ndarray | None
@@ -153,33 +156,44 @@ def flip_mask(cfg: Config, y_clean: np.ndarray, rng: np.random.Generator) -> np.
     return mask
 
 
+def role_coefficients(roles: np.ndarray, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """Token mean = c_own mu_y + c_other mu_{-y}; the two coefficient arrays."""
+    c_own = np.select([roles == RELEVANT, roles == WEAK_ALIGNED], [1.0, rho], 0.0)
+    c_other = np.where(roles == WEAK_OPPOSITE, rho, 0.0)
+    return c_own, c_other
+
+
+def draw_roles(cfg: Config, m: int, rng: np.random.Generator) -> np.ndarray:
+    """(m, T) role codes: the fixed template, or one permutation per sample."""
+    template = role_template(cfg)
+    if cfg.shuffle_roles:
+        return np.stack([template[rng.permutation(cfg.T)] for _ in range(m)])
+    return np.broadcast_to(template, (m, cfg.T)).copy()
+
+
+def add_means(X: np.ndarray, y_true: np.ndarray, roles: np.ndarray, rho: float, mu_pos, mu_neg) -> None:
+    """Add each token's mean vector (its role's mix of mu+ and mu-) to X in place."""
+    c_own, c_other = role_coefficients(roles, rho)
+    pos = (y_true > 0)[:, None, None]
+    own = np.where(pos, mu_pos, mu_neg)  # (m, 1, k)
+    other = np.where(pos, mu_neg, mu_pos)
+    X += c_own[:, :, None] * own + c_other[:, :, None] * other
+
+
 def draw_tokens(
     cfg: Config, y_true: np.ndarray, rng: np.random.Generator, d: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens (m, T, d) for samples with true labels ``y_true``, and their roles."""
     d = cfg.d if d is None else d
-    m, T = y_true.size, cfg.T
-    X = cfg.sigma * rng.standard_normal((m, T, d))
-    template = role_template(cfg)
-    if cfg.shuffle_roles:
-        roles = np.stack([template[rng.permutation(T)] for _ in range(m)])
-    else:
-        roles = np.broadcast_to(template, (m, T)).copy()
-    pos = y_true > 0
-    # mean vectors live on e1 (mu+) and e2 (mu-): add them coordinate-wise
-    own = np.where(pos, 0, 1)
-    other = 1 - own
-    rows = np.arange(m)[:, None]
-    cols = np.arange(T)[None, :]
-    scale_own = np.select([roles == RELEVANT, roles == WEAK_ALIGNED], [1.0, cfg.rho], 0.0)
-    scale_other = np.where(roles == WEAK_OPPOSITE, cfg.rho, 0.0)
-    X[rows, cols, own[:, None]] += cfg.signal_norm * scale_own
-    X[rows, cols, other[:, None]] += cfg.signal_norm * scale_other
+    X = cfg.sigma * rng.standard_normal((y_true.size, cfg.T, d))
+    roles = draw_roles(cfg, y_true.size, rng)
+    mu_pos, mu_neg = signals(d, cfg.signal_norm)
+    add_means(X, y_true, roles, cfg.rho, mu_pos, mu_neg)
     return X, roles
 
 
 def generate(cfg: Config, streams: Streams) -> Dataset:
-    """The training set (and test set when ``test_n > 0``) of a run."""
+    """The training set of a run (test sets are drawn by the engine)."""
     y_clean = clean_labels(cfg.n)
     X, roles = draw_tokens(cfg, y_clean, streams.data)
     flips = flip_mask(cfg, y_clean, streams.data)
@@ -196,9 +210,6 @@ def generate(cfg: Config, streams: Streams) -> Dataset:
         nu=head(mu_pos, mu_neg),
         role_counts=cfg.role_counts,
     )
-    if cfg.test_n > 0:
-        ds.y_test = clean_labels(cfg.test_n)
-        ds.X_test, _ = draw_tokens(cfg, ds.y_test, streams.test)
     _check_noise_count(cfg, ds)
     return ds
 

@@ -19,7 +19,8 @@ from .data import ROLE_NAMES, Dataset
 from .engines import Problem
 from .population import Population
 
-PROGRESS_CHUNK = 20_000  # steps per kernel call when a progress bar is shown
+PROGRESS_CHUNK = 20_000
+TEST_CHUNK = 4096  # test samples per evaluation chunk  # steps per kernel call when a progress bar is shown
 
 
 class SimulationError(RuntimeError):
@@ -62,10 +63,13 @@ class Recorder:
         self.pb, self.ds, self.cfg = problem, ds, cfg
         self.grid = grid
         self.pop = pop
-        self.pop_at = set(pop_indices(len(grid), cfg.pop_log_points).tolist()) if pop else set()
+        # population and test-set metrics are evaluated on this sparser grid
+        self.pop_at_all = set(pop_indices(len(grid), cfg.pop_log_points).tolist())
+        self.pop_at = self.pop_at_all if pop else set()
         self.save_scores = save_scores
         self.noisy = ds.noisy
         self.metrics = metrics.StateMetrics(ds.y, ds.y_clean, ds.roles)
+        self.saturated_at: int | None = None  # first log step of the current saturated run
         self.rows: list[dict] = []
         self.extra: dict[str, list] = {"selected": [], "selected_role": [], "example_scores": []}
         if save_scores:
@@ -76,26 +80,29 @@ class Recorder:
             [clean_idx[0] if clean_idx.size else -1, noisy_idx[0] if noisy_idx.size else -1]
         )
 
-    def _forward(self, X2, other, W, p, nu, y):
-        z = X2 @ (W @ p)
-        if other is not None:  # test tokens' products with W(0)R outside span(Q)
-            z = z + other @ p
-        u = X2 @ nu
-        n = y.size
-        return kernels.outputs(z.reshape(n, -1), u.reshape(n, -1), y, self.cfg.loss)
+    def _forward(self, W, p, nu):
+        """Scores, outputs and loss on the training set."""
+        pb = self.pb
+        n = pb.y.size
+        z, u = pb.X2 @ (W @ p), pb.X2 @ nu
+        return kernels.outputs(z.reshape(n, -1), u.reshape(n, -1), pb.y, self.cfg.loss)
 
     def record(self, j: int, W, p, nu, S_acc) -> dict:
         pb, ds = self.pb, self.ds
         with np.errstate(over="ignore", invalid="ignore"):
-            s, f, L = self._forward(pb.X2, None, W, p, nu, pb.y)
+            s, f, L = self._forward(W, p, nu)
         if not np.isfinite(L):  # the state after the last update is only seen here
             raise SimulationError(f"diverged at step {int(self.grid[j])}: the training loss is not finite")
-        self.last_f = f
+        self.last_f, self.last_s = f, s
+        if np.sum(s.max(axis=1) == 1.0) * 2 >= s.shape[0]:
+            if self.saturated_at is None:
+                self.saturated_at = int(self.grid[j])
+        else:
+            self.saturated_at = None
         row = {"step": int(self.grid[j]), "train_loss": L}
         row.update(self.metrics.accuracy(f))
-        if pb.X2_test is not None:
-            st, ft, Lt = self._forward(pb.X2_test, pb.O_test, W, p, nu, pb.y_test)
-            row["test_loss"], row["test_acc"] = Lt, float(np.mean(pb.y_test * ft > 0))
+        if pb.X2_test is not None and j in self.pop_at_all:
+            row.update(self.test_metrics(W, p, nu))
         row.update(self.metrics.role_scores(s))
         row.update(self.metrics.frak_s(S_acc))
         row["p_norm"] = float(np.linalg.norm(p))
@@ -117,6 +124,24 @@ class Recorder:
         if self.save_scores:
             self.extra["scores"].append(s.copy())
         return row
+
+    def test_metrics(self, W, p, nu) -> dict:
+        """Loss and accuracy on the finite test set, in chunks of samples."""
+        pb = self.pb
+        T, m = pb.T, pb.y_test.size
+        qk, vals = W @ p, np.empty(m)
+        loss = 0.0
+        for lo in range(0, m, TEST_CHUNK):
+            hi = min(m, lo + TEST_CHUNK)
+            rows = slice(lo * T, hi * T)
+            z = pb.X2_test[rows] @ qk
+            if pb.O_test is not None:
+                z += pb.O_test[rows] @ p
+            u = pb.X2_test[rows] @ nu
+            _, f, L = kernels.outputs(z.reshape(-1, T), u.reshape(-1, T), pb.y_test[lo:hi], self.cfg.loss)
+            vals[lo:hi] = pb.y_test[lo:hi] * f
+            loss += L * (hi - lo)
+        return {"test_loss": loss / m, "test_acc": float(np.mean(vals > 0))}
 
     def population(self, W, p, nu) -> dict:
         pb = self.pb
@@ -196,6 +221,15 @@ def run_gd(
     fitted_now = ds.y * rec.last_f > 0  # the last log point is the final state
     fit[~fitted_now] = -1
     fit[fitted_now & (fit < 0)] = cfg.steps
+    if frozen_at is None and rec.saturated_at is not None:
+        n_hot = int(np.sum(rec.last_s.max(axis=1) == 1.0))
+        msg = (
+            f"attention saturated: {n_hot} of {ds.y.size} training samples have one-hot scores "
+            f"in float64 by step {rec.saturated_at}, so their gradients vanish; "
+            f"the first logit step grows like lr*sigma^2*d: reduce lr (lr={cfg.lr:g}, d={cfg.d})"
+        )
+        traj_warnings.append(msg)
+        warnings.warn(msg, stacklevel=2)
     return Trajectory(
         arrays=rec.arrays(),
         fit_step=fit,

@@ -14,20 +14,50 @@ reduced
     W - W(0) stays in Q (.) R^T, p in span(R) and nu in span(Q). With
     X~ = X Q, W~ = Q^T W R, p~ = R^T p and nu~ = Q^T nu the same kernels give the
     dense trajectory exactly. The part of q = W p outside span(Q) is
-    (I - QQ^T) W(0) R p~, whose squared norm is p~^T G_perp p~.
+    H p~ with H = (I - QQ^T) W(0) R; only its Gram matrix matters, kept as the
+    triangular factor U with U^T U = H^T H.
+implicit
+    For Gaussian W(0), p(0) = 0 and generated data nothing of size d is formed.
+    In the basis {e1, e2, token-noise span}: the noise of the nT training
+    tokens has i.i.d. N(0, sigma^2) coordinates on e1, e2 and a lower-triangular
+    Bartlett factor on the rest (chi with d-2, d-3, ... degrees of freedom on
+    the diagonal, N(0, sigma^2) below). W(0)^T Q is a d x k Gaussian matrix
+    (Q is independent of W(0)); its R-factor B (chi with d, d-1, ...) gives
+    W~(0) = B^T, and H = Q_perp^T W(0) R is a (d-k) x k Gaussian matrix
+    independent of the rest, whose Gram matrix is U^T U with U its Bartlett
+    factor, upper-trapezoidal ((d-k) x k) when d - k < k. Exact in distribution
+    for any d >= nT + 3 at O(k^3 + steps k^2) cost.
+
+Test sets drawn for a run live in the engine's coordinates: a fresh token is
+its mean plus sigma times k i.i.d. normals on Q, and its product with the part
+of W(0) R outside span(Q) is sigma g . (U p~) with rows(U) more normals, the
+same numbers at every step. Dense test tensors appear only when the user
+supplies X_test.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
 from .config import Config, ConfigError
-from .data import Dataset, Streams, draw_p0, draw_W0
+from .data import (
+    Dataset,
+    Streams,
+    W0_blocks,
+    add_means,
+    clean_labels,
+    draw_p0,
+    draw_roles,
+    draw_W0,
+    flip_mask,
+)
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
+KEEP_W0_BYTES = 256 * 1024**2  # reduced: above this W(0) is streamed in row blocks
 
 
 @dataclass
@@ -39,7 +69,7 @@ class Problem:
     X2 : (n*T, k) training tokens.   y : (n,) observed labels.   T : tokens per sample.
     W0 : (k, r), p0 : (r,), nu0 : (k,) initial state.
     mu_pos, mu_neg : (k,) class signals in engine coordinates (None if unknown).
-    G_perp : (r, r) with ||q_perp||^2 = p^T G_perp p (None: q lies in span(Q)).
+    U_perp : (rho, r) with ||q_perp||^2 = ||U_perp p||^2 (None: q lies in span(Q)).
     X2_test : (m*T, k) test tokens; O_test : (m*T, r) their products with the
     part of W(0) R outside span(Q) (None when zero); y_test : (m,).
     """
@@ -54,7 +84,7 @@ class Problem:
     nu0: np.ndarray
     mu_pos: np.ndarray | None
     mu_neg: np.ndarray | None
-    G_perp: np.ndarray | None = None
+    U_perp: np.ndarray | None = None
     X2_test: np.ndarray | None = None
     O_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
@@ -75,14 +105,17 @@ class Problem:
         """q in engine coordinates (Q^T q) and the full ||q||^2."""
         qk = W @ p
         qq = float(qk @ qk)
-        if self.G_perp is not None:
-            qq += max(float(p @ self.G_perp @ p), 0.0)
+        if self.U_perp is not None:
+            h = self.U_perp @ p
+            qq += float(h @ h)
         return qk, qq
 
     def lift(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:
         """Full-space W, p, q = W p and nu (dense engine: the arrays themselves)."""
-        if self.Q is None:
+        if self.engine == "dense":
             return {"W": W, "p": p, "q": W @ p, "nu": nu}
+        if self.W0_full is None:
+            raise ValueError(f"the {self.engine} engine keeps no d-sized W(0) to lift with")
         Q, R, W0 = self.Q, self.R, self.W0_full
         dW = W - self.W0
         return {
@@ -93,33 +126,46 @@ class Problem:
         }
 
 
-def choose_engine(cfg: Config, ds: Dataset | None) -> tuple[str, str]:
+def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     """The engine to use and why (SPEC §4)."""
+    dense_bytes = 8.0 * cfg.d * cfg.d
+    if cfg.engine == "implicit":
+        _check_implicit(cfg, user_data)
+        return "implicit", "requested"
     if cfg.engine != "auto":
         return cfg.engine, "requested"
-    dense_bytes = 8 * cfg.d * cfg.d
     if dense_bytes <= DENSE_MAX_BYTES:
         return "reduced", "auto: exact reduced coordinates (cost independent of d)"
-    raise ConfigError(
-        f"d: a {cfg.d} x {cfg.d} W(0) needs {dense_bytes / 1e9:.1f} GB; "
-        "the implicit engine for such d needs init_W=gaussian"
-    )
+    why = f"auto: a {cfg.d} x {cfg.d} W(0) would need {dense_bytes / 1e9:.3g} GB"
+    try:
+        _check_implicit(cfg, user_data)
+    except ConfigError as exc:
+        raise ConfigError(f"{why}; {exc}") from None
+    return "implicit", why + "; implicit Bartlett construction"
+
+
+def _check_implicit(cfg: Config, user_data: bool) -> None:
+    if user_data:
+        raise ConfigError("engine: implicit draws its own data; --data needs engine dense or reduced")
+    if cfg.init_W != "gaussian":
+        raise ConfigError(f"init_W: the implicit engine needs init_W=gaussian (got {cfg.init_W})")
+    if cfg.init_p != "zeros":
+        raise ConfigError(f"init_p: the implicit engine needs init_p=zeros (got {cfg.init_p})")
+    m = cfg.n * cfg.T
+    if cfg.d < m + 3:
+        raise ConfigError(f"d: the implicit engine needs d >= n*T + 3 = {m + 3} (got {cfg.d})")
 
 
 def build(cfg: Config, ds: Dataset, streams: Streams, engine: str, reason: str) -> Problem:
-    """Set up the chosen engine from a dataset."""
+    """Set up the dense or reduced engine from a dataset (implicit: see build_implicit)."""
     if engine == "dense":
-        return _build_dense(cfg, ds, streams, reason)
-    if engine == "reduced":
-        return _build_reduced(cfg, ds, streams, reason)
-    raise ConfigError(f"engine: {engine!r} is not available for this run")
-
-
-def _initial_weights(cfg: Config, ds: Dataset, streams: Streams) -> tuple[np.ndarray, np.ndarray]:
-    d = ds.X.shape[2]
-    W0 = ds.W0 if ds.W0 is not None else draw_W0(cfg, streams.init, d)
-    p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
-    return np.ascontiguousarray(W0), np.ascontiguousarray(p0)
+        pb = _build_dense(cfg, ds, streams, reason)
+    elif engine == "reduced":
+        pb = _build_reduced(cfg, ds, streams, reason)
+    else:
+        raise ConfigError(f"engine: {engine!r} cannot use a d-dimensional dataset")
+    _attach_test(cfg, ds, streams, pb)
+    return pb
 
 
 def _flat(X: np.ndarray | None) -> np.ndarray | None:
@@ -127,20 +173,21 @@ def _flat(X: np.ndarray | None) -> np.ndarray | None:
 
 
 def _build_dense(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> Problem:
-    W0, p0 = _initial_weights(cfg, ds, streams)
+    d = ds.X.shape[2]
+    W0 = ds.W0 if ds.W0 is not None else draw_W0(cfg, streams.init, d)
+    p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
     return Problem(
         engine="dense",
         reason=reason,
         X2=_flat(ds.X),
         y=ds.y,
         T=ds.X.shape[1],
-        W0=W0,
-        p0=p0,
+        W0=np.ascontiguousarray(W0),
+        p0=np.ascontiguousarray(p0),
         nu0=ds.nu.copy(),
         mu_pos=ds.mu_pos,
         mu_neg=ds.mu_neg,
-        X2_test=_flat(ds.X_test),
-        y_test=ds.y_test,
+        W0_full=W0,
     )
 
 
@@ -183,43 +230,149 @@ def extend_basis(Q: np.ndarray, v: np.ndarray, rtol: float = 1e-12) -> np.ndarra
 
 def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> Problem:
     n, T, d = ds.X.shape
-    cols = [ds.X.reshape(n * T, d).T]
-    cols += [m[:, None] for m in (ds.mu_pos, ds.mu_neg) if m is not None]
+    X2 = ds.X.reshape(n * T, d)
+    cols = [X2.T] + [m[:, None] for m in (ds.mu_pos, ds.mu_neg) if m is not None]
     Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), ds.nu)
-    if ds.W0 is not None:
-        W0T_Q = ds.W0.T @ Q
-        W0 = ds.W0
-    else:  # row blocks: W0^T Q = sum_b W0[b]^T Q[b], memory O(d k) beyond W0 itself
+    W0 = ds.W0
+    streamed = W0 is None and 8.0 * d * d > KEEP_W0_BYTES
+    if W0 is None and not streamed:
         W0 = draw_W0(cfg, streams.init, d)
+    if streamed:  # two passes over the same row blocks: memory O(d k)
+        replay = copy.deepcopy(streams.init)
+        W0T_Q = np.zeros((d, Q.shape[1]))
+        for lo, block in W0_blocks(cfg, streams.init, d):
+            W0T_Q += block.T @ Q[lo : lo + block.shape[0]]
+    else:
         W0T_Q = W0.T @ Q
-    p0_full = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
-    R = extend_basis(orthonormal_basis(W0T_Q), p0_full)
-    P = W0 @ R  # (d, r)
-    W0r = Q.T @ P  # = Q^T W0 R, (k, r)
-    P_perp = P - Q @ W0r
-    G_perp = P_perp.T @ P_perp
+    p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
+    R = extend_basis(orthonormal_basis(W0T_Q), p0)
+    if streamed:
+        P = np.empty((d, R.shape[1]))
+        for lo, block in W0_blocks(cfg, replay, d):
+            P[lo : lo + block.shape[0]] = block @ R
+    else:
+        P = W0 @ R  # (d, r)
+    W0r = Q.T @ P  # = Q^T W(0) R, (k, r)
+    U_perp = np.linalg.qr(P - Q @ W0r, mode="r")  # H = (I - QQ^T) W(0) R = Q_H U_perp
     proj = lambda v: None if v is None else Q.T @ v  # noqa: E731
-    X2_test = O_test = None
-    if ds.X_test is not None:
-        Xt = ds.X_test.reshape(-1, d)
-        X2_test, O_test = Xt @ Q, Xt @ P_perp
     return Problem(
         engine="reduced",
         reason=reason,
-        X2=np.ascontiguousarray(ds.X.reshape(n * T, d) @ Q),
+        X2=np.ascontiguousarray(X2 @ Q),
         y=ds.y,
         T=T,
         W0=np.ascontiguousarray(W0r),
-        p0=R.T @ p0_full,
+        p0=R.T @ p0,
         nu0=Q.T @ ds.nu,
         mu_pos=proj(ds.mu_pos),
         mu_neg=proj(ds.mu_neg),
-        G_perp=G_perp,
-        X2_test=X2_test,
-        O_test=O_test,
-        y_test=ds.y_test,
+        U_perp=np.ascontiguousarray(U_perp),
         Q=Q,
         R=R,
         W0_full=W0,
-        info={"k": Q.shape[1], "r": R.shape[1]},
+        info={"k": Q.shape[1], "r": R.shape[1], "W0_streamed": streamed},
     )
+
+
+def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> None:
+    """A user's X_test projected into engine coordinates, or a drawn test set."""
+    if ds.X_test is not None:
+        Xt = ds.X_test.reshape(-1, ds.X_test.shape[2])
+        pb.y_test = ds.y_test
+        if pb.engine == "dense":
+            pb.X2_test = np.ascontiguousarray(Xt)
+        else:  # X_test (I - QQ^T) W(0) R, written with the stored factors
+            pb.X2_test = Xt @ pb.Q
+            if pb.W0_full is None:
+                raise ConfigError("engine: X_test needs W(0) kept in memory (use a smaller d or engine=dense)")
+            H = pb.W0_full @ pb.R - pb.Q @ pb.W0
+            pb.O_test = Xt @ H
+    elif cfg.test_n > 0 and ds.source == "generated":
+        sample_test(cfg, pb, streams.test)
+
+
+def sample_test(cfg: Config, pb: Problem, rng: np.random.Generator) -> None:
+    """Draw ``test_n`` fresh clean samples in engine coordinates (module docstring).
+
+    Draw order: roles (if shuffled), noise on Q (m, T, k), then the rows(U_perp)
+    normals per token.
+    """
+    m = cfg.test_n
+    pb.y_test = clean_labels(m)
+    roles = draw_roles(cfg, m, rng)
+    X = cfg.sigma * rng.standard_normal((m, cfg.T, pb.k))
+    add_means(X, pb.y_test, roles, cfg.rho, pb.mu_pos, pb.mu_neg)
+    pb.X2_test = X.reshape(m * cfg.T, pb.k)
+    if pb.U_perp is not None and pb.U_perp.shape[0] > 0:
+        g = rng.standard_normal((m * cfg.T, pb.U_perp.shape[0]))
+        pb.O_test = cfg.sigma * (g @ pb.U_perp)
+
+
+def _bartlett(rng: np.random.Generator, rows: int, cols: int, dof0: int, scale: float, lower: bool):
+    """Triangular factor of a Gaussian matrix with ``dof0`` rows: diagonal
+    scale * chi(dof0 - j), off-diagonal N(0, scale^2); (rows x cols), upper
+    (or its transpose-shaped lower version with ``lower``)."""
+    U = np.zeros((rows, cols))
+    j = np.arange(min(rows, cols))
+    U[j, j] = np.sqrt(rng.chisquare(dof0 - j))
+    iu = np.triu_indices(rows, 1, cols)
+    U[iu] = rng.standard_normal(iu[0].size)
+    U *= scale
+    return U.T if lower else U
+
+
+def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem, Dataset]:
+    """The implicit engine's problem and its (engine-coordinate) dataset.
+
+    Draw order. data stream: signal-plane noise (nT, 2), the token Bartlett
+    factor (diagonal chi, then the strictly lower part column by column), role
+    permutations if shuffled, iid label flips. init stream: B (diagonal chi,
+    then the strictly upper part), then U_perp likewise.
+    """
+    n, T, d, sig = cfg.n, cfg.T, cfg.d, cfg.sigma
+    m = n * T
+    k = m + 2
+    rng = streams.data
+    y_clean = clean_labels(n)
+    X = np.zeros((n, T, k))
+    X[:, :, :2] = sig * rng.standard_normal((n, T, 2))
+    X[:, :, 2:] = _bartlett(rng, m, m, d - 2, sig, lower=True).reshape(n, T, m)
+    roles = draw_roles(cfg, n, rng)
+    mu_pos, mu_neg = np.zeros(k), np.zeros(k)
+    mu_pos[0] = mu_neg[1] = cfg.signal_norm
+    add_means(X, y_clean, roles, cfg.rho, mu_pos, mu_neg)
+    flips = flip_mask(cfg, y_clean, rng)
+    y = np.where(flips, -y_clean, y_clean)
+    s = cfg.W_scale
+    B = _bartlett(streams.init, k, k, d, s, lower=False)
+    U_perp = _bartlett(streams.init, min(k, d - k), k, d - k, s, lower=False)
+    nu = (mu_pos - mu_neg) / np.linalg.norm(mu_pos - mu_neg) / cfg.signal_norm
+    ds = Dataset(
+        X=None,
+        y=y,
+        y_clean=y_clean,
+        roles=roles,
+        mu_pos=mu_pos,
+        mu_neg=mu_neg,
+        sigma=sig,
+        nu=nu,
+        role_counts=cfg.role_counts,
+        source="generated (implicit engine coordinates)",
+    )
+    pb = Problem(
+        engine="implicit",
+        reason=reason,
+        X2=np.ascontiguousarray(X.reshape(m, k)),
+        y=y,
+        T=T,
+        W0=np.ascontiguousarray(B.T),
+        p0=np.zeros(k),
+        nu0=nu,
+        mu_pos=mu_pos,
+        mu_neg=mu_neg,
+        U_perp=U_perp,
+        info={"k": k, "r": k},
+    )
+    if cfg.test_n > 0:
+        sample_test(cfg, pb, streams.test)
+    return pb, ds

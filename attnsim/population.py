@@ -25,7 +25,7 @@ from scipy.special import ndtri
 from scipy.stats import qmc
 
 from . import kernels
-from .data import ROLE_NAMES
+from .data import ROLE_NAMES, role_coefficients
 
 N_SCRAMBLES = 8
 N_HERMITE_MAX = 32  # nodes are chosen per point from the conditional sd
@@ -54,8 +54,7 @@ class Population:
         self.zeta = zeta
         self.gh_x, self.gh_w = kernels.hermite_table(N_HERMITE_MAX)
         # token mean a_t = c_own * mu_y + c_other * mu_{-y}
-        self.c_own = np.select([self.roles == 0, self.roles == 1], [1.0, rho], 0.0)
-        self.c_other = np.where(self.roles == 2, rho, 0.0)
+        self.c_own, self.c_other = role_coefficients(self.roles, rho)
 
     def evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
         """Error (with standard error), loss and per-role scores from the scalars

@@ -15,7 +15,7 @@ from . import kernels, metrics, results, theory
 from .config import Config, ConfigError, as_config
 from .data import Dataset, config_for_data, generate, load_npz, make_streams
 from .dynamics import make_population, run_gd
-from .engines import build, choose_engine
+from .engines import build, build_implicit, choose_engine
 
 _compiled = False
 
@@ -60,10 +60,13 @@ def simulate(
     if data is not None:
         ds = data if isinstance(data, Dataset) else load_npz(data, cfg)
         cfg = config_for_data(cfg, ds)
+    engine, reason = choose_engine(cfg, user_data=data is not None)
+    if engine == "implicit":
+        problem, ds = build_implicit(cfg, streams, reason)
     else:
-        ds = generate(cfg, streams)
-    engine, reason = choose_engine(cfg, ds)
-    problem = build(cfg, ds, streams, engine, reason)
+        if data is None:
+            ds = generate(cfg, streams)
+        problem = build(cfg, ds, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
     # the step loop and metrics use small matrices: multithreaded BLAS only adds
     # spinning threads that compete with Numba's (and changes rounding)
