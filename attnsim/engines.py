@@ -284,7 +284,7 @@ def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> Non
         else:  # X_test (I - QQ^T) W(0) R, written with the stored factors
             pb.X2_test = Xt @ pb.Q
             if pb.W0_full is None:
-                raise ConfigError("engine: X_test needs W(0) kept in memory (use a smaller d or engine=dense)")
+                raise ConfigError("engine: X_test needs W(0) in memory (use a smaller d or engine=dense)")
             H = pb.W0_full @ pb.R - pb.Q @ pb.W0
             pb.O_test = Xt @ H
     elif cfg.test_n > 0 and ds.source == "generated":

@@ -43,7 +43,9 @@ def test_reduced_lift_equals_dense_state_with_rectangular_W(init_W):
     from attnsim.kernels import Segment
 
     rel = np.ones(ds.y.size * 4)
-    segs = [Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, 4, cfg.lr, cfg.train_set, cfg.loss, rel) for pb in (dense, red)]
+    segs = [
+        Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, 4, cfg.lr, cfg.train_set, cfg.loss, rel) for pb in (dense, red)
+    ]
     for seg in segs:
         seg.advance(0, cfg.steps)
     full = red.lift(segs[1].W, segs[1].p, segs[1].nu)
@@ -184,6 +186,7 @@ def test_finite_test_error_matches_population_error(engine):
 
 def test_implicit_runs_at_huge_d_reports_population_and_warns():
     with pytest.warns(UserWarning, match="saturated|frozen"):
-        r = attnsim.simulate({"init_W": "gaussian", "d": 10**9, "steps": 20, "log_every": 10, "pop_points": 256})
+        cfg = {"init_W": "gaussian", "d": 10**9, "steps": 20, "log_every": 10, "pop_points": 256}
+        r = attnsim.simulate(cfg)
     assert r.engine["used"] == "implicit" and np.isfinite(r.final["pop_error"])
     assert any("reduce lr" in w for w in r.warnings)
