@@ -9,7 +9,7 @@ in every release:
 0. ``data``  - training set: token noise ``standard_normal((n, T, d))``, then one
    ``permutation(T)`` per sample if ``shuffle_roles``, then ``random(n)`` for
    ``label_noise = iid``.
-1. ``init``  - W(0) (row blocks of ``ROW_BLOCK`` rows, top to bottom), then p(0)
+1. ``init``  - W(0) (row by row, top to bottom, drawn in blocks), then p(0)
    if ``init_p = gaussian``.
 2. ``test``  - the finite test set, drawn in the engine's coordinates (see
    :func:`attnsim.engines.sample_test`; clean labels).
@@ -34,7 +34,7 @@ from .config import Config, ConfigError, exact_fraction
 
 ROLE_NAMES = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
 RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, IRRELEVANT = range(4)
-ROW_BLOCK = 256
+BLOCK_ELEMENTS = 1 << 22  # W(0) is drawn in row blocks of about this many numbers (32 MB)
 
 
 class DataError(ValueError):
@@ -235,14 +235,15 @@ def draw_W0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.n
 
 
 def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | None = None):  # noqa: N802
-    """Yield (first row, block) of W(0) in blocks of ``ROW_BLOCK`` rows, top to
-    bottom; the draws are identical to one full draw. Blocks are views of
-    ``out`` (d x d) when given, else one reused buffer (O(d * ROW_BLOCK) memory:
-    copy a block to keep it)."""
-    buf = None if out is not None else np.empty((min(ROW_BLOCK, d), d))
+    """Yield (first row, block) of W(0) in row blocks of about ``BLOCK_ELEMENTS``
+    numbers (at least 64 rows), top to bottom; the draws are identical to one
+    full draw. Blocks are views of ``out`` (d x d) when given, else one reused
+    buffer (memory O(BLOCK_ELEMENTS + 64 d): copy a block to keep it)."""
+    rows = min(d, max(64, BLOCK_ELEMENTS // d))
+    buf = None if out is not None else np.empty((rows, d))
     a = cfg.W_scale * math.sqrt(3.0)  # kaiming_uniform: U(-a, a) has std a / sqrt(3)
-    for lo in range(0, d, ROW_BLOCK):
-        hi = min(d, lo + ROW_BLOCK)
+    for lo in range(0, d, rows):
+        hi = min(d, lo + rows)
         block = out[lo:hi] if out is not None else buf[: hi - lo]
         if cfg.init_W == "identity":
             block[:] = 0.0

@@ -57,7 +57,6 @@ from .data import (
 )
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
-KEEP_W0_BYTES = 256 * 1024**2  # reduced: above this W(0) is streamed in row blocks
 
 
 @dataclass
@@ -90,7 +89,7 @@ class Problem:
     y_test: np.ndarray | None = None
     Q: np.ndarray | None = None
     R: np.ndarray | None = None
-    W0_full: np.ndarray | None = None
+    W0_source: object = None  # W(0) itself, or (config, generator) to redraw it
     info: dict = field(default_factory=dict)
 
     @property
@@ -110,13 +109,20 @@ class Problem:
             qq += float(h @ h)
         return qk, qq
 
+    def W0_full(self) -> np.ndarray:
+        """The d x d W(0) (redrawn from its stream when it was not kept)."""
+        if isinstance(self.W0_source, np.ndarray):
+            return self.W0_source
+        cfg, rng = self.W0_source
+        return draw_W0(cfg, copy.deepcopy(rng), self.Q.shape[0])
+
     def lift(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:
         """Full-space W, p, q = W p and nu (dense engine: the arrays themselves)."""
         if self.engine == "dense":
             return {"W": W, "p": p, "q": W @ p, "nu": nu}
-        if self.W0_full is None:
-            raise ValueError(f"the {self.engine} engine keeps no d-sized W(0) to lift with")
-        Q, R, W0 = self.Q, self.R, self.W0_full
+        if self.engine == "implicit":
+            raise ValueError("the implicit engine has no d-dimensional state to lift to")
+        Q, R, W0 = self.Q, self.R, self.W0_full()
         dW = W - self.W0
         return {
             "W": W0 + Q @ dW @ R.T,
@@ -187,32 +193,48 @@ def _build_dense(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> Pro
         nu0=ds.nu.copy(),
         mu_pos=ds.mu_pos,
         mu_neg=ds.mu_neg,
-        W0_full=W0,
+        W0_source=W0,
     )
 
 
 def orthonormal_basis(A: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
     """Orthonormal basis (d, k) of the column span of A (d, m).
 
-    Cholesky-QR of the m x m Gram matrix, done twice for orthogonality to
-    machine precision (d m^2 flops, cheaper than Householder QR for d >> m);
-    rank-deficient or ill-conditioned input falls back to an SVD that drops
-    directions below ``rtol`` times the largest singular value.
+    Cholesky-QR of the m x m Gram matrix (d m^2 flops, cheaper than
+    Householder QR for d >> m). The Gram matrix of the result is checked: if
+    it is the identity to 1e-13 (well-conditioned input, the usual case for
+    noisy tokens) one pass is enough, otherwise a second pass restores
+    orthogonality to machine precision. Rank-deficient or ill-conditioned
+    input falls back to an SVD that drops directions below ``rtol`` times the
+    largest singular value.
     """
     if A.shape[1] == 0:
         return np.zeros((A.shape[0], 0))
     try:
-        Q = A
-        for _ in range(2):
-            L = np.linalg.cholesky(Q.T @ Q)
-            Q = solve_triangular(L, Q.T, lower=True).T
-        d_min = np.abs(np.diag(L)).min()
-        if np.isfinite(Q).all() and d_min > 1e-6 and np.abs(Q.T @ Q - np.eye(Q.shape[1])).max() < 1e-12:
+        L1 = np.linalg.cholesky(A.T @ A)
+        Q = solve_triangular(L1, A.T, lower=True).T
+        G = Q.T @ Q
+        eye = np.eye(G.shape[0])
+        if np.abs(G - eye).max() < 1e-13:
             return np.ascontiguousarray(Q)
+        L2 = np.linalg.cholesky(G)
+        if np.abs(L2 - eye).max() < 1e-8 and np.abs(np.diag(L1)).min() > 1e-6:
+            return np.ascontiguousarray(solve_triangular(L2, Q.T, lower=True).T)
     except np.linalg.LinAlgError:
         pass
     U, sv, _ = np.linalg.svd(A, full_matrices=False)
     return np.ascontiguousarray(U[:, sv > rtol * sv[0]])
+
+
+def gram_factor(H: np.ndarray) -> np.ndarray:
+    """An upper-triangular U with U^T U = H^T H (Cholesky of the Gram matrix;
+    QR when H has fewer rows than columns or is rank deficient)."""
+    if H.shape[0] >= H.shape[1]:
+        try:
+            return np.ascontiguousarray(np.linalg.cholesky(H.T @ H).T)
+        except np.linalg.LinAlgError:
+            pass
+    return np.ascontiguousarray(np.linalg.qr(H, mode="r"))
 
 
 def extend_basis(Q: np.ndarray, v: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -234,26 +256,24 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
     cols = [X2.T] + [m[:, None] for m in (ds.mu_pos, ds.mu_neg) if m is not None]
     Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), ds.nu)
     W0 = ds.W0
-    streamed = W0 is None and 8.0 * d * d > KEEP_W0_BYTES
-    if W0 is None and not streamed:
-        W0 = draw_W0(cfg, streams.init, d)
-    if streamed:  # two passes over the same row blocks: memory O(d k)
+    replay = None
+    if W0 is None:  # two passes over the same row blocks: memory O(d k), no d x d array
         replay = copy.deepcopy(streams.init)
-        W0T_Q = np.zeros((d, Q.shape[1]))
+        W0T_Q = None
         for lo, block in W0_blocks(cfg, streams.init, d):
-            W0T_Q += block.T @ Q[lo : lo + block.shape[0]]
+            part = block.T @ Q[lo : lo + block.shape[0]]
+            W0T_Q = part if W0T_Q is None else W0T_Q + part
     else:
         W0T_Q = W0.T @ Q
     p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
     R = extend_basis(orthonormal_basis(W0T_Q), p0)
-    if streamed:
+    if W0 is None:
         P = np.empty((d, R.shape[1]))
-        for lo, block in W0_blocks(cfg, replay, d):
+        for lo, block in W0_blocks(cfg, copy.deepcopy(replay), d):
             P[lo : lo + block.shape[0]] = block @ R
     else:
         P = W0 @ R  # (d, r)
     W0r = Q.T @ P  # = Q^T W(0) R, (k, r)
-    U_perp = np.linalg.qr(P - Q @ W0r, mode="r")  # H = (I - QQ^T) W(0) R = Q_H U_perp
     proj = lambda v: None if v is None else Q.T @ v  # noqa: E731
     return Problem(
         engine="reduced",
@@ -266,11 +286,11 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
         nu0=Q.T @ ds.nu,
         mu_pos=proj(ds.mu_pos),
         mu_neg=proj(ds.mu_neg),
-        U_perp=np.ascontiguousarray(U_perp),
+        U_perp=gram_factor(P - Q @ W0r),  # H = (I - QQ^T) W(0) R
         Q=Q,
         R=R,
-        W0_full=W0,
-        info={"k": Q.shape[1], "r": R.shape[1], "W0_streamed": streamed},
+        W0_source=W0 if W0 is not None else (cfg, replay),
+        info={"k": Q.shape[1], "r": R.shape[1]},
     )
 
 
@@ -283,10 +303,7 @@ def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> Non
             pb.X2_test = np.ascontiguousarray(Xt)
         else:  # X_test (I - QQ^T) W(0) R, written with the stored factors
             pb.X2_test = Xt @ pb.Q
-            if pb.W0_full is None:
-                raise ConfigError("engine: X_test needs W(0) in memory (use a smaller d or engine=dense)")
-            H = pb.W0_full @ pb.R - pb.Q @ pb.W0
-            pb.O_test = Xt @ H
+            pb.O_test = Xt @ (pb.W0_full() @ pb.R - pb.Q @ pb.W0)
     elif cfg.test_n > 0 and ds.source == "generated":
         sample_test(cfg, pb, streams.test)
 

@@ -4,23 +4,34 @@ Contenders, all on the same data, W(0) and head (the default run: n=20, T=8,
 rho=0.1, eta=0.2, lr=5e-3, W and p trained):
 
 * ``torch-official``: the official code's loop: float32, ``(x @ W) @ p``,
-  ``torch.optim.SGD`` on W and p (forward, backward, step only: its per-step
-  logging is left out, which favours it).
+  ``torch.optim.SGD`` on W and p (forward, backward and step only: its
+  per-step logging is left out, which favours it).
 * ``torch-careful``: the same loop written as ``x @ (W @ p)``.
-* ``dense``, ``reduced``: attnsim's ``elapsed_s`` (data, setup, training and all
-  metrics, population metrics included; JIT compilation excluded).
+* ``dense``, ``reduced``, ``implicit``: attnsim's ``elapsed_s`` (data, setup,
+  training and all metrics, population metrics included; JIT compilation and
+  interpreter start-up excluded). ``implicit`` needs a Gaussian W(0), so it
+  runs with ``init_W = gaussian`` (same variance); the others use PyTorch's
+  kaiming-uniform W(0).
 
-PyTorch contenders are timed for ``--peer-steps`` steps and scaled to
-``--steps``. Repetitions are interleaved (A B C D, A B C D, ...) and the table
-reports the median with the min-max spread, and ratios of medians. BLAS, OpenMP
-and Numba threads are pinned to ``--threads`` before anything is imported.
+Tables (``--part``):
+
+1. ``default``: every contender at d = 2000, 1000 steps; ratios of medians.
+2. ``d``: seconds per 1000 steps over d in {500 ... 10^6}, each contender
+   where it fits in memory and time (PyTorch timed over ``--peer-steps``
+   steps and scaled; dense over 20 steps and scaled above d = 4000).
+3. ``steps``: the reduced engine for 10^3 ... 10^6 steps (log-spaced logging).
+4. ``floor``: microseconds per reduced GD step (timed without metrics)
+   against the flop count of one step (~10 k r + 6 nT k flops).
+
+Repetitions are interleaved (A B C, A B C, ...); tables give the median and
+the min-max spread. BLAS, OpenMP and Numba threads are pinned to
+``--threads`` before anything is imported. Writes the figure
+``figures/bench_scaling.png``.
 
 Usage::
 
     pip install '.[bench]'
-    python benchmarks/bench_engines.py [--d 2000] [--threads 2] [--reps 3]
-
-writes ``figures/bench_default.png`` and prints the table.
+    python benchmarks/bench_engines.py [--threads 2] [--reps 3] [--part default,d,steps,floor]
 """
 
 from __future__ import annotations
@@ -32,14 +43,16 @@ import time
 
 
 def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--d", type=int, default=2000)
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--peer-steps", type=int, default=100)
+    ap = argparse.ArgumentParser(description="attnsim engines vs the PyTorch loop")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--engines", default="torch-official,torch-careful,dense,reduced")
-    ap.add_argument("--plot", default="figures/bench_default.png")
+    ap.add_argument("--peer-steps", type=int, default=50, help="PyTorch steps timed, then scaled")
+    ap.add_argument("--part", default="default,d,steps,floor")
+    ap.add_argument("--d-list", default="500,1000,2000,4000,8000,16000,100000,1000000")
+    ap.add_argument("--peer-max-d", type=int, default=8000)
+    ap.add_argument("--dense-max-d", type=int, default=8000)
+    ap.add_argument("--reduced-max-d", type=int, default=16000)
+    ap.add_argument("--plot", default="figures/bench_scaling.png")
     return ap.parse_args()
 
 
@@ -51,8 +64,10 @@ if ARGS is not None:
 import numpy as np  # noqa: E402
 
 import attnsim  # noqa: E402
+from attnsim import kernels  # noqa: E402
 from attnsim.config import Config  # noqa: E402
 from attnsim.data import draw_W0, generate, make_streams  # noqa: E402
+from attnsim.engines import build  # noqa: E402
 from attnsim.run import ensure_compiled  # noqa: E402
 
 
@@ -62,10 +77,9 @@ def torch_loop(cfg: Config, careful: bool, steps: int) -> float:
 
     streams = make_streams(cfg.seed)
     ds = generate(cfg, streams)
-    W0 = draw_W0(cfg, streams.init)
     x = torch.tensor(ds.X, dtype=torch.float32)
     y = torch.tensor(ds.y, dtype=torch.float32)
-    W = torch.nn.Parameter(torch.tensor(W0, dtype=torch.float32))
+    W = torch.nn.Parameter(torch.tensor(draw_W0(cfg, streams.init), dtype=torch.float32))
     p = torch.nn.Parameter(torch.zeros(cfg.d, 1))
     nu = torch.tensor(ds.nu, dtype=torch.float32).view(-1, 1)
     opt = torch.optim.SGD([W, p], lr=cfg.lr)
@@ -86,58 +100,167 @@ def torch_loop(cfg: Config, careful: bool, steps: int) -> float:
     return time.perf_counter() - t
 
 
-def attnsim_run(cfg: Config, engine: str) -> float:
+def attnsim_time(cfg: Config, engine: str) -> float:
+    if engine == "implicit":
+        cfg = cfg.replace(init_W="gaussian")
     return attnsim.simulate(cfg.replace(engine=engine)).elapsed_s
+
+
+def timed(name: str, cfg: Config, peer_steps: int) -> float:
+    """Seconds per ``cfg.steps`` steps for one contender."""
+    if name.startswith("torch"):
+        return torch_loop(cfg, name == "torch-careful", peer_steps) * cfg.steps / peer_steps
+    return attnsim_time(cfg, name)
+
+
+def interleaved(cases: list[tuple[str, Config, int]], reps: int) -> dict[tuple, list[float]]:
+    out: dict[tuple, list[float]] = {}
+    for rep in range(reps):
+        for name, cfg, peer in cases:
+            t = timed(name, cfg, peer)
+            out.setdefault((name, cfg.d, cfg.steps), []).append(t)
+            msg = f"  rep {rep + 1}/{reps} {name:15s} d={cfg.d:<8d} steps={cfg.steps:<8d} {t:10.3f} s"
+            print(msg, file=sys.stderr)
+    return out
+
+
+def spread(v: list[float]) -> str:
+    return f"{np.median(v):10.4g} ({min(v):.4g}-{max(v):.4g})"
+
+
+def part_default(args) -> dict:
+    names = ["torch-official", "torch-careful", "dense", "reduced", "implicit"]
+    cfg = Config()
+    res = interleaved([(n, cfg, args.peer_steps) for n in names], args.reps)
+    med = {n: np.median(res[(n, cfg.d, cfg.steps)]) for n in names}
+    print("\n## 1. default run (d=2000, 1000 steps): seconds, median (min-max)")
+    print(f"{'contender':15s} {'seconds':>28s} {'x official':>11s} {'x careful':>10s}")
+    for n in names:
+        v = res[(n, cfg.d, cfg.steps)]
+        off, car = med["torch-official"] / med[n], med["torch-careful"] / med[n]
+        print(f"{n:15s} {spread(v):>28s} {off:11.1f} {car:10.1f}")
+    return res
+
+
+def part_d(args) -> dict:
+    d_list = [int(x) for x in args.d_list.split(",")]
+    cases = []
+    limits = {
+        "torch-official": args.peer_max_d,
+        "torch-careful": args.peer_max_d,
+        "dense": args.dense_max_d,
+        "reduced": args.reduced_max_d,
+        "implicit": 10**12,
+    }
+    for d in d_list:
+        for name, lim in limits.items():
+            if d > lim:
+                continue
+            steps = 20 if name == "dense" and d > 4000 else 1000
+            cfg = Config(d=d, steps=steps, log_every=max(1, steps // 100))
+            cases.append((name, cfg, args.peer_steps))
+    res = interleaved(cases, args.reps)
+    print("\n## 2. seconds per 1000 steps against d (medians; dense above d=4000 from 20 steps)")
+    names = list(limits)
+    print(f"{'d':>8s} " + " ".join(f"{n:>15s}" for n in names) + f" {'implicit x official':>20s}")
+    for d in d_list:
+        row = []
+        for n in names:
+            hits = [np.median(v) * 1000 / st for (m, dd, st), v in res.items() if m == n and dd == d]
+            row.append(hits[0] if hits else np.nan)
+        ratio = row[0] / row[-1] if np.isfinite(row[0]) else np.nan
+        print(f"{d:8d} " + " ".join(f"{x:15.4g}" for x in row) + f" {ratio:20.0f}")
+    return res
+
+
+def part_steps(args) -> dict:
+    cases = []
+    for steps in (10**3, 10**4, 10**5, 10**6):
+        cases.append(("reduced", Config(steps=steps, log_scale="log", log_points=100), 0))
+    res = interleaved(cases, args.reps)
+    print("\n## 3. reduced engine, default run, log-spaced logging: seconds against steps")
+    for (_, _, steps), v in res.items():
+        print(f"{steps:>9d} steps {spread(v)}  ({np.median(v) / steps * 1e6:.1f} us/step)")
+    return res
+
+
+def part_floor(args) -> None:
+    cfg = Config()
+    streams = make_streams(0)
+    ds = generate(cfg, streams)
+    pb = build(cfg, ds, streams, "reduced", "")
+    n, T = ds.y.size, cfg.T
+    k, r = pb.k, pb.r
+    times = []
+    for _ in range(args.reps):
+        rel = np.ones(n * T)
+        seg = kernels.Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, T, cfg.lr, cfg.train_set, cfg.loss, rel)
+        seg.advance(0, 10)
+        t = time.perf_counter()
+        seg.advance(10, 20_000)
+        times.append((time.perf_counter() - t) / 20_000 * 1e6)
+    flops = 10 * k * r + 6 * n * T * k
+    print("\n## 4. reduced step loop (no metrics): microseconds per step")
+    print(f"k={k}, r={r}, nT={n * T}: {flops / 1e3:.0f} kflop per step")
+    print(f"median {np.median(times):.1f} us (min {min(times):.1f}, max {max(times):.1f}), ", end="")
+    print(f"{flops / np.median(times) / 1e3:.2f} Gflop/s; floor at 10 Gflop/s: {flops / 1e4:.0f} us")
+
+
+def plot(args, res_d: dict | None, res_steps: dict | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    if res_d:
+        ax = axes[0]
+        for name in ("torch-official", "torch-careful", "dense", "reduced", "implicit"):
+            pts = sorted((d, np.median(v) * 1000 / st) for (m, d, st), v in res_d.items() if m == name)
+            if pts:
+                ax.plot(*zip(*pts), "o-", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("embedding dimension d")
+        ax.set_ylabel("seconds per 1000 steps")
+        ax.legend(fontsize=8)
+        ax.set_title(f"default run, {args.threads} threads", fontsize=10)
+    if res_steps:
+        ax = axes[1]
+        pts = sorted((st, np.median(v)) for (m, d, st), v in res_steps.items())
+        ax.plot(*zip(*pts), "o-", color="C3", label="reduced (d = 2000)")
+        ax.plot([p[0] for p in pts], [p[0] * 1e-6 * 60 for p in pts], "k:", label="60 s per 10^6 steps")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("steps")
+        ax.set_ylabel("seconds")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
+    fig.savefig(args.plot, dpi=110)
 
 
 def main() -> int:
     args = ARGS
-    cfg = Config(d=args.d, steps=args.steps)
-    names = args.engines.split(",")
-    if any(n.startswith("torch") for n in names):
-        import torch
+    parts = args.part.split(",")
+    import torch
 
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     ensure_compiled()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    scale = args.steps / args.peer_steps
-    for rep in range(args.reps):
-        for name in names:
-            if name == "torch-official":
-                t = torch_loop(cfg, False, args.peer_steps) * scale
-            elif name == "torch-careful":
-                t = torch_loop(cfg, True, args.peer_steps) * scale
-            else:
-                t = attnsim_run(cfg, name)
-            times[name].append(t)
-            print(f"rep {rep + 1}/{args.reps} {name:15s} {t:9.3f} s", file=sys.stderr)
-    med = {n: float(np.median(v)) for n, v in times.items()}
-    print(
-        f"\nd={args.d}, {args.steps} steps, threads={args.threads} (OPENBLAS/OMP/NUMBA), "
-        f"median of {args.reps} interleaved repetitions; torch timed over {args.peer_steps} steps and scaled"
-    )
-    print(f"{'contender':15s} {'median s':>10s} {'min-max s':>19s} {'x official':>11s} {'x careful':>10s}")
-    for n in names:
-        lo, hi = min(times[n]), max(times[n])
-        vs_off = med.get("torch-official", np.nan) / med[n]
-        vs_car = med.get("torch-careful", np.nan) / med[n]
-        print(f"{n:15s} {med[n]:10.3f} {lo:9.3f}-{hi:<9.3f} {vs_off:11.1f} {vs_car:10.1f}")
-    if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.barh(names, [med[n] for n in names], xerr=None, color="0.5")
-        for i, n in enumerate(names):
-            ax.plot(times[n], [i] * len(times[n]), "k|")
-        ax.set_xscale("log")
-        ax.set_xlabel(f"seconds per {args.steps} steps (d = {args.d}, {args.threads} threads)")
-        ax.invert_yaxis()
-        fig.tight_layout()
-        os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
-        fig.savefig(args.plot, dpi=110)
+    print(f"threads: {args.threads} (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, NUMBA_NUM_THREADS, torch)")
+    print(f"repetitions: {args.reps}, interleaved; PyTorch timed over {args.peer_steps} steps and scaled")
+    res_d = res_steps = None
+    if "default" in parts:
+        part_default(args)
+    if "d" in parts:
+        res_d = part_d(args)
+    if "steps" in parts:
+        res_steps = part_steps(args)
+    if "floor" in parts:
+        part_floor(args)
+    if args.plot and (res_d or res_steps):
+        plot(args, res_d, res_steps)
+        print(f"\nwrote {args.plot}")
     return 0
 
 

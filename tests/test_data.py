@@ -94,7 +94,9 @@ def test_seed_reproducible():
     np.testing.assert_array_equal(a.X[:, :, 2:], d.X[:, :, 2:])
 
 
-def test_W0_row_blocks_equal_one_draw():
+def test_W0_row_blocks_equal_one_draw(monkeypatch):
+    from attnsim import data
+
     cfg = Config(d=600)
     full = draw_W0(cfg, make_streams(0).init)
     a = cfg.W_scale * np.sqrt(3.0)
@@ -102,7 +104,11 @@ def test_W0_row_blocks_equal_one_draw():
     np.testing.assert_array_equal(full, ref)
     blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
-    assert [lo for lo, _ in blocks] == [0, 256, 512]
+    assert [lo for lo, _ in blocks] == [0]
+    monkeypatch.setattr(data, "BLOCK_ELEMENTS", 100 * 600)
+    blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
+    np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
+    assert [lo for lo, _ in blocks] == [0, 100, 200, 300, 400, 500]
     g = draw_W0(Config(d=600, init_W="gaussian"), make_streams(0).init)
     assert g.std() == pytest.approx((3 * 600) ** -0.5, rel=0.01)
     np.testing.assert_array_equal(draw_W0(Config(d=5, init_W="identity"), make_streams(0).init), np.eye(5))

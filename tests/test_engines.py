@@ -44,7 +44,8 @@ def test_reduced_lift_equals_dense_state_with_rectangular_W(init_W):
 
     rel = np.ones(ds.y.size * 4)
     segs = [
-        Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, 4, cfg.lr, cfg.train_set, cfg.loss, rel) for pb in (dense, red)
+        Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, 4, cfg.lr, cfg.train_set, cfg.loss, rel)
+        for pb in (dense, red)
     ]
     for seg in segs:
         seg.advance(0, cfg.steps)
@@ -64,15 +65,15 @@ def test_reduced_equals_dense_with_user_arrays(fixture_path):
     _same(a, b)
 
 
-def test_reduced_streams_W0_in_row_blocks_identically(monkeypatch):
+def test_reduced_engine_never_forms_a_d_by_d_matrix(monkeypatch):
     from attnsim import engines
 
-    cfg = {"n": 4, "T": 4, "d": 600, "steps": 30, "log_every": 10, "init_p": "gaussian", "pop_points": 256}
-    a = attnsim.simulate({**cfg, "engine": "reduced"})
-    monkeypatch.setattr(engines, "KEEP_W0_BYTES", 0)
-    b = attnsim.simulate({**cfg, "engine": "reduced"})
-    assert b.engine["W0_streamed"] and not a.engine["W0_streamed"]
-    _same(a, b)
+    def boom(*args, **kwargs):
+        raise AssertionError("draw_W0 called")
+
+    monkeypatch.setattr(engines, "draw_W0", boom)
+    r = attnsim.simulate({"n": 4, "T": 4, "d": 600, "steps": 5, "engine": "reduced", "pop_points": 256})
+    assert r.engine["used"] == "reduced"
 
 
 def test_engine_choice_and_errors():
