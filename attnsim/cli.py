@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--engine", help="shorthand for --set engine=NAME")
     r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>)")
     r.add_argument("--data", help=".npz file with X (n,T,d), y (n,) and optional arrays")
-    r.add_argument("--plot", choices=("scores",), help="write a figure into the output folder")
+    r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
@@ -80,11 +80,11 @@ def cmd_run(args, t_start: float) -> int:
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
     outdir = Path(args.out) if args.out else _default_outdir(res)
     res.save(outdir)
-    if args.plot == "scores":
-        _plot_scores(res, outdir / "scores.png")
+    if args.plot:
+        _plot(res, args.plot, outdir / f"{args.plot}.png")
     if not args.quiet:
         print(format_summary(res))
-        print(f"wrote {outdir}/result.json, trajectory.npz" + (", scores.png" if args.plot else ""))
+        print(f"wrote {outdir}/result.json, trajectory.npz" + (f", {args.plot}.png" if args.plot else ""))
     return 0
 
 
@@ -95,17 +95,21 @@ def _default_outdir(res) -> Path:
     return Path("runs") / f"{stamp}-{from_mapping(res.config).hash()}"
 
 
-def _plot_scores(res, path: Path) -> None:
+def _plot(res, kind: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plotting import plot_example_scores
+    from .plotting import plot_example_scores, plot_gaps
     from .results import atomic_write
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    plot_example_scores(axes, res)
+    if kind == "scores":
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+        plot_example_scores(axes, res)
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        plot_gaps(ax, res)
     c = res.config
     fig.suptitle(
         f"d={c['d']}, |mu|={c['signal_norm']:g}, lr={c['lr']:g}: regime {res.final['regime']}",

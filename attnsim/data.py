@@ -234,13 +234,19 @@ def draw_W0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.n
     return W
 
 
-def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | None = None):  # noqa: N802
-    """Yield (first row, block) of W(0) in row blocks of about ``BLOCK_ELEMENTS``
-    numbers (at least 64 rows), top to bottom; the draws are identical to one
-    full draw. Blocks are views of ``out`` (d x d) when given, else one reused
-    buffer (memory O(BLOCK_ELEMENTS + 64 d): copy a block to keep it)."""
-    rows = min(d, max(64, BLOCK_ELEMENTS // d))
-    buf = None if out is not None else np.empty((rows, d))
+def W0_block_rows(d: int) -> int:
+    """Rows per block of :func:`W0_blocks`: about ``BLOCK_ELEMENTS`` numbers, >= 64 rows."""
+    return min(d, max(64, BLOCK_ELEMENTS // d))
+
+
+def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | None = None, buf=None):  # noqa: N802
+    """Yield (first row, block) of W(0) in row blocks of :func:`W0_block_rows`
+    rows, top to bottom; the draws are identical to one full draw. Blocks are
+    views of ``out`` (d x d) when given, else of one reused buffer ``buf``
+    (allocated if None; memory O(BLOCK_ELEMENTS + 64 d): copy a block to keep it)."""
+    rows = W0_block_rows(d)
+    if out is None and buf is None:
+        buf = np.empty((rows, d))
     a = cfg.W_scale * math.sqrt(3.0)  # kaiming_uniform: U(-a, a) has std a / sqrt(3)
     for lo in range(0, d, rows):
         hi = min(d, lo + rows)

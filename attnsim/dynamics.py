@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import kernels, metrics
+from . import kernels, metrics, theory
 from .config import Config
 from .data import ROLE_NAMES, Dataset
 from .engines import Problem
@@ -70,6 +70,7 @@ class Recorder:
         self.noisy = ds.noisy
         self.metrics = metrics.StateMetrics(ds.y, ds.y_clean, ds.roles)
         self.saturated_at: int | None = None  # first log step of the current saturated run
+        self.logits: list[np.ndarray] = []  # (n, T) per log point, for the gaps
         self.rows: list[dict] = []
         self.extra: dict[str, list] = {"selected": [], "selected_role": [], "example_scores": []}
         if save_scores:
@@ -81,11 +82,13 @@ class Recorder:
         )
 
     def _forward(self, W, p, nu):
-        """Scores, outputs and loss on the training set."""
+        """Scores, outputs and loss on the training set (logits and values kept)."""
         pb = self.pb
         n = pb.y.size
-        z, u = pb.X2 @ (W @ p), pb.X2 @ nu
-        return kernels.outputs(z.reshape(n, -1), u.reshape(n, -1), pb.y, self.cfg.loss)
+        z, u = (pb.X2 @ (W @ p)).reshape(n, -1), (pb.X2 @ nu).reshape(n, -1)
+        self.logits.append(z)
+        self.last_u = u
+        return kernels.outputs(z, u, pb.y, self.cfg.loss)
 
     def record(self, j: int, W, p, nu, S_acc) -> dict:
         pb, ds = self.pb, self.ds
@@ -162,6 +165,13 @@ class Recorder:
         for key, vals in self.extra.items():
             out[key] = np.asarray(vals)
         out["example_index"] = self.examples
+        gaps = theory.gap_summaries(
+            np.asarray(self.logits), self.ds.roles, self.last_s, self.last_u, self.ds.y, self.noisy,
+            per_sample=self.save_scores,
+        )  # fmt: skip
+        out.update(gaps)
+        if self.save_scores:
+            out["logits"] = np.asarray(self.logits)
         return out
 
 
@@ -182,7 +192,7 @@ def run_gd(
 ) -> Trajectory:
     """Full-batch GD from the problem's initial state, logged on :func:`log_grid`."""
     grid = log_grid(cfg)
-    rel = (ds.roles == 0).astype(np.float64) if ds.roles is not None else np.zeros(ds.y.size * problem.T)
+    rel = _relevant_mask(ds, problem)
     seg = kernels.Segment(
         problem.X2, problem.y, problem.W0, problem.p0, problem.nu0, problem.T,
         cfg.lr, cfg.train_set, cfg.loss, rel,
@@ -221,6 +231,58 @@ def run_gd(
     fitted_now = ds.y * rec.last_f > 0  # the last log point is the final state
     fit[~fitted_now] = -1
     fit[fitted_now & (fit < 0)] = cfg.steps
+    return _finish(rec, ds, cfg, fit, frozen_at, traj_warnings, {"W": seg.W, "p": seg.p, "nu": seg.nu})
+
+
+def run_flow(
+    problem: Problem,
+    ds: Dataset,
+    cfg: Config,
+    pop: Population | None,
+    save_scores: bool = False,
+    progress: bool | None = False,
+) -> Trajectory:
+    """Gradient flow d theta/dt = -grad L with t = lr * step, integrated by
+    scipy's explicit Runge-Kutta (``flow_method``) from log point to log point;
+    only metrics are kept. First-fit steps have the log grid's resolution."""
+    from scipy.integrate import solve_ivp
+
+    grid = log_grid(cfg)
+    rel = _relevant_mask(ds, problem)
+    field = kernels.FlowField(
+        problem.X2, problem.y, problem.W0, problem.p0, problem.nu0, problem.T,
+        cfg.lr, cfg.train_set, cfg.loss, rel,
+    )  # fmt: skip
+    rec = Recorder(problem, ds, cfg, grid, pop, save_scores)
+    theta = field.pack(problem.W0, problem.p0, problem.nu0, np.zeros(ds.y.size))
+    fit = -np.ones(ds.y.size, dtype=np.int64)
+    for j, target in enumerate(grid):
+        if j > 0:
+            span = (cfg.lr * grid[j - 1], cfg.lr * target)
+            with np.errstate(over="ignore", invalid="ignore"):
+                sol = solve_ivp(
+                    field, span, theta, method=cfg.flow_method, rtol=cfg.flow_rtol, atol=cfg.flow_atol
+                )
+            if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
+                raise SimulationError(
+                    f"diverged between steps {grid[j - 1]} and {target}: gradient flow failed ({sol.message})"
+                )
+            theta = sol.y[:, -1]
+        W, p, nu, S = field.unpack(theta)
+        rec.record(j, W, p, nu, S)
+        fitted = ds.y * rec.last_f > 0
+        fit = np.where(fitted, np.where(fit < 0, target, fit), -1)
+    W, p, nu, _ = field.unpack(theta)
+    return _finish(rec, ds, cfg, fit, None, [], {"W": W, "p": p, "nu": nu})
+
+
+def _relevant_mask(ds: Dataset, problem: Problem) -> np.ndarray:
+    if ds.roles is None:
+        return np.zeros(ds.y.size * problem.T)
+    return (ds.roles == 0).astype(np.float64).reshape(-1)
+
+
+def _finish(rec: Recorder, ds: Dataset, cfg: Config, fit, frozen_at, traj_warnings, state) -> Trajectory:
     if frozen_at is None and rec.saturated_at is not None:
         n_hot = int(np.sum(rec.last_s.max(axis=1) == 1.0))
         msg = (
@@ -229,14 +291,14 @@ def run_gd(
             f"the first logit step grows like lr*sigma^2*d: reduce lr (lr={cfg.lr:g}, d={cfg.d})"
         )
         traj_warnings.append(msg)
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(msg, stacklevel=3)
     return Trajectory(
         arrays=rec.arrays(),
         fit_step=fit,
         status="frozen" if frozen_at is not None else "ok",
         frozen_at=frozen_at,
         warnings=traj_warnings,
-        state={"W": seg.W, "p": seg.p, "nu": seg.nu},
+        state=state,
     )
 
 

@@ -47,6 +47,7 @@ from .config import Config, ConfigError
 from .data import (
     Dataset,
     Streams,
+    W0_block_rows,
     W0_blocks,
     add_means,
     clean_labels,
@@ -259,17 +260,20 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
     replay = None
     if W0 is None:  # two passes over the same row blocks: memory O(d k), no d x d array
         replay = copy.deepcopy(streams.init)
+        buf = np.empty((W0_block_rows(d), d))
         W0T_Q = None
-        for lo, block in W0_blocks(cfg, streams.init, d):
+        for lo, block in W0_blocks(cfg, streams.init, d, buf=buf):
             part = block.T @ Q[lo : lo + block.shape[0]]
             W0T_Q = part if W0T_Q is None else W0T_Q + part
+        if buf.shape[0] == d:  # one block: the buffer holds all of W(0), no second draw
+            W0 = buf
     else:
         W0T_Q = W0.T @ Q
     p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
     R = extend_basis(orthonormal_basis(W0T_Q), p0)
     if W0 is None:
         P = np.empty((d, R.shape[1]))
-        for lo, block in W0_blocks(cfg, copy.deepcopy(replay), d):
+        for lo, block in W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf):
             P[lo : lo + block.shape[0]] = block @ R
     else:
         P = W0 @ R  # (d, r)
@@ -289,7 +293,7 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
         U_perp=gram_factor(P - Q @ W0r),  # H = (I - QQ^T) W(0) R
         Q=Q,
         R=R,
-        W0_source=W0 if W0 is not None else (cfg, replay),
+        W0_source=(cfg, replay) if ds.W0 is None else W0,
         info={"k": Q.shape[1], "r": R.shape[1]},
     )
 

@@ -228,6 +228,63 @@ def _gd_segment(
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
+def _flow_rhs(
+    theta, X2, y, W_fix, p_fix, nu_fix, T, loss_kind, train_W, train_p, train_nu, rel, lr,
+    q, z, u, s, f, c, w, g, out,
+):  # fmt: skip
+    """Gradient-flow vector field -grad L at the state packed in ``theta``.
+
+    Layout of theta and out: [W (k*r) if trained, p (r) if trained, nu (k) if
+    trained, S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S
+    counts in units of GD steps (t = lr * step). Untrained blocks come from
+    the ``*_fix`` arrays. Returns the loss (NaN flags divergence).
+    """
+    k, r = W_fix.shape
+    n = y.size
+    o = 0
+    W = W_fix
+    if train_W:
+        W = theta[: k * r].reshape(k, r)
+        o = k * r
+    p = p_fix
+    if train_p:
+        p = theta[o : o + r]
+        o += r
+    nu = nu_fix
+    if train_nu:
+        nu = theta[o : o + k]
+        o += k
+    np.dot(W, p, q)
+    np.dot(X2, q, z)
+    np.dot(X2, nu, u)
+    L = _outputs(z, u, y, T, loss_kind, s, f)
+    _token_coeffs(y, s, u, f, T, loss_kind, c, w)
+    np.dot(c, X2, g)
+    j = 0
+    if train_W:
+        for a in range(k):
+            for b in range(r):
+                out[j] = -g[a] * p[b]
+                j += 1
+    if train_p:
+        gp = np.dot(g, W)
+        for b in range(r):
+            out[j] = -gp[b]
+            j += 1
+    if train_nu:
+        gnu = np.dot(w, X2)
+        for a in range(k):
+            out[j] = -gnu[a]
+            j += 1
+    for i in range(n):
+        sr = 0.0
+        for t in range(T):
+            sr += rel[i * T + t] * s[i * T + t]
+        out[j + i] = sr * (1.0 - sr) / lr
+    return L
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
 def _hermite_nodes(sd, n_max):
     """Gauss-Hermite nodes needed for E softplus(m + sd Z) to ~1e-9 relative.
 
@@ -251,10 +308,11 @@ def _expected_softplus(x, sd, gh_x, gh_w, n_max):
     Gauss-Hermite with as many nodes as it needs.
     """
     if sd <= TAYLOR_SD:
-        sg = _sigmoid(x)
-        v = sg * (1.0 - sg)
+        ex = math.exp(-abs(x))  # shared by softplus and the sigmoid
+        sp = max(x, 0.0) + math.log1p(ex)
+        v = ex / ((1.0 + ex) * (1.0 + ex))  # sigma(x) (1 - sigma(x))
         s2 = sd * sd
-        return _softplus(x) + 0.5 * s2 * v + 0.125 * s2 * s2 * v * (1.0 - 6.0 * v)
+        return sp + 0.5 * s2 * v + 0.125 * s2 * s2 * v * (1.0 - 6.0 * v)
     nh = _hermite_nodes(sd, n_max)
     acc = 0.0
     for h in range(nh):
@@ -269,32 +327,51 @@ def _population(zeta, aq, anu, sq, b, sdc, gh_x, gh_w, loss_kind, err, loss, sco
     For class c (y = +1, -1) and standard normal point zeta (T,):
     z_t = aq[c,t] + sq zeta_t, s = softmax(z), and f | z is Gaussian with mean
     sum_t s_t (anu[c,t] + b zeta_t) and sd sdc ||s||_2. The error is
-    Phi(-y mean / sd); the loss a Gauss-Hermite average over f with
-    ``gh_x[j, :j]``, ``gh_w[j, :j]`` the j-node rule (weights / sqrt(pi)).
-    Scrambles run in parallel; each writes only its own rows of err, loss
-    and score (R, T), so results do not depend on the thread count.
+    Phi(-y mean / sd); the loss is E softplus(-y f) (see _expected_softplus;
+    ``gh_x[j, :j]``, ``gh_w[j, :j]`` is the j-node Gauss-Hermite rule).
+    Both classes share each point's exponentials: e^{z_t} factors into
+    e^{aq[c,t] - A_c} e^{sq zeta_t - B}; when that product underflows (sum
+    below 1e-250) the softmax is recomputed directly. Scrambles run in
+    parallel; each writes only its own rows of err, loss and score (R, T), so
+    results do not depend on the thread count.
     """
     R, M, T = zeta.shape
     n_max = gh_x.shape[0] - 1
+    wa = np.empty((2, T))
+    for ci in range(2):
+        amax = aq[ci, 0]
+        for t in range(1, T):
+            amax = max(amax, aq[ci, t])
+        for t in range(T):
+            wa[ci, t] = math.exp(aq[ci, t] - amax)
     for r in prange(R):
         s = np.empty(T)
+        e = np.empty(T)
         e_acc = 0.0
         l_acc = 0.0
         for t in range(T):
             score[r, t] = 0.0
-        for ci in range(2):
-            yc = 1.0 if ci == 0 else -1.0
-            for m in range(M):
-                zmax = -math.inf
-                for t in range(T):
-                    zt = aq[ci, t] + sq * zeta[r, m, t]
-                    s[t] = zt
-                    if zt > zmax:
-                        zmax = zt
+        for m in range(M):
+            bmax = sq * zeta[r, m, 0]
+            for t in range(1, T):
+                bmax = max(bmax, sq * zeta[r, m, t])
+            for t in range(T):
+                e[t] = math.exp(sq * zeta[r, m, t] - bmax)
+            for ci in range(2):
+                yc = 1.0 if ci == 0 else -1.0
                 ssum = 0.0
                 for t in range(T):
-                    s[t] = math.exp(s[t] - zmax)
+                    s[t] = wa[ci, t] * e[t]
                     ssum += s[t]
+                if not ssum > 1e-250:  # factored form underflowed: direct softmax
+                    zmax = -math.inf
+                    for t in range(T):
+                        s[t] = aq[ci, t] + sq * zeta[r, m, t]
+                        zmax = max(zmax, s[t])
+                    ssum = 0.0
+                    for t in range(T):
+                        s[t] = math.exp(s[t] - zmax)
+                        ssum += s[t]
                 mean = 0.0
                 s2 = 0.0
                 for t in range(T):
@@ -401,6 +478,53 @@ class Segment:
         return int(st), int(step)
 
 
+class FlowField:
+    """The gradient-flow vector field of one problem, for scipy's solve_ivp.
+
+    ``pack``/``unpack`` convert between (W, p, nu, S) and the flat state.
+    """
+
+    def __init__(self, X2, y, W, p, nu, T, lr, train, loss, rel):
+        self.X2, self.y = _f64(X2), _f64(y)
+        self.W, self.p, self.nu = _f64(W).copy(), _f64(p).copy(), _f64(nu).copy()
+        self.T, self.lr = int(T), float(lr)
+        self.flags = ("W" in train, "p" in train, "nu" in train)
+        self.kind = loss_kind_code(loss)
+        self.rel = _f64(rel).reshape(-1)
+        nT, k = self.X2.shape
+        n = self.y.size
+        self.q, self.z, self.u, self.s = np.empty(k), np.empty(nT), np.empty(nT), np.empty(nT)
+        self.f, self.c, self.w, self.g = np.empty(n), np.empty(nT), np.empty(nT), np.empty(k)
+        self.last_loss = 0.0
+
+    def pack(self, W, p, nu, S) -> np.ndarray:
+        tw, tp, tn = self.flags
+        parts = ([W.ravel()] if tw else []) + ([p] if tp else []) + ([nu] if tn else []) + [S]
+        return np.concatenate(parts)
+
+    def unpack(self, theta: np.ndarray):
+        """(W, p, nu, S) views/copies of a flat state."""
+        k, r = self.W.shape
+        tw, tp, tn = self.flags
+        o = 0
+        W = theta[: k * r].reshape(k, r) if tw else self.W
+        o += k * r if tw else 0
+        p = theta[o : o + r] if tp else self.p
+        o += r if tp else 0
+        nu = theta[o : o + k] if tn else self.nu
+        o += k if tn else 0
+        return W, p, nu, theta[o:]
+
+    def __call__(self, t: float, theta: np.ndarray) -> np.ndarray:
+        out = np.empty_like(theta)
+        self.last_loss = _flow_rhs(
+            np.ascontiguousarray(theta), self.X2, self.y, self.W, self.p, self.nu, self.T, self.kind,
+            *self.flags, self.rel, self.lr, self.q, self.z, self.u, self.s, self.f, self.c, self.w,
+            self.g, out,
+        )  # fmt: skip
+        return out
+
+
 @functools.lru_cache(maxsize=4)
 def hermite_table(n_max: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Hermite rules 1..n_max: row j holds the j-node rule (weights / sqrt(pi))."""
@@ -433,6 +557,8 @@ def warmup() -> None:
     loss_and_grads(X, y, W, p, nu)
     seg = Segment(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p", "nu"), "logistic", np.ones(6))
     seg.advance(0, 1)
+    field = FlowField(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p", "nu"), "logistic", np.ones(6))
+    field(0.0, field.pack(W, p, nu, np.zeros(2)))
     z = np.zeros((1, 2, 3))
     gx, gw = hermite_table(3)
     population_eval(z, np.zeros((2, 3)), np.zeros((2, 3)), 0.0, 0.0, 1.0, gx, gw)

@@ -36,6 +36,7 @@ def plot_sample_scores(ax, steps, scores, roles=None, title: str = "", logx: boo
     ax.set_ylabel("attention score")
     if logx:
         ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(left=0)
     if title:
         ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="center right")
@@ -54,3 +55,34 @@ def plot_example_scores(axes, result) -> None:
             continue
         r = roles[idx[a]] if roles is not None else None
         plot_sample_scores(ax, steps, ex[:, a], r, f"{kind} sample {idx[a]}", logx=logx)
+
+
+def plot_gaps(ax, result) -> None:
+    """Clean samples' relevant-token gaps and noisy samples' fitting gaps
+    (effective gaps, group means) against the fitted g-law."""
+    from .theory import g_inv
+
+    tr, th = result.trajectory, result.theory
+    steps = tr["step"]
+    m = th.get("g_law_m") or (result.config["T"] - 1)
+    for group, color in (("clean", "tab:green"), ("noisy", "tab:red")):
+        key = f"gap_{group}_eff"
+        if key not in tr or not np.isfinite(tr[key]).any():
+            continue
+        ax.plot(steps, tr[key], color=color, lw=2, label=f"{group}: effective gap (simulated)")
+        ax.plot(steps, tr[f"gap_{group}_min"], color=color, lw=0.8, ls="--", label=f"{group}: smallest gap")
+        fit = th.get(f"g_law_{group}")
+        if fit:
+            tau = steps[steps >= fit["from_step"]]
+            law = g_inv(fit["intercept"] + fit["rate"] * tau, m)
+            ax.plot(tau, law, color="k", lw=1, ls=":")
+            ax.annotate(
+                f"g-law c={fit['rate']:.3g}/step, max dev {fit['max_dev']:.2g}",
+                (tau[-1], law[-1]), fontsize=7, ha="right", va="bottom",
+            )  # fmt: skip
+    ax.axhline(np.log(m), color="0.7", lw=0.8)
+    ax.set_xscale("symlog", linthresh=max(1, steps[1] if steps.size > 1 else 1))
+    ax.set_xlim(left=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel("logit gap")
+    ax.legend(fontsize=7, loc="upper left")

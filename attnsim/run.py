@@ -12,12 +12,13 @@ from scipy.stats import qmc
 from threadpoolctl import threadpool_limits
 
 from . import kernels, metrics, results, theory
-from .config import Config, ConfigError, as_config
+from .config import Config, as_config
 from .data import Dataset, config_for_data, generate, load_npz, make_streams
-from .dynamics import make_population, run_gd
+from .dynamics import make_population, run_flow, run_gd
 from .engines import build, build_implicit, choose_engine
 
 _compiled = False
+BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
 
 
 def ensure_compiled() -> float:
@@ -53,25 +54,27 @@ def simulate(
 
     startup = ensure_compiled()
     cfg = as_config(config)
-    if cfg.integrator != "gd":
-        raise ConfigError(f"integrator: {cfg.integrator!r} is not available yet (use gd)")
     t0 = time.perf_counter()
     streams = make_streams(cfg.seed)
     if data is not None:
         ds = data if isinstance(data, Dataset) else load_npz(data, cfg)
         cfg = config_for_data(cfg, ds)
     engine, reason = choose_engine(cfg, user_data=data is not None)
-    if engine == "implicit":
-        problem, ds = build_implicit(cfg, streams, reason)
-    else:
-        if data is None:
-            ds = generate(cfg, streams)
-        problem = build(cfg, ds, streams, engine, reason)
+    # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
+    # elsewhere its threads keep spinning after each call and slow Numba's.
+    setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1
+    with threadpool_limits(limits=setup_threads, user_api="blas"):
+        if engine == "implicit":
+            problem, ds = build_implicit(cfg, streams, reason)
+        else:
+            if data is None:
+                ds = generate(cfg, streams)
+            problem = build(cfg, ds, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
-    # the step loop and metrics use small matrices: multithreaded BLAS only adds
-    # spinning threads that compete with Numba's (and changes rounding)
+    # the step loop and metrics use small matrices: one BLAS thread
     with threadpool_limits(limits=1, user_api="blas"):
-        traj = run_gd(problem, ds, cfg, pop, save_scores=save_scores, progress=progress)
+        driver = run_gd if cfg.integrator == "gd" else run_flow
+        traj = driver(problem, ds, cfg, pop, save_scores=save_scores, progress=progress)
     arrays = traj.arrays
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean

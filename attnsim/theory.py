@@ -1,10 +1,24 @@
-"""Theory quantities: signal-to-noise ratio, memorization and generalization times."""
+"""Theory: signal-to-noise ratio, the attention-gap law g, gaps, and the
+memorization and generalization times (SPEC §6).
+
+The g-law. One token with logit gap x over m equal competitors has score
+s = e^x / (e^x + m), and 1 / (s (1 - s)) = e^x / m + 2 + m e^{-x}, whose
+antiderivative is g(x; m) = 2x + 2 sinh(x - log m). If dx/dtau = c s (1 - s),
+then g(x(tau)) = g(x(0)) + c tau: x grows roughly linearly while x < log m and
+logarithmically after (x ~ log(m c tau)), with 1 - s ~ 1 / (c tau). In a
+T-token model m = T - 1. For a sample whose competitors are not equal, the
+effective gap x = z_sel - log(sum_{t != sel} e^{z_t}) + log m reproduces its
+score exactly, s_sel = e^x / (e^x + m); the summaries below use it.
+"""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from scipy.optimize import least_squares
+
+from .data import RELEVANT
 
 
 def snr(signal_norm: float, sigma: float, d: int) -> float:
@@ -55,4 +69,139 @@ def summary(cfg, traj) -> dict:
     if "pop_score_relevant" in a:
         out["t_generalize"] = stays_above_time(a["step"], a["pop_score_relevant"], cfg.gen_score)
         out["t_pop_loss_settled"] = settle_time(a["step"], a["pop_loss"])
+    fits = law_fits(a["step"], a, cfg.T)
+    out["g_law_m"] = cfg.T - 1
+    for group, fit in fits.items():
+        out[f"rate_{group}"] = None if fit is None else fit["rate"]
+        out[f"g_law_{group}"] = fit
+    return out
+
+
+# -- the g-law ---------------------------------------------------------------
+
+
+def g(x, m: float):
+    """g(x; m) = 2x + 2 sinh(x - log m) (vectorized; inf beyond float range)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return 2.0 * x + 2.0 * np.sinh(x - math.log(m))
+
+
+def g_inv(y, m: float, iters: int = 60):
+    """The inverse of :func:`g` in x, for any real y (vectorized, monotone).
+
+    With u = x - log m the equation is h(u) = u + sinh(u) = (y - 2 log m) / 2,
+    h increasing with h' = 1 + cosh(u) >= 2. Newton's method from
+    u0 = asinh(Y) overshoots the root (|h(u0)| >= |Y|) and, h being convex for
+    u > 0 and concave for u < 0, then decreases monotonically to it.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    c = math.log(m)
+    Y = 0.5 * (y - 2.0 * c)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = np.arcsinh(Y)
+        for _ in range(iters):
+            step = (u + np.sinh(u) - Y) / (1.0 + np.cosh(u))
+            step = np.where(np.isfinite(step), step, 0.0)
+            u = u - step
+            if np.all(np.abs(step) <= 1e-15 * np.maximum(1.0, np.abs(u))):
+                break
+    x = c + u
+    return x if x.ndim else float(x)
+
+
+def gap_law(x0: float, c: float, tau, m: float):
+    """Predicted gap x(tau) = g^{-1}(g(x0) + c tau)."""
+    return g_inv(g(x0, m) + c * np.asarray(tau, dtype=np.float64), m)
+
+
+def fit_rate(steps, x, m: float, min_points: int = 3) -> dict | None:
+    """Fit g(x(tau)) = a + c tau by least squares over the saturated phase
+    (x >= log m); returns the rate c (per step), the intercept and the largest
+    deviation |g^{-1}(a + c tau) - x| there, or None with too few points."""
+    steps, x = np.asarray(steps, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x) & (x >= math.log(m))
+    if ok.sum() < min_points:
+        return None
+    tau, gx = steps[ok], g(x[ok], m)
+    if not np.all(np.isfinite(gx)):
+        return None
+    A = np.stack([np.ones_like(tau), tau], axis=1)
+    (a, c), *_ = np.linalg.lstsq(A, gx, rcond=None)  # start: linear in g-space
+    # then least squares in x itself (g-space residuals overweight the largest gaps)
+    scale = max(1.0, float(tau[-1]))
+    fit = least_squares(lambda v: g_inv(v[0] + v[1] / scale * tau, m) - x[ok], x0=[a, c * scale], method="lm")
+    if fit.success:
+        a, c = fit.x[0], fit.x[1] / scale
+    pred = g_inv(a + c * tau, m)
+    return {"rate": float(c), "intercept": float(a), "max_dev": float(np.max(np.abs(pred - x[ok]))),
+            "from_step": int(tau[0]), "points": int(ok.sum())}  # fmt: skip
+
+
+# -- gaps ----------------------------------------------------------------------
+
+
+def selected_tokens(roles, final_s, final_u, y, noisy) -> np.ndarray:
+    """Per sample the token whose gaps are tracked (-1 if none): for a clean
+    sample its relevant token (the highest-scoring one if several); for a
+    noisy sample the highest-final-score token whose value agrees with the
+    observed label (y_i u_it > 0), held fixed over the trajectory."""
+    n, T = final_s.shape
+    sel = -np.ones(n, dtype=np.int64)
+    for i in range(n):
+        if noisy[i]:
+            cand = y[i] * final_u[i] > 0
+        else:
+            cand = roles[i] == RELEVANT if roles is not None else np.zeros(T, dtype=bool)
+        if cand.any():
+            sel[i] = int(np.argmax(np.where(cand, final_s[i], -np.inf)))
+    return sel
+
+
+def gap_summaries(logits, roles, final_s, final_u, y, noisy, per_sample: bool = False) -> dict:
+    """Gap summaries over the log grid (logits: (L, n, T)).
+
+    Lambda (clean samples) and Gamma (noisy samples) are z_sel - z_t for the
+    tracked token sel of :func:`selected_tokens` and every other token t. Per
+    group: ``gap_<group>_min`` (sample mean of the smallest gap),
+    ``gap_<group>_mean`` (sample mean of the mean gap) and ``gap_<group>_eff``
+    (sample mean of the effective gap, see module docstring).
+    """
+    L, n, T = logits.shape
+    m = T - 1
+    sel = selected_tokens(roles, final_s, final_u, y, noisy)
+    out = {}
+    gaps = np.full((L, n, T), np.nan)
+    eff = np.full((L, n), np.nan)
+    for i in np.flatnonzero(sel >= 0):
+        z = logits[:, i, :]
+        zs = z[:, sel[i]]
+        others = np.delete(z, sel[i], axis=1)
+        gaps[:, i, :] = zs[:, None] - z
+        gaps[:, i, sel[i]] = np.nan
+        top = others.max(axis=1)
+        eff[:, i] = zs - top - np.log(np.exp(others - top[:, None]).sum(axis=1)) + math.log(m)
+    for group, mask in (("clean", ~noisy), ("noisy", noisy)):
+        members = mask & (sel >= 0)
+        if not members.any() or T < 2:
+            for kind in ("min", "mean", "eff"):
+                out[f"gap_{group}_{kind}"] = np.full(L, np.nan)
+            continue
+        with np.errstate(all="ignore"):
+            out[f"gap_{group}_min"] = np.nanmin(gaps[:, members], axis=2).mean(axis=1)
+            out[f"gap_{group}_mean"] = np.nanmean(gaps[:, members], axis=2).mean(axis=1)
+        out[f"gap_{group}_eff"] = eff[:, members].mean(axis=1)
+    if per_sample:
+        out["gaps"] = gaps
+        out["gap_eff"] = eff
+        out["gap_token"] = sel
+    return out
+
+
+def law_fits(steps, arrays: dict, T: int) -> dict:
+    """Fitted g-law rates of the clean and noisy effective-gap summaries."""
+    out = {}
+    for group in ("clean", "noisy"):
+        key = f"gap_{group}_eff"
+        out[group] = fit_rate(steps, arrays[key], T - 1) if key in arrays else None
     return out
