@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    sw = sub.add_parser("sweep", help="run a grid of configurations x seeds (resumable)")
+    sw.add_argument("file", help="sweep TOML file ([sweep], [base], [grid])")
+    sw.add_argument("--out", default="sweeps", help="folder for the sweep's records (default sweeps/)")
+    sw.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
+    sw.add_argument("--scheduler", default=None, help="Dask distributed scheduler address")
     g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
     g.add_argument("--h", type=float, default=1e-6, help="central-difference step")
     g.add_argument("--seed", type=int, default=0)
@@ -55,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, t_start)
         if args.command == "check-grad":
             return cmd_check_grad(args)
+        if args.command == "sweep":
+            return cmd_sweep(args)
         build_parser().print_help()
         return 2
     except (UsageError, ConfigError, DataError) as exc:
@@ -163,6 +170,21 @@ def format_summary(res) -> str:
     for w in res.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import load_sweep, run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers: must be >= 1")
+    spec = load_sweep(args.file)
+    n_points = len(spec.points())
+    store = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler)
+    records = store.records()
+    failed = sum(r.get("status") != "ok" for r in records)
+    print(f"sweep {spec.name}: {len(records)} of {n_points} records in {store.root}; {failed} failed")
+    print(f"wrote {store.root / 'records.csv'}")
+    return 1 if failed else 0
 
 
 def cmd_check_grad(args) -> int:

@@ -191,3 +191,18 @@ def test_implicit_runs_at_huge_d_reports_population_and_warns():
         r = attnsim.simulate(cfg)
     assert r.engine["used"] == "implicit" and np.isfinite(r.final["pop_error"])
     assert any("reduce lr" in w for w in r.warnings)
+
+
+def test_reduced_setup_is_shared_across_signal_strengths_exactly():
+    from attnsim import engines
+
+    cfg = {"n": 6, "T": 5, "d": 300, "steps": 60, "log_every": 20, "pop_points": 256, "engine": "reduced"}
+    engines.SETUP_CACHE.clear()
+    first = attnsim.simulate({**cfg, "signal_norm": 3.0})  # fills the cache
+    shared = attnsim.simulate({**cfg, "signal_norm": 9.0, "rho": 0.3})
+    engines.SETUP_CACHE.clear()
+    fresh = attnsim.simulate({**cfg, "signal_norm": 9.0, "rho": 0.3})
+    dense = attnsim.simulate({**cfg, "signal_norm": 9.0, "rho": 0.3, "engine": "dense"})
+    assert first.final["train_loss"] != shared.final["train_loss"]
+    _same(shared, fresh)
+    _same(shared, dense)
