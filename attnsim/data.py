@@ -174,10 +174,11 @@ def draw_roles(cfg: Config, m: int, rng: np.random.Generator) -> np.ndarray:
 def add_means(X: np.ndarray, y_true: np.ndarray, roles: np.ndarray, rho: float, mu_pos, mu_neg) -> None:
     """Add each token's mean vector (its role's mix of mu+ and mu-) to X in place."""
     c_own, c_other = role_coefficients(roles, rho)
-    pos = (y_true > 0)[:, None, None]
-    own = np.where(pos, mu_pos, mu_neg)  # (m, 1, k)
-    other = np.where(pos, mu_neg, mu_pos)
-    X += c_own[:, :, None] * own + c_other[:, :, None] * other
+    pos = (y_true > 0)[:, None]
+    a_pos = np.where(pos, c_own, c_other)  # (m, T) coefficient of mu+
+    a_neg = np.where(pos, c_other, c_own)
+    idx = np.flatnonzero((mu_pos != 0) | (mu_neg != 0))  # the signals' support (e1, e2 when generated)
+    X[:, :, idx] += a_pos[:, :, None] * mu_pos[idx] + a_neg[:, :, None] * mu_neg[idx]
 
 
 def draw_tokens(

@@ -17,7 +17,7 @@ from . import kernels, metrics, theory
 from .config import Config
 from .data import ROLE_NAMES, Dataset
 from .engines import Problem
-from .population import Population
+from .population import Population, cached_sobol_normals
 
 PROGRESS_CHUNK = 20_000
 TEST_CHUNK = 4096  # test samples per evaluation chunk  # steps per kernel call when a progress bar is shown
@@ -179,7 +179,8 @@ def make_population(cfg: Config, ds: Dataset, rng) -> Population | None:
     if ds.population_reason is not None:
         return None
     roles = np.repeat(np.arange(4), ds.role_counts)
-    return Population(roles, cfg.rho, ds.sigma, cfg.pop_points, rng, cfg.loss)
+    zeta = cached_sobol_normals(cfg.seed, roles.size, cfg.pop_points, rng)
+    return Population(roles, cfg.rho, ds.sigma, cfg.pop_points, rng, cfg.loss, zeta=zeta)
 
 
 def run_gd(

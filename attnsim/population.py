@@ -31,6 +31,32 @@ N_SCRAMBLES = 8
 N_HERMITE_MAX = 32  # nodes are chosen per point from the conditional sd
 
 
+def sobol_normals(T: int, points: int, rng) -> np.ndarray:
+    """(N_SCRAMBLES, points / N_SCRAMBLES, T) standard normals from independent
+    scrambles of a Sobol sequence (``rng``: the run's population stream)."""
+    m = int(np.log2(max(points // N_SCRAMBLES, 1)))
+    zeta = np.empty((N_SCRAMBLES, 2**m, T))
+    for i in range(N_SCRAMBLES):
+        u = qmc.Sobol(d=T, scramble=True, seed=rng).random_base2(m)
+        zeta[i] = ndtri(np.clip(u, 1e-16, 1 - 1e-16))
+    return zeta
+
+
+_ZETA_CACHE: dict = {}
+
+
+def cached_sobol_normals(seed: int, T: int, points: int, rng) -> np.ndarray:
+    """:func:`sobol_normals` for a run whose population stream comes from
+    ``seed`` (the stream is used for nothing else, so the points depend only
+    on seed, T and points); sweeps reuse them across runs."""
+    key = (seed, T, points)
+    if key not in _ZETA_CACHE:
+        if len(_ZETA_CACHE) > 16:
+            _ZETA_CACHE.clear()
+        _ZETA_CACHE[key] = sobol_normals(T, points, rng)
+    return _ZETA_CACHE[key]
+
+
 class Population:
     """Population metrics for one role layout and noise level.
 
@@ -42,16 +68,11 @@ class Population:
     rng : the run's population stream.
     """
 
-    def __init__(self, roles, rho: float, sigma: float, points: int, rng, loss: str = "logistic"):
+    def __init__(self, roles, rho: float, sigma: float, points: int, rng, loss: str = "logistic", zeta=None):
         self.roles = np.asarray(roles, dtype=np.int64)
         T = self.roles.size
         self.rho, self.sigma, self.loss = float(rho), float(sigma), loss
-        m = int(np.log2(max(points // N_SCRAMBLES, 1)))
-        zeta = np.empty((N_SCRAMBLES, 2**m, T))
-        for i in range(N_SCRAMBLES):
-            u = qmc.Sobol(d=T, scramble=True, seed=rng).random_base2(m)
-            zeta[i] = ndtri(np.clip(u, 1e-16, 1 - 1e-16))
-        self.zeta = zeta
+        self.zeta = sobol_normals(T, points, rng) if zeta is None else zeta
         self.gh_x, self.gh_w = kernels.hermite_table(N_HERMITE_MAX)
         # token mean a_t = c_own * mu_y + c_other * mu_{-y}
         self.c_own, self.c_other = role_coefficients(self.roles, rho)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -34,6 +35,8 @@ class Result:
     data: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     path: Path | None = None
+    problem: Any = field(default=None, repr=False)  # engine Problem (not saved)
+    state: dict | None = field(default=None, repr=False)  # final engine-coordinate W, p, nu (not saved)
 
     def to_json(self) -> dict[str, Any]:
         return _clean(
@@ -128,7 +131,16 @@ def load(outdir: str | Path) -> Result:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple:
+    return tuple(versions_uncached().items())
+
+
 def versions() -> dict[str, str]:
+    return dict(_versions())
+
+
+def versions_uncached() -> dict[str, str]:
     import numba
     import scipy
 
@@ -143,6 +155,7 @@ def versions() -> dict[str, str]:
     }
 
 
+@functools.lru_cache(maxsize=1)
 def git_revision() -> dict[str, Any] | None:
     """The checkout attnsim runs from (None when not run from a git checkout)."""
     here = Path(__file__).resolve().parent.parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import qmc
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from . import kernels, metrics, results, theory
 from .config import Config, as_config
@@ -19,6 +20,12 @@ from .engines import build, build_implicit, choose_engine
 
 _compiled = False
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
+
+
+@functools.lru_cache(maxsize=1)
+def _blas() -> ThreadpoolController:
+    """One controller per process: finding the BLAS libraries scans /proc (ms)."""
+    return ThreadpoolController()
 
 
 def ensure_compiled() -> float:
@@ -63,7 +70,7 @@ def simulate(
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
     # elsewhere its threads keep spinning after each call and slow Numba's.
     setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1
-    with threadpool_limits(limits=setup_threads, user_api="blas"):
+    with _blas().limit(limits=setup_threads, user_api="blas"):
         if engine == "implicit":
             problem, ds = build_implicit(cfg, streams, reason)
         else:
@@ -72,7 +79,7 @@ def simulate(
             problem = build(cfg, ds, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
     # the step loop and metrics use small matrices: one BLAS thread
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _blas().limit(limits=1, user_api="blas"):
         driver = run_gd if cfg.integrator == "gd" else run_flow
         traj = driver(problem, ds, cfg, pop, save_scores=save_scores, progress=progress)
     arrays = traj.arrays
@@ -93,7 +100,7 @@ def simulate(
     final["n_noisy"] = ds.n_noisy
     final["regime"] = metrics.regime(final, cfg.benign_error)
     elapsed = time.perf_counter() - t0
-    return results.Result(
+    res = results.Result(
         config=cfg.to_dict(),
         trajectory=arrays,
         final=final,
@@ -113,3 +120,6 @@ def simulate(
             "frozen_at": traj.frozen_at,
         },
     )
+    # in-memory only (not saved): the engine problem and final state, for figures
+    res.problem, res.state = problem, traj.state
+    return res

@@ -1,0 +1,40 @@
+"""The paper's figures, one module per figure (SPEC §7).
+
+Each module has ``make(outdir, quick=False, cache="sweeps/figures") -> list[Path]``:
+compute (or load cached sweep records), plot with :mod:`attnsim.plotting`
+helpers, save PNGs and return their paths. ``--quick`` uses small grids.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+NAMES = {
+    "selection": "fig1_selection",
+    "dynamics": "fig2_dynamics",
+    "heatmaps": "fig3_heatmaps",
+    "frak_s": "fig4_frak_s",
+    "delayed": "fig5_delayed",
+    "phase": "fig6_phase",
+    "noise": "fig7_noise",
+}
+
+
+def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=print) -> list[Path]:
+    """Make the named figures (all by default); returns the written files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    unknown = [n for n in names or [] if n not in NAMES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; choose from {', '.join(NAMES)}")
+    out = []
+    for name in names or list(NAMES):
+        t = time.perf_counter()
+        mod = importlib.import_module(f".{NAMES[name]}", __name__)
+        paths = mod.make(Path(outdir), quick=quick, cache=Path(cache) / ("quick" if quick else "full"))
+        log(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - t:.1f} s)")
+        out += paths
+    return out

@@ -1,0 +1,46 @@
+"""Shared helpers of the figure modules: cached sweeps and saving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..results import atomic_write
+from ..sweep import parse_sweep, record_key, run_sweep
+
+
+def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=()) -> list[dict]:
+    """Run (or reuse) a sweep under ``cache`` and return its successful records."""
+    spec = parse_sweep({"sweep": {"name": name, "seeds": list(seeds), "save": list(save)},
+                        "base": base, "grid": grid})  # fmt: skip
+    store = run_sweep(spec, cache, progress=None)
+    keys = {record_key(c) for c in spec.points()}
+    records = [_load(p) for p in store.dir.glob("*.json") if p.stem in keys]
+    return [r for r in records if r.get("status") == "ok"]
+
+
+def _load(path: Path) -> dict:
+    import json
+
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def save(fig, path: Path, dpi: int = 110) -> Path:
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+    plt.close(fig)
+    return path
+
+
+def grid_of(records: list[dict], xkey: str, ykey: str, value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xs, ys, Z) with Z[iy, ix] = value(record), NaN where missing."""
+    xs = sorted({r["config"][xkey] for r in records})
+    ys = sorted({r["config"][ykey] for r in records})
+    Z = np.full((len(ys), len(xs)), np.nan)
+    for r in records:
+        Z[ys.index(r["config"][ykey]), xs.index(r["config"][xkey])] = value(r)
+    return np.array(xs), np.array(ys), Z

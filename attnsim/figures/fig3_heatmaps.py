@@ -1,0 +1,62 @@
+"""Figure 3: train loss, test (population) loss and the regime over the
+(signal strength, dimension) plane, with SNR contours. One seed serves every
+cell, as in the official runs; cells sharing d share the reduced setup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+
+from ..metrics import REGIMES
+from .common import grid_of, save, sweep_records
+
+REGIME_COLORS = {"not_overfitting": "tab:blue", "partial": "tab:cyan", "benign": "tab:green",
+                 "harmful": "tab:red", "underfit": "0.5", "fitted": "0.8"}  # fmt: skip
+
+
+def records(quick: bool, cache: Path) -> list[dict]:
+    if quick:
+        grid = {"signal_norm": [5.0, 10.0, 20.0, 50.0, 100.0], "d": [250, 1000, 2500, 5000]}
+    else:
+        grid = {
+            "signal_norm": {"start": 5.0, "stop": 100.0, "num": 39},
+            "d": {"start": 250, "stop": 5000, "step": 125},
+        }
+    base = {"steps": 1000, "log_every": 1000, "pop_log_points": 2, "engine": "reduced"}
+    return sweep_records(cache, "fig3_heatmap", base, grid, seeds=[0])
+
+
+def plot_panels(axes, recs: list[dict]) -> None:
+    snr = lambda r: r["theory"]["snr"]  # noqa: E731
+    for ax, key, title in (
+        (axes[0], "train_loss", "train loss"),
+        (axes[1], "pop_loss", "test (population) loss"),
+    ):
+        xs, ys, Z = grid_of(recs, "signal_norm", "d", lambda r, k=key: r["final"][k])
+        im = ax.pcolormesh(xs, ys, Z, shading="nearest", cmap="viridis")
+        plt.colorbar(im, ax=ax)
+        ax.set_title(title, fontsize=10)
+    xs, ys, R = grid_of(recs, "signal_norm", "d", lambda r: REGIMES.index(r["final"]["regime"]))
+    cmap = ListedColormap([REGIME_COLORS[r] for r in REGIMES])
+    axes[2].pcolormesh(xs, ys, R, shading="nearest", cmap=cmap, vmin=-0.5, vmax=len(REGIMES) - 0.5)
+    axes[2].set_title("regime at 1000 steps", fontsize=10)
+    for name in REGIMES:
+        if (R == REGIMES.index(name)).any():
+            axes[2].plot([], [], "s", color=REGIME_COLORS[name], label=name)
+    axes[2].legend(fontsize=7, loc="upper right")
+    _, _, S = grid_of(recs, "signal_norm", "d", snr)
+    for ax in axes:
+        cs = ax.contour(xs, ys, S, levels=[0.1, 0.2, 0.4, 0.8, 1.6], colors="w", linewidths=0.7)
+        ax.clabel(cs, fontsize=6, fmt="SNR %.1f")
+        ax.set_xlabel("|mu|")
+        ax.set_ylabel("d")
+
+
+def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
+    recs = records(quick, cache)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    plot_panels(axes, recs)
+    fig.tight_layout()
+    return [save(fig, outdir / "fig3_heatmaps.png")]
