@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="sweeps", help="folder for the sweep's records (default sweeps/)")
     sw.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
     sw.add_argument("--scheduler", default=None, help="Dask distributed scheduler address")
+    fg = sub.add_parser("figures", help="regenerate the paper's figures")
+    fg.add_argument("names", nargs="*", help="figures to make (default: all)")
+    fg.add_argument("--quick", action="store_true", help="small grids (a smoke run)")
+    fg.add_argument("--outdir", default="figures", help="where the PNGs go (default figures/)")
+    fg.add_argument("--cache", default="sweeps/figures", help="sweep records reused between runs")
     g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
     g.add_argument("--h", type=float, default=1e-6, help="central-difference step")
     g.add_argument("--seed", type=int, default=0)
@@ -62,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check_grad(args)
         if args.command == "sweep":
             return cmd_sweep(args)
+        if args.command == "figures":
+            return cmd_figures(args)
         build_parser().print_help()
         return 2
     except (UsageError, ConfigError, DataError) as exc:
@@ -185,6 +192,18 @@ def cmd_sweep(args) -> int:
     print(f"sweep {spec.name}: {len(records)} of {n_points} records in {store.root}; {failed} failed")
     print(f"wrote {store.root / 'records.csv'}")
     return 1 if failed else 0
+
+
+def cmd_figures(args) -> int:
+    from .figures import NAMES, make
+
+    bad = [n for n in args.names if n not in NAMES]
+    if bad:
+        raise UsageError(f"figures: unknown figure(s) {', '.join(bad)}; choose from {', '.join(NAMES)}")
+    t = time.perf_counter()
+    make(args.names or None, outdir=args.outdir, quick=args.quick, cache=args.cache)
+    print(f"figures done in {time.perf_counter() - t:.1f} s")
+    return 0
 
 
 def cmd_check_grad(args) -> int:

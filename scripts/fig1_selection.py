@@ -1,0 +1,10 @@
+"""Regenerate figures/fig1_selection*.png (code: attnsim/figures/fig1_selection.py).
+
+Usage: python scripts/fig1_selection.py [--quick] [--outdir DIR]
+"""
+
+import sys
+
+from attnsim.cli import main
+
+sys.exit(main(["figures", "selection", *sys.argv[1:]]))

@@ -1,0 +1,10 @@
+"""Regenerate figures/fig3_heatmaps*.png (code: attnsim/figures/fig3_heatmaps.py).
+
+Usage: python scripts/fig3_heatmaps.py [--quick] [--outdir DIR]
+"""
+
+import sys
+
+from attnsim.cli import main
+
+sys.exit(main(["figures", "heatmaps", *sys.argv[1:]]))

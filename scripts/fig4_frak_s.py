@@ -1,0 +1,10 @@
+"""Regenerate figures/fig4_frak_s*.png (code: attnsim/figures/fig4_frak_s.py).
+
+Usage: python scripts/fig4_frak_s.py [--quick] [--outdir DIR]
+"""
+
+import sys
+
+from attnsim.cli import main
+
+sys.exit(main(["figures", "frak_s", *sys.argv[1:]]))

@@ -1,0 +1,10 @@
+"""Regenerate figures/fig5_delayed*.png (code: attnsim/figures/fig5_delayed.py).
+
+Usage: python scripts/fig5_delayed.py [--quick] [--outdir DIR]
+"""
+
+import sys
+
+from attnsim.cli import main
+
+sys.exit(main(["figures", "delayed", *sys.argv[1:]]))

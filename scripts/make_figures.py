@@ -1,0 +1,8 @@
+"""Regenerate every figure into figures/ (cached sweep records in sweeps/figures
+are reused). Usage: python scripts/make_figures.py [--quick] [--outdir DIR]"""
+
+import sys
+
+from attnsim.cli import main
+
+sys.exit(main(["figures", *sys.argv[1:]]))

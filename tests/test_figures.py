@@ -1,0 +1,28 @@
+"""Every figure in --quick mode, into a temporary folder; and the CLI entry."""
+
+import pytest
+
+from attnsim.cli import main
+from attnsim.figures import NAMES, make
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(NAMES))
+def test_figure_quick_smoke(name, tmp_path):
+    paths = make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
+    assert paths and all(p.exists() and p.stat().st_size > 10_000 for p in paths)
+    again = make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
+    assert again == paths  # cached sweep records are reused
+
+
+def test_figures_cli_rejects_unknown_names(capsys):
+    assert main(["figures", "nope"]) == 2
+    assert "unknown figure" in capsys.readouterr().err
+
+
+def test_figures_cli_writes_quick_dynamics(tmp_path):
+    assert (
+        main(["figures", "dynamics", "--quick", "--outdir", str(tmp_path), "--cache", str(tmp_path / "c")])
+        == 0
+    )
+    assert (tmp_path / "fig2_dynamics.png").exists()
