@@ -5,4 +5,5 @@ import sys
 
 from attnsim.cli import main
 
-sys.exit(main(["figures", *sys.argv[1:]]))
+if __name__ == "__main__":  # spawned sweep workers re-import this file
+    sys.exit(main(["figures", *sys.argv[1:]]))

@@ -26,3 +26,16 @@ def test_figures_cli_writes_quick_dynamics(tmp_path):
         == 0
     )
     assert (tmp_path / "fig2_dynamics.png").exists()
+
+
+@pytest.mark.slow
+def test_figure_script_runs_with_spawned_workers(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "fig6_phase.py"
+    args = [sys.executable, str(script), "--quick", "--outdir", str(tmp_path), "--cache", str(tmp_path / "c")]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "fig6_phase.png").exists()
