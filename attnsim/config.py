@@ -264,15 +264,20 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a config TOML file (top-level keys, or a [config] table)."""
+def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """A TOML file as a mapping; unreadable or invalid files are ConfigErrors."""
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read {what} file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a config TOML file (top-level keys, or a [config] table)."""
+    data = read_toml(path)
     if set(data) == {"config"} and isinstance(data["config"], dict):
         data = data["config"]
     return data

@@ -56,6 +56,7 @@ from .data import (
     draw_roles,
     draw_W0,
     flip_mask,
+    head,
 )
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
@@ -411,7 +412,7 @@ def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem,
     s = cfg.W_scale
     B = _bartlett(streams.init, k, k, d, s, lower=False)
     U_perp = _bartlett(streams.init, min(k, d - k), k, d - k, s, lower=False)
-    nu = (mu_pos - mu_neg) / np.linalg.norm(mu_pos - mu_neg) / cfg.signal_norm
+    nu = head(mu_pos, mu_neg)
     ds = Dataset(
         X=None,
         y=y,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import KEYS, Config, ConfigError, from_mapping, unknown_key_message
+from .config import KEYS, Config, ConfigError, from_mapping, read_toml, unknown_key_message
 from .results import SCHEMA_VERSION, _clean, atomic_write
 
 SETUP_KEYS = ("seed", "n", "T", "d", "sigma", "init_W", "init_W_scale", "init_p", "init_p_scale")
@@ -116,17 +116,7 @@ def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
-    import tomllib
-
-    path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read sweep file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    return parse_sweep(data, name=path.stem)
+    return parse_sweep(read_toml(path, "sweep"), name=Path(path).stem)
 
 
 def record_key(cfg: Config) -> str:
