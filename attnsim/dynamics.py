@@ -15,7 +15,7 @@ import numpy as np
 
 from . import kernels, metrics, theory
 from .config import Config
-from .data import ROLE_NAMES, Dataset
+from .data import Dataset
 from .engines import Problem
 from .population import Population, cached_sobol_normals
 
@@ -317,4 +317,4 @@ def _progress_bar(steps: int, progress: bool | None):
     return tqdm(total=steps, unit="step", disable=None if progress is None else not progress)
 
 
-__all__ = ["Trajectory", "run_gd", "log_grid", "pop_indices", "SimulationError", "ROLE_NAMES"]
+__all__ = ["Trajectory", "run_gd", "run_flow", "log_grid", "pop_indices", "SimulationError"]
