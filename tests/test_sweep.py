@@ -103,3 +103,19 @@ def test_store_ignores_temporary_files(tmp_path):
     (store.dir / ".abc.json.123.tmp").write_text("{half")
     store.write("k1", {"a": 1})
     assert store.done() == {"k1"} and store.records() == [{"a": 1}]
+
+
+def test_sweep_cli_runs_and_rejects_bad_files(tmp_path, capsys):
+    from attnsim.cli import main
+
+    good = tmp_path / "s.toml"
+    good.write_text('[sweep]\nname = "c"\nseeds = 1\n[base]\nn = 6\nT = 5\nsteps = 50\npop_points = 256\n'
+                    "[grid]\nd = [60, 80]\n")  # fmt: skip
+    assert main(["sweep", str(good), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
+    assert "2 of 2 records" in capsys.readouterr().out
+    assert (tmp_path / "out" / "c" / "records.csv").exists()
+    bad = tmp_path / "b.toml"
+    bad.write_text("[grid]\nsignal_nrm = [1]\n")
+    assert main(["sweep", str(bad)]) == 2
+    assert "did you mean 'signal_norm'" in capsys.readouterr().err
+    assert main(["sweep", str(tmp_path / "missing.toml")]) == 2
