@@ -131,16 +131,13 @@ def load(outdir: str | Path) -> Result:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _versions() -> tuple:
-    return tuple(versions_uncached().items())
-
-
 def versions() -> dict[str, str]:
+    """Package versions for result files (a fresh copy of a per-process value)."""
     return dict(_versions())
 
 
-def versions_uncached() -> dict[str, str]:
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str]:
     import numba
     import scipy
 
