@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 TRAIN_BLOCKS = ("W", "p", "nu")
+MAX_INT = 2**53  # integers above this are not exact in float64 (chi-square degrees of freedom, steps)
+MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
 
 
 class ConfigError(ValueError):
@@ -150,6 +152,8 @@ def _coerce(name: str, value: Any) -> Any:
             value = int(value)
         if not isinstance(value, int):
             raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        if abs(value) > MAX_INT:
+            raise ConfigError(f"{name}: at most 2^53 = {MAX_INT:.3g} (exact in float64), got {value:.3g}")
         return int(value)
     if kind == "float":
         if isinstance(value, str):
@@ -217,10 +221,46 @@ def _validate(c: Config) -> None:
     for key in ("init_W_scale", "init_p_scale"):
         v = getattr(c, key)
         _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
+    _check_scales(c)
     _require(
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
     )
+
+
+def _check_scales(c: Config) -> None:
+    """Refuse settings whose initial tokens, W(0), p(0) or logits overflow float64.
+
+    Norms: tokens |rho mu|, |mu| and sigma sqrt(d); W(0) about its entry scale
+    times sqrt(d) (1 for identity); p(0) its scale times sqrt(d) when drawn.
+    Each must stay below MAX_NORM and their product (the logits) and |W p|
+    below MAX_NORM^1.5, so that squares and Gram matrices stay finite.
+    """
+    root_d = math.sqrt(c.d)
+    parts = {
+        "signal_norm": c.signal_norm,
+        "rho": abs(c.rho) * c.signal_norm,
+        "sigma": c.sigma * root_d,
+        "init_W_scale": c.W_scale * root_d,  # checked even when unused: a value that cannot work
+        "init_p_scale": c.p_scale * root_d,
+    }
+    what = {"signal_norm": "|mu|", "rho": "|rho mu|", "sigma": "sigma sqrt(d)",
+            "init_W_scale": "the scale of W(0) (init_W_scale sqrt(d))",
+            "init_p_scale": "|p(0)| (init_p_scale sqrt(d))"}  # fmt: skip
+    for key, v in parts.items():
+        _require(
+            v <= MAX_NORM,
+            f"{key}: {getattr(c, key)!r} makes {what[key]} = {v:.3g}, which overflows float64 "
+            f"in products; keep it below {MAX_NORM:.0e}",
+        )
+    token = max(parts["signal_norm"], parts["rho"], parts["sigma"])
+    w = 1.0 if c.init_W == "identity" else parts["init_W_scale"]
+    p = parts["init_p_scale"] if c.init_p == "gaussian" else 0.0
+    if token * w * p > MAX_NORM**1.5 or w * p > MAX_NORM**1.5:
+        key = "init_p_scale" if p >= w else "init_W_scale"
+        raise ConfigError(
+            f"{key}: initial logits x . W(0) p(0) of about {token * w * p:.3g} overflow float64"
+        )
 
 
 def _parse_scalar(text: str) -> Any:
@@ -273,6 +313,8 @@ def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read {what} file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid TOML (not UTF-8 text)") from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -112,6 +112,7 @@ class Recorder:
         row["W_dev"] = float(np.linalg.norm(W - pb.W0))
         if j in self.pop_at:
             row.update(self.population(W, p, nu))
+        _check_finite(row)
         self.rows.append(row)
         sel = s.argmax(axis=1)
         self.extra["selected"].append(sel)
@@ -160,7 +161,7 @@ class Recorder:
         out = {}
         for key in keys:
             vals = [row.get(key, np.nan) for row in self.rows]
-            dtype = np.int64 if key in ("step", "n_fitted") else np.float64
+            dtype = np.int64 if key == "step" or key in metrics.COUNT_KEYS else np.float64
             out[key] = np.asarray(vals, dtype=dtype)
         for key, vals in self.extra.items():
             out[key] = np.asarray(vals)
@@ -173,6 +174,20 @@ class Recorder:
         if self.save_scores:
             out["logits"] = np.asarray(self.logits)
         return out
+
+
+# metrics that are NaN by design for an empty group (no noisy samples, say)
+_MAY_BE_NAN = ("train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", "score_")
+
+
+def _check_finite(row: dict) -> None:
+    """A metric that is inf or NaN (other than an empty group's) means the
+    state overflowed float64: stop rather than report it."""
+    for key, v in row.items():
+        if not np.isfinite(v) and not (np.isnan(v) and key.startswith(_MAY_BE_NAN)):
+            raise SimulationError(
+                f"diverged by step {row['step']}: {key} = {v} overflows float64 (reduce lr)"
+            )
 
 
 def make_population(cfg: Config, ds: Dataset, rng) -> Population | None:
@@ -260,10 +275,17 @@ def run_flow(
     for j, target in enumerate(grid):
         if j > 0:
             span = (cfg.lr * grid[j - 1], cfg.lr * target)
-            with np.errstate(over="ignore", invalid="ignore"):
-                sol = solve_ivp(
-                    field, span, theta, method=cfg.flow_method, rtol=cfg.flow_rtol, atol=cfg.flow_atol
-                )
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    sol = solve_ivp(
+                        field, span, theta, method=cfg.flow_method, rtol=cfg.flow_rtol, atol=cfg.flow_atol
+                    )
+            except kernels.EvaluationBudgetExceeded as exc:
+                raise SimulationError(
+                    f"gradient flow stalled between steps {grid[j - 1]} and {target} (at step "
+                    f"{exc.args[0] / cfg.lr:.4g}): {field.max_evals} evaluations of the vector field; the "
+                    f"logits are too large for the step-size control (reduce lr={cfg.lr:g} or steps)"
+                ) from None
             if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
                 raise SimulationError(
                     f"diverged between steps {grid[j - 1]} and {target}: gradient flow failed ({sol.message})"

@@ -38,6 +38,8 @@ supplies X_test.
 from __future__ import annotations
 
 import copy
+import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -153,6 +155,84 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     except ConfigError as exc:
         raise ConfigError(f"{why}; {exc}") from None
     return "implicit", why + "; implicit Bartlett construction"
+
+
+GD_FLOPS_PER_S = 1e10  # optimistic, so only hopeless runs are refused
+MAX_GD_SECONDS = 30 * 86400
+
+
+def n_log_points(cfg: Config) -> int:
+    """How many log points :func:`attnsim.dynamics.log_grid` will make (at most)."""
+    if cfg.log_scale == "linear":
+        return cfg.steps // cfg.log_every + 2
+    return cfg.log_points + 1
+
+
+def physical_memory() -> float:
+    """Bytes of RAM of this machine (inf when the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list[tuple[str, str, float]]:
+    """(keys, what, bytes) of the large arrays a run allocates, a conservative estimate."""
+    n, T, d, m = cfg.n, cfg.T, cfg.d, cfg.n * cfg.T
+    k = d if engine == "dense" else min(m + 2, d)
+    r = k + 1
+    f = 8.0
+    items = []
+    if engine != "implicit":
+        items.append(
+            ("n, T, d", f"the training tokens X (n*T*d = {n:.3g}*{T:.3g}*{d:.3g} floats)", f * n * T * d)
+        )
+    if engine == "dense":
+        items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
+    elif engine == "reduced":
+        items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
+        items.append(("d", "W(0) row blocks", f * min(float(d) * d, max(1 << 22, 64.0 * d))))
+    if engine != "dense":
+        items.append(("n, T", f"the reduced W, W(0) and factors (4 k^2 floats, k = {k:.3g})", 4 * f * k * r))
+    items.append(("test_n, T", f"the test set (test_n*T*(k+r) = {cfg.test_n:.3g}*{T}*{k + r:.3g} floats)",
+                  f * cfg.test_n * T * (k + r)))  # fmt: skip
+    items.append(
+        ("pop_points", f"the population points ({cfg.pop_points:.3g}*T floats)", f * cfg.pop_points * T)
+    )
+    L = n_log_points(cfg)
+    per = f * m * (6 if save_scores else 3) + 600 * f
+    keys = "steps, log_every" if cfg.log_scale == "linear" else "log_points"
+    items.append((keys, f"the log ({L:.3g} log points of {per:.3g} bytes)", L * per))
+    return items
+
+
+def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None:
+    """Refuse, before anything is allocated, a run that cannot fit in memory or
+    finish: one line naming the keys and the estimate (ConfigError, exit 2)."""
+    items = memory_estimate(cfg, engine, save_scores)
+    total = sum(b for _, _, b in items)
+    have = physical_memory()
+    if total > 0.8 * have:
+        keys, what, b = max(items, key=lambda it: it[2])
+        raise ConfigError(
+            f"{keys}: the run needs about {_bytes(total)} of memory, mostly {what}: {_bytes(b)}; "
+            f"this machine has {_bytes(have)}"
+        )
+    if cfg.integrator == "gd":
+        k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
+        seconds = cfg.steps * (6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k) / GD_FLOPS_PER_S
+        if seconds > MAX_GD_SECONDS:
+            raise ConfigError(
+                f"steps: {cfg.steps:.3g} GD steps would take about {seconds / 3.15e7:.3g} years here; "
+                "integrator=flow follows the same dynamics to 1e14 steps in seconds"
+            )
+
+
+def _bytes(b: float) -> str:
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if b >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.3g} bytes"
 
 
 def _check_implicit(cfg: Config, user_data: bool) -> None:

@@ -8,6 +8,18 @@ from .data import ROLE_NAMES
 
 GROUPS = ("clean", "noisy")
 REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted")
+SCORE_KEYS = tuple(f"score_{g}_{r}" for g in GROUPS for r in ROLE_NAMES)
+POP_KEYS = ("pop_error", "pop_error_se", "pop_loss", *(f"pop_score_{r}" for r in ROLE_NAMES))
+TEST_KEYS = ("test_loss", "test_acc")
+COUNT_KEYS = ("n_fitted", "n_fitted_clean", "n_fitted_noisy")
+GAP_KEYS = tuple(f"gap_{g}_{kind}" for g in GROUPS for kind in ("min", "mean", "eff"))
+# Every scalar metric logged at each log point, in result.json order. ``final``
+# holds their values at the last log point; nothing else enters it.
+LOG_METRICS = (
+    "train_loss", "train_acc", "train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", *COUNT_KEYS,
+    *TEST_KEYS, *SCORE_KEYS, "frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg", "p_norm", "W_dev",
+    *POP_KEYS, *GAP_KEYS,
+)  # fmt: skip
 
 
 class StateMetrics:
@@ -38,14 +50,16 @@ class StateMetrics:
         labels, so it measures memorization; ``train_acc_noisy_true`` compares
         them with their true labels.
         """
-        fitted = (self.y * f > 0).astype(float)
+        fitted = self.y * f > 0
         by_group = self.group_avg @ fitted
         return {
             "train_acc": float(fitted.mean()),
             "train_acc_clean": float(by_group[0]),
             "train_acc_noisy": float(by_group[1]),
             "train_acc_noisy_true": float(self.group_avg[1] @ (self.y_clean * f > 0)),
-            "n_fitted": int(fitted.sum()),
+            "n_fitted": int(np.count_nonzero(fitted)),
+            "n_fitted_clean": int(np.count_nonzero(fitted & ~self.noisy)),
+            "n_fitted_noisy": int(np.count_nonzero(fitted & self.noisy)),
         }
 
     def role_scores(self, s: np.ndarray) -> dict[str, float]:
@@ -70,25 +84,42 @@ def _avg_row(mask: np.ndarray) -> np.ndarray:
     return mask / mask.sum()
 
 
-def regime(final: dict, benign_error: float) -> str:
-    """Classify the end of a run (SPEC §3).
+def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, error: float | None,
+           benign_error: float) -> str:  # fmt: skip
+    """Classify the end of a run (SPEC §3) from integer counts of fitted samples.
 
-    not_overfitting: every clean sample fitted, no noisy one; partial: clean
-    fitted and some but not all noisy; benign / harmful: every sample fitted
-    and the population error (finite test error when there is no population
-    metric) at most / above ``benign_error``; underfit: some clean sample is
-    not fitted.
+    underfit: some clean sample is not fitted; not_overfitting: every clean
+    sample fitted, no noisy one; partial: some but not all noisy samples;
+    benign / harmful: every sample fitted and ``error`` (the population error,
+    or the finite test error when there is no population metric) at most /
+    above ``benign_error``; fitted: every sample fitted but no error measure.
+    Counts, not accuracies: a mean of 1/n weights is not exactly 1.0 for most n.
     """
-    clean_ok = final["train_acc_clean"] == 1.0 or np.isnan(final["train_acc_clean"])
-    noisy_acc = final["train_acc_noisy"]
-    if not clean_ok:
+    if fitted_clean < n_clean:
         return "underfit"
-    if np.isnan(noisy_acc) or noisy_acc == 1.0:
-        err = final.get("pop_error")
-        if err is None or np.isnan(err):
-            acc = final.get("test_acc")
-            if acc is None or np.isnan(acc):
-                return "fitted"
-            err = 1.0 - acc
-        return "benign" if err <= benign_error else "harmful"
-    return "not_overfitting" if noisy_acc == 0.0 else "partial"
+    if fitted_noisy < n_noisy:
+        return "not_overfitting" if fitted_noisy == 0 else "partial"
+    if error is None or not np.isfinite(error):
+        return "fitted"
+    return "benign" if error <= benign_error else "harmful"
+
+
+def final_metrics(arrays: dict[str, np.ndarray], n_noisy: int, benign_error: float) -> dict:
+    """The "final" section of a result: every :data:`LOG_METRICS` key at the
+    last log point (NaN for test and population metrics that were not
+    computed), the population error at initialization, the group sizes and
+    the regime."""
+    nan = float("nan")
+    final = {k: (arrays[k][-1].item() if k in arrays else nan) for k in LOG_METRICS}
+    final = {k: v for k, v in final.items() if k in arrays or k in TEST_KEYS + POP_KEYS}
+    final["pop_error_init"] = float(arrays["pop_error"][0]) if "pop_error" in arrays else nan
+    n = int(arrays["y"].size)
+    final["n_noisy"] = n_noisy
+    final["n_clean"] = n - n_noisy
+    error = final["pop_error"]
+    if not np.isfinite(error) and np.isfinite(final["test_acc"]):
+        error = 1.0 - final["test_acc"]
+    final["regime"] = regime(
+        n - n_noisy, final["n_fitted_clean"], n_noisy, final["n_fitted_noisy"], error, benign_error
+    )
+    return final

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: regimes from counts, n_clean and fitted counts in "final"
 
 
 @dataclass

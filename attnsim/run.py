@@ -16,7 +16,7 @@ from . import kernels, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, config_for_data, generate, load_npz, make_streams
 from .dynamics import make_population, run_flow, run_gd
-from .engines import build, build_implicit, choose_engine
+from .engines import build, build_implicit, check_resources, choose_engine
 
 _compiled = False
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -67,6 +67,7 @@ def simulate(
         ds = data if isinstance(data, Dataset) else load_npz(data, cfg)
         cfg = config_for_data(cfg, ds)
     engine, reason = choose_engine(cfg, user_data=data is not None)
+    check_resources(cfg, engine, save_scores)
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
     # elsewhere its threads keep spinning after each call and slow Numba's.
     setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1
@@ -87,18 +88,7 @@ def simulate(
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean
     if ds.roles is not None:
         arrays["roles"] = ds.roles
-    n_log = len(arrays["step"])
-    final = {
-        k: v[-1].item()
-        for k, v in arrays.items()
-        if v.ndim == 1 and v.size == n_log and k not in ("y", "y_clean", "fit_step")
-    }
-    final.pop("step")
-    for key in ("test_loss", "test_acc", "pop_error", "pop_error_se", "pop_loss"):
-        final.setdefault(key, float("nan"))
-    final["pop_error_init"] = float(arrays["pop_error"][0]) if "pop_error" in arrays else float("nan")
-    final["n_noisy"] = ds.n_noisy
-    final["regime"] = metrics.regime(final, cfg.benign_error)
+    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error)
     elapsed = time.perf_counter() - t0
     res = results.Result(
         config=cfg.to_dict(),

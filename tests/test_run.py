@@ -11,7 +11,7 @@ import pytest
 import attnsim
 from attnsim.config import Config
 from attnsim.dynamics import SimulationError, log_grid, pop_indices
-from attnsim.metrics import regime
+from attnsim.metrics import StateMetrics, final_metrics, regime
 
 
 def test_log_grid_linear_and_log_include_ends():
@@ -93,7 +93,10 @@ def test_save_and_load_roundtrip(small_cfg, tmp_path):
     r.save(tmp_path / "run")
     back = attnsim.load(tmp_path / "run")
     assert back.config == r.config and back.final["regime"] == r.final["regime"]
-    assert back.schema_version == 1 and back.versions["attnsim"] == attnsim.__version__
+    assert (
+        back.schema_version == attnsim.results.SCHEMA_VERSION
+        and back.versions["attnsim"] == attnsim.__version__
+    )
     np.testing.assert_array_equal(back.trajectory["train_loss"], r.trajectory["train_loss"])
     assert not list((tmp_path / "run").glob(".*tmp"))
 
@@ -114,16 +117,40 @@ def test_frozen_run_warns_and_keeps_going():
     assert len(r.trajectory["step"]) == 4 and np.ptp(r.trajectory["train_loss"][1:]) == 0
 
 
-def test_regime_rules():
-    base = {"train_acc_clean": 1.0, "pop_error": 0.01}
-    assert regime({**base, "train_acc_noisy": 0.0}, 0.05) == "not_overfitting"
-    assert regime({**base, "train_acc_noisy": 0.5}, 0.05) == "partial"
-    assert regime({**base, "train_acc_noisy": 1.0}, 0.05) == "benign"
-    assert regime({**base, "train_acc_noisy": 1.0, "pop_error": 0.1}, 0.05) == "harmful"
-    assert regime({**base, "train_acc_noisy": 1.0, "pop_error": 0.1}, 0.2) == "benign"
-    assert regime({**base, "train_acc_clean": 0.9, "train_acc_noisy": 1.0}, 0.05) == "underfit"
-    nopop = {"train_acc_clean": 1.0, "train_acc_noisy": 1.0, "pop_error": float("nan"), "test_acc": 0.8}
-    assert regime(nopop, 0.05) == "harmful"
+def test_regime_rules_from_counts():
+    assert regime(16, 16, 4, 0, 0.01, 0.05) == "not_overfitting"
+    assert regime(16, 16, 4, 2, 0.01, 0.05) == "partial"
+    assert regime(16, 16, 4, 4, 0.01, 0.05) == "benign"
+    assert regime(16, 16, 4, 4, 0.1, 0.05) == "harmful"
+    assert regime(16, 16, 4, 4, 0.1, 0.2) == "benign"
+    assert regime(16, 15, 4, 4, 0.01, 0.05) == "underfit"
+    assert regime(16, 16, 4, 4, None, 0.05) == "fitted"
+    assert regime(16, 16, 0, 0, 0.01, 0.05) == "benign"  # no noisy samples: all fitted
+
+
+@pytest.mark.parametrize("n_clean", [12, 14, 18, 20])
+def test_accuracy_of_non_power_of_two_groups_is_not_exactly_one(n_clean):
+    """Group accuracies are sums of 1/n weights; the regime must not depend on them."""
+    y = np.ones(n_clean)
+    m = StateMetrics(y, y, None)
+    acc = m.accuracy(np.ones(n_clean))
+    assert acc["n_fitted_clean"] == n_clean and acc["n_fitted_noisy"] == 0
+    final = final_metrics(
+        {"y": y, "pop_error": np.array([0.0]), **{k: np.array([v]) for k, v in acc.items()}}, 0, 0.05
+    )
+    assert final["regime"] == "benign"
+
+
+@pytest.mark.parametrize(
+    "over", [{"noise_rate": 0.0}, {"n": 18, "steps": 3000}, {"n": 14, "noise_rate": 0.3, "steps": 3000}]
+)
+def test_runs_that_fit_every_sample_are_never_underfit(over):
+    r = attnsim.simulate({**over, "log_every": 500, "pop_log_points": 2})
+    f = r.final
+    assert f["n_fitted_clean"] == f["n_clean"]
+    if f["n_fitted_noisy"] == f["n_noisy"]:
+        assert f["regime"] in ("benign", "harmful")
+    assert f["regime"] != "underfit"
 
 
 @pytest.mark.parametrize("engine", ["dense", "reduced"])

@@ -12,7 +12,7 @@ import numpy as np
 from ..metrics import regime
 from .common import save, sweep_records
 
-SAVE = ["train_acc_clean", "train_acc_noisy", "pop_error"]
+SAVE = ["n_fitted_clean", "n_fitted_noisy", "pop_error"]
 READINGS = (1000, 5000)
 SHOWN = ("not_overfitting", "partial", "benign", "harmful")
 
@@ -29,10 +29,11 @@ def records(quick: bool, cache: Path) -> list[dict]:
 
 
 def regime_at(rec: dict, step: int) -> str:
-    tr = rec["trajectory"]
+    tr, f = rec["trajectory"], rec["final"]
     j = list(tr["step"]).index(step)
-    final = {k: (np.nan if tr[k][j] is None else tr[k][j]) for k in SAVE}
-    return regime(final, rec["config"]["benign_error"])
+    err = np.nan if tr["pop_error"][j] is None else tr["pop_error"][j]
+    return regime(f["n_clean"], tr["n_fitted_clean"][j], f["n_noisy"], tr["n_fitted_noisy"][j], err,
+                  rec["config"]["benign_error"])  # fmt: skip
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
