@@ -7,6 +7,7 @@ Exit codes: 0 ok; 2 bad usage or bad input (one line, no traceback);
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 import warnings
@@ -55,9 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
+    try:
+        return _dispatch(argv, t_start)
+    except KeyboardInterrupt:
+        print("attnsim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(argv: list[str] | None, t_start: float) -> int:
     from .config import ConfigError
     from .data import DataError
     from .dynamics import SimulationError
+    from .results import OutputError
 
     try:
         args = build_parser().parse_args(argv)
@@ -71,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_figures(args)
         build_parser().print_help()
         return 2
-    except (UsageError, ConfigError, DataError) as exc:
+    except (UsageError, ConfigError, DataError, OutputError) as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 2
     except SimulationError as exc:
@@ -81,18 +91,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_run(args, t_start: float) -> int:
     from .config import make_config
+    from .results import check_output_dir
     from .run import simulate
 
     sets = list(args.sets) + ([f"engine={args.engine}"] if args.engine else [])
     cfg = make_config(args.config, sets)
     if args.data is not None and not Path(args.data).is_file():
         raise UsageError(f"--data: {args.data}: no such file")
+    outdir = Path(args.out) if args.out else _default_outdir(cfg)
+    check_output_dir(outdir)  # before the run: a finished run is never thrown away
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = simulate(cfg, data=args.data, save_scores=args.save_scores, progress=None)
     for w in caught:
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
-    outdir = Path(args.out) if args.out else _default_outdir(res)
     res.save(outdir)
     if args.plot:
         _plot(res, args.plot, outdir / f"{args.plot}.png")
@@ -102,11 +114,9 @@ def cmd_run(args, t_start: float) -> int:
     return 0
 
 
-def _default_outdir(res) -> Path:
-    from .config import from_mapping
-
+def _default_outdir(cfg) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{stamp}-{from_mapping(res.config).hash()}"
+    return Path("runs") / f"{stamp}-{cfg.hash()}"
 
 
 def _plot(res, kind: str, path: Path) -> None:
@@ -180,18 +190,22 @@ def format_summary(res) -> str:
 
 
 def cmd_sweep(args) -> int:
+    from .results import check_output_dir
     from .sweep import load_sweep, run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers: must be >= 1")
     spec = load_sweep(args.file)
-    n_points = len(spec.points())
-    store = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler)
-    records = store.records()
-    failed = sum(r.get("status") != "ok" for r in records)
-    print(f"sweep {spec.name}: {len(records)} of {n_points} records in {store.root}; {failed} failed")
-    print(f"wrote {store.root / 'records.csv'}")
-    return 1 if failed else 0
+    check_output_dir(Path(args.out) / spec.name)
+    report = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler)
+    for msg in report.messages:
+        print(f"attnsim: {msg}", file=sys.stderr)
+    print(
+        f"sweep {spec.name}: {report.ok} of {len(report.keys)} records in {report.root} "
+        f"({report.computed} computed now); {report.failed} failed"
+    )
+    print(f"wrote {report.root / 'records.csv'}")
+    return 1 if report.failed else 0
 
 
 def cmd_figures(args) -> int:
@@ -200,6 +214,10 @@ def cmd_figures(args) -> int:
     bad = [n for n in args.names if n not in NAMES]
     if bad:
         raise UsageError(f"figures: unknown figure(s) {', '.join(bad)}; choose from {', '.join(NAMES)}")
+    from .results import check_output_dir
+
+    check_output_dir(args.outdir, "--outdir")
+    check_output_dir(args.cache, "--cache")
     t = time.perf_counter()
     make(args.names or None, outdir=args.outdir, quick=args.quick, cache=args.cache)
     print(f"figures done in {time.perf_counter() - t:.1f} s")
@@ -210,6 +228,10 @@ def cmd_check_grad(args) -> int:
     from . import kernels
     from .model import finite_difference_errors, random_instance
 
+    if not (math.isfinite(args.h) and 0 < args.h < 1):
+        raise UsageError(f"check-grad --h: the difference step must be in (0, 1), got {args.h}")
+    if args.seed < 0:
+        raise UsageError(f"check-grad --seed: must be >= 0, got {args.seed}")
     worst = 0.0
     X, y, W, p, nu = random_instance(args.seed)
     n, T, k = X.shape

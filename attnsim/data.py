@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Config, ConfigError, exact_fraction
+from .config import MAX_NORM, Config, ConfigError, exact_fraction
 
 ROLE_NAMES = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
 RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, IRRELEVANT = range(4)
@@ -277,16 +277,49 @@ def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.n
 _OPTIONAL = ("y_clean", "roles", "mu_pos", "mu_neg", "sigma", "W0", "p0", "nu", "X_test", "y_test")
 
 
+def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, after checking each member's declared shape
+    and dtype (no object arrays; the total size fits in memory) from its header,
+    before anything is decompressed."""
+    import zipfile
+
+    from .engines import physical_memory
+
+    limit = 0.5 * physical_memory() if max_bytes is None else max_bytes
+    try:
+        with zipfile.ZipFile(path) as zf:
+            total = 0
+            for info in zf.infolist():
+                name = info.filename.removesuffix(".npy")
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else (
+                        np.lib.format.read_array_header_2_0)  # fmt: skip
+                    shape, _, dtype = read(fh)
+                if dtype.hasobject:
+                    raise DataError(
+                        f"{path}: array {name!r} holds Python objects; object arrays are not allowed"
+                    )
+                total += math.prod(shape) * dtype.itemsize
+                if total > limit:
+                    raise DataError(
+                        f"{path}: array {name!r} has shape {shape} ({dtype}): the arrays would need "
+                        f"{total / 1e9:.3g} GB in memory (at most {limit / 1e9:.3g} GB here)"
+                    )
+        with np.load(path, allow_pickle=False) as f:
+            return {k: np.asarray(f[k]) for k in f.files}
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such data file") from None
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input error
+        raise DataError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
+
+
 def load_npz(path: str | Path, cfg: Config) -> Dataset:
     """Read and validate ``--data FILE.npz`` (SPEC §2); raises DataError."""
     path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: np.asarray(f[k]) for k in f.files}
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such data file") from None
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input error
-        raise DataError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
+    arrays = read_npz(path)
     for key in ("X", "y"):
         if key not in arrays:
             raise DataError(f"{path}: missing required array {key!r} (need X (n,T,d) and y (n,))")
@@ -338,9 +371,22 @@ def load_npz(path: str | Path, cfg: Config) -> Dataset:
         sigma = float(s)
     if roles is None and mu_pos is not None:
         role_counts = cfg.role_counts if cfg.T == T else None
+    for name in ("X", "mu_pos", "mu_neg", "nu", "W0", "p0", "X_test"):
+        if name in arrays and arrays[name].size:
+            big = float(np.abs(arrays[name]).max())
+            if big * math.sqrt(d) > MAX_NORM:
+                raise DataError(
+                    f"{path}: array {name!r} has entries up to {big:.3g}; norms above {MAX_NORM:.0e} "
+                    "overflow float64 in products: rescale the data"
+                )
     if "nu" in arrays:
         nu = num("nu", 1, (d,))
     elif mu_pos is not None and mu_neg is not None:
+        if not np.linalg.norm(mu_pos - mu_neg) > 0 or not np.linalg.norm(mu_pos) > 0:
+            raise DataError(
+                f"{path}: cannot build the head nu = (mu_pos - mu_neg)/|mu_pos - mu_neg|/|mu_pos| "
+                "(mu_pos equals mu_neg or is zero): supply array 'nu'"
+            )
         nu = head(mu_pos, mu_neg)
     else:
         raise DataError(f"{path}: need array 'nu' (d,), or 'mu_pos' and 'mu_neg' to build it")

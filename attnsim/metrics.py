@@ -20,6 +20,12 @@ LOG_METRICS = (
     *TEST_KEYS, *SCORE_KEYS, "frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg", "p_norm", "W_dev",
     *POP_KEYS, *GAP_KEYS,
 )  # fmt: skip
+# every array trajectory.npz can hold: the log grid, the metrics, per-sample
+# records, and (with --save-scores) the full per-sample histories
+TRAJECTORY_KEYS = (
+    "step", *LOG_METRICS, "selected", "selected_role", "example_scores", "example_index", "fit_step", "y",
+    "y_clean", "roles", "scores", "logits", "gaps", "gap_eff", "gap_token",
+)  # fmt: skip
 
 
 class StateMetrics:

@@ -102,6 +102,39 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+class OutputError(ValueError):
+    """An output folder that cannot be created or written."""
+
+
+NAME_MAX = 255
+
+
+def check_output_dir(path: str | Path, what: str = "--out") -> Path:
+    """Check, before any work is done, that results can be written into the
+    folder ``path`` (created later if missing): no part of it is an existing
+    file, names fit the file system, and its nearest existing ancestor accepts
+    a new file (probed, so it also holds for root and read-only mounts).
+    Raises OutputError with one line naming the folder."""
+    p = Path(path)
+    for part in p.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise OutputError(f"{what}: {path}: the name {part[:20]}... is longer than {NAME_MAX} bytes")
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{what}: {path} exists and is not a folder")
+    base = p
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise OutputError(f"{what}: {path}: {base} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=base, prefix=".attnsim-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"{what}: {path}: cannot write in {base} ({exc.strerror})") from None
+    return p
+
+
 def load(outdir: str | Path) -> Result:
     """Read a result written by :meth:`Result.save`."""
     outdir = Path(outdir)

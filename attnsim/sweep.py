@@ -15,17 +15,30 @@ A sweep file (TOML)::
     signal_norm = {start = 5, stop = 100, num = 39}     # inclusive linspace
     d = {start = 250, stop = 5000, step = 125}           # inclusive arange
 
+Everything is validated before anything runs, each point included (a point
+that could never run is refused up front).
+
 Each point is one JSON record named by a hash of its full resolved config and
-the schema version, written atomically (temporary file + rename): kill a sweep
-at any moment and nothing finished is lost, nothing half-written is read;
-rerunning skips finished points. Points are grouped by what the reduced
-engine's setup depends on (d, seed, ...) and each group goes to one worker, so
-a group pays for its setup once. ``records.csv`` is a tidy table of all records.
+the schema version, written atomically (temporary file + rename) by the
+process that computed it as soon as it is finished: kill a sweep at any
+moment and nothing finished is lost, nothing half-written is read; rerunning
+skips finished points, retries failed ones and recomputes damaged records
+(moved aside to ``records/damaged/``). A lock per record (``flock``, released
+when its holder dies) lets two sweeps share one folder without computing a
+point twice. Points are grouped by what the reduced engine's setup depends on
+(d, seed, ...) and each group goes to one worker, so a group pays for its
+setup once. A worker that dies (the out-of-memory killer sends SIGKILL) is
+replaced and its unfinished points are re-queued; a point that kills two
+workers is recorded as failed. ``records.csv`` is a tidy table of the
+current sweep file's records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import difflib
+import fcntl
 import hashlib
 import io
 import itertools
@@ -33,8 +46,12 @@ import json
 import math
 import multiprocessing as mp
 import os
+import re
+import signal
 import time
+from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +61,10 @@ from .config import KEYS, Config, ConfigError, from_mapping, read_toml, unknown_
 from .results import SCHEMA_VERSION, _clean, atomic_write
 
 SETUP_KEYS = ("seed", "n", "T", "d", "sigma", "init_W", "init_W_scale", "init_p", "init_p_scale")
+META_KEYS = ("name", "seeds", "save")
+MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
+MAX_DEATHS = 2  # workers a point may take down with it before it is recorded as failed
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass
@@ -63,55 +84,140 @@ class SweepSpec:
         for combo in itertools.product(*(self.grid[k] for k in keys)):
             for seed in self.seeds:
                 values = {**self.base, **dict(zip(keys, combo)), "seed": seed}
-                out.append(from_mapping(values))
+                try:
+                    out.append(from_mapping(values))
+                except ConfigError as exc:
+                    at = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+                    raise ConfigError(f"{exc} (grid point {at or 'base'}, seed {seed})") from None
         return out
+
+    def to_dict(self) -> dict:
+        return _clean(self.__dict__)
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _axis(key: str, spec: Any) -> list:
+    """The values of one grid axis: a list, or an inclusive range {start, stop, num | step}."""
     if isinstance(spec, list):
-        if not spec:
-            raise ConfigError(f"grid.{key}: empty list")
-        return spec
-    if isinstance(spec, dict):
-        try:
-            start, stop = spec["start"], spec["stop"]
-            if "num" in spec:
-                vals = np.linspace(start, stop, int(spec["num"]))
-            else:
-                step = spec["step"]
-                vals = np.arange(start, stop + step / 2, step)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"grid.{key}: expected a list or {{start, stop, num|step}} ({exc})") from None
-        ints = all(isinstance(spec.get(k, 0), int) for k in ("start", "stop", "step"))
-        return [int(round(v)) for v in vals] if ints and "num" not in spec else [float(v) for v in vals]
-    return [spec]
+        vals = spec
+    elif isinstance(spec, dict):
+        vals = _range(key, spec)
+    else:
+        vals = [spec]
+    if not vals:
+        raise ConfigError(f"grid.{key}: no values")
+    for v in vals:
+        if isinstance(v, (list, dict)):
+            raise ConfigError(f"grid.{key}: values must be numbers, strings or booleans, got {v!r}")
+    if len({json.dumps(v) for v in vals}) < len(vals):
+        raise ConfigError(f"grid.{key}: duplicate values {vals}")
+    return vals
+
+
+def _range(key: str, spec: dict) -> list:
+    extra = set(spec) - {"start", "stop", "num", "step"}
+    if extra or not {"start", "stop"} <= set(spec) or ("num" in spec) == ("step" in spec):
+        raise ConfigError(f"grid.{key}: a range is {{start, stop, num}} or {{start, stop, step}}, got {spec}")
+    nums = {k: v for k, v in spec.items()}
+    for k, v in nums.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"grid.{key}.{k}: expected a finite number, got {v!r}")
+    start, stop = spec["start"], spec["stop"]
+    if "num" in spec:
+        num = spec["num"]
+        if not isinstance(num, int) or not 1 <= num <= MAX_POINTS:
+            raise ConfigError(f"grid.{key}.num: an integer from 1 to {MAX_POINTS}, got {num!r}")
+        if num == 1 and start != stop:
+            raise ConfigError(f"grid.{key}: num = 1 needs start = stop")
+        return [float(v) for v in np.linspace(start, stop, num)]
+    step = spec["step"]
+    if step == 0 or (stop - start) * step < 0:
+        raise ConfigError(f"grid.{key}: step {step} never goes from {start} to {stop}")
+    count = math.floor((stop - start) / step + 1e-9) + 1
+    if count > MAX_POINTS:
+        raise ConfigError(f"grid.{key}: {count:.3g} values (at most {MAX_POINTS})")
+    vals = [start + i * step for i in range(count)]
+    if all(isinstance(spec[k], int) for k in ("start", "stop", "step")):
+        return [int(v) for v in vals]
+    return [float(v) for v in vals]
+
+
+def _table(data: dict, name: str) -> dict:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"sweep file: [{name}] must be a table, got {value!r}")
+    return value
+
+
+def _seeds(value: Any) -> list[int]:
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        raise ConfigError(f"sweep.seeds: a count >= 1 or a list of integers >= 0, got {value!r}")
+    if isinstance(value, int):
+        if not 1 <= value <= MAX_POINTS:
+            raise ConfigError(f"sweep.seeds: a count from 1 to {MAX_POINTS}, got {value}")
+        return list(range(value))
+    if not value or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
+        raise ConfigError(f"sweep.seeds: a non-empty list of integers >= 0, got {value!r}")
+    if len(set(value)) < len(value):
+        raise ConfigError(f"sweep.seeds: duplicate seeds {value}")
+    return value
+
+
+def _save(value: Any) -> list[str]:
+    from .metrics import TRAJECTORY_KEYS
+
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+        raise ConfigError(f"sweep.save: a list of trajectory array names, got {value!r}")
+    for v in names:
+        if v not in TRAJECTORY_KEYS:
+            near = difflib.get_close_matches(v, TRAJECTORY_KEYS, n=1, cutoff=0.75)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"sweep.save: {v!r} is not a trajectory array{hint}")
+    return list(dict.fromkeys(names))
 
 
 def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
-    """Validate a sweep mapping (as read from TOML)."""
+    """Validate a sweep mapping (as read from TOML), every point included."""
+    from .engines import check_resources, choose_engine
+
     unknown = set(data) - {"sweep", "base", "grid"}
     if unknown:
         raise ConfigError(f"sweep file: unknown table(s) {sorted(unknown)}; use [sweep], [base], [grid]")
-    meta = data.get("sweep", {})
-    seeds = meta.get("seeds", [0])
-    if isinstance(seeds, int):
-        seeds = list(range(seeds))
-    if not isinstance(seeds, list) or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ConfigError("sweep.seeds: a list of integers >= 0, or a count")
-    base, grid = dict(data.get("base", {})), dict(data.get("grid", {}))
+    meta, base, grid = (dict(_table(data, t)) for t in ("sweep", "base", "grid"))
+    for key in meta:
+        if key not in META_KEYS:
+            near = difflib.get_close_matches(key, META_KEYS, n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(META_KEYS)}"
+            raise ConfigError(f"sweep.{key}: unknown key{hint}")
+    sweep_name = meta.get("name", name)
+    if not isinstance(sweep_name, str) or not NAME_RE.fullmatch(sweep_name) or ".." in sweep_name:
+        raise ConfigError(
+            f"sweep.name: {sweep_name!r} must be a plain folder name (letters, digits, '_', '-', '.')"
+        )
     for key in list(base) + list(grid):
-        if key not in KEYS:
-            raise ConfigError(unknown_key_message(key))
         if key == "seed":
             raise ConfigError("seed: set seeds in [sweep] seeds, not as a config key")
+        if key not in KEYS:
+            raise ConfigError(unknown_key_message(key))
+    both = set(base) & set(grid)
+    if both:
+        raise ConfigError(f"{sorted(both)[0]}: set in both [base] and [grid]")
     spec = SweepSpec(
-        name=str(meta.get("name", name)),
-        seeds=seeds,
+        name=sweep_name,
+        seeds=_seeds(meta.get("seeds", [0])),
         base=base,
         grid={k: _axis(k, v) for k, v in grid.items()},
-        save=list(meta.get("save", [])),
+        save=_save(meta.get("save", [])),
     )
-    spec.points()  # validates every point now, before anything runs
+    total = math.prod(len(v) for v in spec.grid.values()) * len(spec.seeds)
+    if total > MAX_POINTS:
+        raise ConfigError(f"sweep: {total:.3g} points (grid x seeds); at most {MAX_POINTS}")
+    for cfg in spec.points():  # every point now, before anything runs
+        engine, _ = choose_engine(cfg, user_data=False)
+        check_resources(cfg, engine)
     return spec
 
 
@@ -131,14 +237,14 @@ def setup_group(cfg: Config) -> tuple:
 
 
 def run_point(cfg_dict: dict, save: list[str]) -> dict:
-    """Simulate one point and return its record (runs in a worker)."""
+    """Simulate one point and return its record."""
     from .run import simulate
 
     t = time.perf_counter()
     try:
         res = simulate(cfg_dict)
     except Exception as exc:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
-        return {"config": cfg_dict, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        return _clean({"config": cfg_dict, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
     rec = {
         "schema_version": SCHEMA_VERSION,
         "status": "ok",
@@ -157,11 +263,6 @@ def run_point(cfg_dict: dict, save: list[str]) -> dict:
     return _clean(rec)
 
 
-def run_group(items: list[tuple[dict, list[str]]]) -> list[dict]:
-    """Run the points of one setup group in order (they share the setup)."""
-    return [run_point(cfg, save) for cfg, save in items]
-
-
 class Store:
     """One JSON file per record under ``root/records``; writes are atomic."""
 
@@ -169,23 +270,71 @@ class Store:
         self.root = Path(root)
         self.dir = self.root / "records"
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.damaged: list[str] = []
 
     def path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
+    def read(self, key: str) -> dict | None:
+        """The record of ``key``; None when missing. A damaged record (not a
+        JSON object with a status and a config) is moved aside and reported."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as fh:
+                rec = json.loads(fh.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            rec = None
+        if not (isinstance(rec, dict) and "status" in rec and isinstance(rec.get("config"), dict)):
+            self._move_aside(path)
+            return None
+        return rec
+
+    def _move_aside(self, path: Path) -> None:
+        aside = self.dir / "damaged"
+        aside.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, aside / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+            self.damaged.append(path.name)
+
     def done(self) -> set[str]:
-        return {p.stem for p in self.dir.glob("*.json")}
+        """Keys whose record finished successfully."""
+        return {p.stem for p in self.dir.glob("*.json") if (self.read(p.stem) or {}).get("status") == "ok"}
 
     def write(self, key: str, record: dict) -> None:
         text = json.dumps(record, sort_keys=True)
         atomic_write(self.path(key), lambda fh: fh.write(text.encode()))
 
-    def records(self) -> list[dict]:
-        out = []
-        for p in sorted(self.dir.glob("*.json")):
-            with open(p) as fh:
-                out.append(json.load(fh))
-        return out
+    def records(self, keys: list[str] | None = None) -> list[dict]:
+        """Records of ``keys`` (all records when None), in that order; missing ones skipped."""
+        if keys is None:
+            keys = sorted(p.stem for p in self.dir.glob("*.json"))
+        return [r for r in (self.read(k) for k in keys) if r is not None]
+
+    @contextlib.contextmanager
+    def lock(self, key: str):
+        """Hold the lock of one record (blocks while another process holds it)."""
+        path = self.dir / f"{key}.lock"
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # after the record is written: a waiter then finds it done
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def compute(self, key: str, cfg: dict, save: list[str]) -> bool:
+        """Compute and write one record unless it is done (maybe by another
+        sweep in the same folder); True when it was computed here."""
+        with self.lock(key):
+            rec = self.read(key)
+            if rec is not None and rec.get("status") == "ok":
+                return False
+            self.write(key, run_point(cfg, save))
+            return True
 
 
 def _flat(rec: dict) -> dict:
@@ -197,12 +346,13 @@ def _flat(rec: dict) -> dict:
             row[f"theory.{k}"] = v
     row["engine"] = rec.get("engine", {}).get("used")
     row["elapsed_s"] = rec.get("elapsed_s")
+    row["error"] = rec.get("error")
     return row
 
 
-def write_csv(store: Store, path: Path | None = None) -> Path:
-    """A tidy table of every record (one row per run)."""
-    rows = [_flat(r) for r in store.records()]
+def write_csv(store: Store, keys: list[str] | None = None, path: Path | None = None) -> Path:
+    """A tidy table of the records of ``keys`` (one row per run)."""
+    rows = [_flat(r) for r in store.records(keys)]
     cols: dict[str, None] = {}
     for row in rows:
         cols.update(dict.fromkeys(row))
@@ -215,7 +365,26 @@ def write_csv(store: Store, path: Path | None = None) -> Path:
     return path
 
 
-_WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+@dataclass
+class SweepReport:
+    """What a sweep run did: the store, the current sweep's keys and counts."""
+
+    store: Store
+    keys: list[str]
+    ok: int = 0
+    failed: int = 0
+    retried: int = 0
+    scheduled: int = 0  # points not done when the sweep started
+    computed: int = 0  # points computed by this sweep (another sweep may have done some)
+    workers: int = 0  # worker processes started (0: everything ran in this process)
+    messages: list[str] = field(default_factory=list)
+
+    def records(self) -> list[dict]:
+        return self.store.records(self.keys)
+
+    @property
+    def root(self) -> Path:
+        return self.store.root
 
 
 def run_sweep(
@@ -225,98 +394,255 @@ def run_sweep(
     scheduler: str | None = None,
     client=None,
     progress: bool | None = None,
-) -> Store:
-    """Run every unfinished point of ``spec`` and return its store.
+) -> SweepReport:
+    """Run every unfinished point of ``spec``; returns a :class:`SweepReport`.
 
-    workers: local processes (default: the number of cores); each runs whole
-    setup groups. scheduler / client: a Dask distributed scheduler address or
-    Client, used instead of local processes.
+    workers: local processes (default: the number of cores, never more than
+    there are tasks; one task runs in this process). scheduler / client: a
+    Dask distributed scheduler address or Client, used instead of local
+    processes (its records are written here as each group finishes).
     """
     from tqdm.auto import tqdm
 
-    store = Store(Path(out) / spec.name)
-    atomic_write(
-        store.root / "sweep.json",
-        lambda fh: fh.write(json.dumps(_clean(spec.__dict__), indent=2).encode()),
-    )
-    done = store.done()
-    groups: dict[tuple, list] = {}
-    for cfg in spec.points():
-        key = record_key(cfg)
-        if key not in done:
-            groups.setdefault(setup_group(cfg), []).append((key, cfg.to_dict(resolved=False)))
-    todo = sum(len(g) for g in groups.values())
-    bar = tqdm(total=todo, unit="run", desc=spec.name, disable=None if progress is None else not progress)
-    batches = [[(cfg, spec.save) for _, cfg in g] for g in groups.values()]
-    keys = [[k for k, _ in g] for g in groups.values()]
-    if todo == 0:
-        bar.close()
-        write_csv(store)
-        return store
-    if client is not None or scheduler is not None:
-        _run_dask(batches, keys, store, bar, client, scheduler)
-    else:
-        _run_local(batches, keys, store, bar, workers or os.cpu_count() or 1)
-    bar.close()
-    write_csv(store)
-    return store
+    if scheduler is not None and client is None:
+        client = _connect(scheduler)  # before anything is written
+    own_client = scheduler is not None
+    try:
+        store = Store(Path(out) / spec.name)
+        _write_spec(store, spec)
+        points = spec.points()
+        keys = [record_key(c) for c in points]
+        report = SweepReport(store, keys)
+        before = {k: store.read(k) for k in keys}
+        report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
+        groups: dict[tuple, list] = {}
+        for key, cfg in zip(keys, points):
+            rec = before[key]
+            if rec is None or rec.get("status") != "ok":
+                groups.setdefault(setup_group(cfg), []).append((key, cfg.to_dict(resolved=False), spec.save))
+        tasks = [t for g in groups.values() for t in _chunks(g, len(keys), workers or os.cpu_count() or 1)]
+        report.scheduled = sum(len(t) for t in tasks)
+        bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
+                   disable=None if progress is None else not progress)  # fmt: skip
+        try:
+            if not tasks:
+                pass
+            elif client is not None:
+                _run_dask(tasks, store, bar, client, report)
+            else:
+                _run_local(tasks, store, bar, min(workers or os.cpu_count() or 1, len(tasks)), report)
+        finally:
+            bar.close()
+    finally:
+        if own_client:
+            client.close()
+    final = {k: store.read(k) for k in keys}
+    report.ok = sum(1 for r in final.values() if r is not None and r.get("status") == "ok")
+    report.failed = sum(1 for r in final.values() if r is not None and r.get("status") != "ok")
+    if store.damaged:
+        report.messages.append(
+            f"moved {len(store.damaged)} damaged record(s) to {store.dir / 'damaged'} and recomputed them: "
+            + ", ".join(sorted(set(store.damaged)))
+        )
+    if report.retried:
+        report.messages.append(f"retried {report.retried} point(s) that had failed before")
+    write_csv(store, keys)
+    return report
 
 
-def _save(store: Store, keys: list[str], records: list[dict], bar) -> None:
-    for key, rec in zip(keys, records):
-        store.write(key, rec)
-    bar.update(len(records))
+def _connect(scheduler: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ConfigError("--scheduler: needs dask; pip install 'attnsim[dask]'") from None
+    try:
+        return Client(scheduler, timeout=10)
+    except (OSError, TimeoutError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"--scheduler: cannot connect to {scheduler!r} ({type(exc).__name__}: {exc})"
+        ) from None
 
 
-def _split(batches, keys, n_parts: int):
-    """Split large groups so every worker has work (each part still shares its setup)."""
-    total = sum(len(b) for b in batches)
-    size = max(1, math.ceil(total / max(1, 4 * n_parts)))
-    out_b, out_k = [], []
-    for b, k in zip(batches, keys):
-        for i in range(0, len(b), size):
-            out_b.append(b[i : i + size])
-            out_k.append(k[i : i + size])
-    return out_b, out_k
+def _write_spec(store: Store, spec: SweepSpec) -> None:
+    """sweep.json describes the current grid; an earlier different grid's file
+    is kept as sweep.<its hash>.json."""
+    path = store.root / "sweep.json"
+    text = json.dumps(spec.to_dict(), indent=2)
+    if path.exists():
+        old = path.read_bytes()
+        if old == text.encode():
+            return
+        digest = hashlib.sha256(old).hexdigest()[:10]
+        os.replace(path, store.root / f"sweep.{digest}.json")
+    atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
-def _run_local(batches, keys, store, bar, workers: int) -> None:
-    batches, keys = _split(batches, keys, workers)
-    if workers <= 1:
-        for b, k in zip(batches, keys):
-            _save(store, k, run_group(b), bar)
-        return
-    ctx = mp.get_context("spawn")  # Numba's threads do not survive fork
+def _chunks(group: list, total: int, workers: int) -> list[list]:
+    """Split a setup group so every worker has work (each part still shares its setup)."""
+    size = max(1, math.ceil(total / max(1, 4 * workers)))
+    return [group[i : i + size] for i in range(0, len(group), size)]
+
+
+# -- local processes ------------------------------------------------------------
+
+_WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
+
+def _worker_main(conn, root: str) -> None:
+    """A worker: receives tasks (lists of points), computes and writes each
+    record, and reports ("done", key, status) per point and ("idle",) per task."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+
+    def _term(*_):
+        raise SystemExit(143)  # unwinds: temporary files are removed, locks released
+
+    signal.signal(signal.SIGTERM, _term)
+    store = Store(Path(root))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        for key, cfg, save in task:
+            conn.send(("done", key, store.compute(key, cfg, save)))
+        conn.send(("idle",))
+
+
+class _Worker:
+    def __init__(self, ctx, root: Path):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, str(root)), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: list | None = None  # the points sent and not yet reported
+
+
+def _spawn(ctx, root: Path, report: SweepReport) -> _Worker:
+    report.workers += 1
     saved = {k: os.environ.get(k) for k in _WORKER_ENV}
     os.environ.update(_WORKER_ENV)  # spawned workers read these before importing numpy
     try:
-        pool = ctx.Pool(workers)
+        return _Worker(ctx, root)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    with pool:
-        jobs = {i: pool.apply_async(run_group, (b,)) for i, b in enumerate(batches)}
-        while jobs:
-            for i in [i for i, j in jobs.items() if j.ready()]:
-                _save(store, keys[i], jobs.pop(i).get(), bar)
-            time.sleep(0.02)
 
 
-def _run_dask(batches, keys, store, bar, client, scheduler) -> None:
-    from distributed import Client, as_completed
-
-    own = client is None
-    client = client or Client(scheduler)
+def _run_local(tasks: list[list], store: Store, bar, workers: int, report: SweepReport) -> None:
+    if workers <= 1:
+        for task in tasks:
+            for key, cfg, save in task:
+                report.computed += store.compute(key, cfg, save)
+                bar.update(1)
+        return
+    ctx = mp.get_context("spawn")  # Numba's threads do not survive fork
+    queue = deque(tasks)
+    deaths: dict[str, int] = {}
+    pool: list[_Worker] = []
     try:
-        futures = {client.submit(run_group, b, pure=False): k for b, k in zip(batches, keys)}
-        for fut in as_completed(futures):
-            _save(store, futures[fut], fut.result(), bar)
+        pool = [_spawn(ctx, store.root, report) for _ in range(workers)]
+        while queue or any(w.task for w in pool):
+            for w in pool:
+                if w.task is None and queue:
+                    w.task = list(queue.popleft())
+                    w.conn.send(w.task)
+            wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=1.0)
+            alive = []
+            for w in pool:
+                _drain(w, bar, report)
+                if w.proc.exitcode is None:
+                    alive.append(w)
+                    continue
+                if w.task:  # died with unfinished points; the first was being computed
+                    key, cfg, _ = w.task[0]
+                    deaths[key] = deaths.get(key, 0) + 1
+                    rest = w.task
+                    if deaths[key] >= MAX_DEATHS:
+                        store.write(key, _dead_record(cfg, w.proc.exitcode))
+                        bar.update(1)
+                        rest = w.task[1:]
+                    if rest:
+                        queue.appendleft(rest)
+                    report.messages.append(
+                        f"a worker died (exit code {w.proc.exitcode}) with {len(w.task)} point(s) unfinished; "
+                        + ("re-queued" if deaths[key] < MAX_DEATHS else f"recorded {key} as failed")
+                    )
+                w.conn.close()
+                if queue:
+                    alive.append(_spawn(ctx, store.root, report))
+            pool = alive
     finally:
-        if own:
-            client.close()
+        _stop(pool)
+
+
+def _drain(w: _Worker, bar, report: SweepReport) -> None:
+    """Read every message a worker has sent."""
+    try:
+        while w.task is not None and w.conn.poll():
+            msg = w.conn.recv()
+            if msg[0] == "done":
+                w.task = [t for t in w.task if t[0] != msg[1]]
+                report.computed += msg[2]
+                bar.update(1)
+            elif msg[0] == "idle":
+                w.task = None
+    except (EOFError, OSError):
+        pass
+
+
+def _dead_record(cfg: dict, exitcode: int | None) -> dict:
+    why = (
+        f"killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exit code {exitcode}"
+    )
+    return _clean({
+        "status": "failed",
+        "config": cfg,
+        "error": f"the worker computing this point died {MAX_DEATHS} times ({why}; SIGKILL usually means "
+        "the out-of-memory killer)",
+    })  # fmt: skip
+
+
+def _stop(pool: list[_Worker]) -> None:
+    """Ask idle workers to exit; terminate busy ones (Ctrl-C): they unwind and
+    remove their temporary files; anything still alive after 5 s is killed."""
+    for w in pool:
+        if w.proc.exitcode is None:
+            if w.task:
+                w.proc.terminate()
+            else:
+                with contextlib.suppress(OSError):
+                    w.conn.send(None)
+    deadline = time.monotonic() + 5.0
+    for w in pool:
+        w.proc.join(max(0.0, deadline - time.monotonic()))
+        if w.proc.exitcode is None:
+            w.proc.kill()
+            w.proc.join()
+        w.conn.close()
+
+
+# -- Dask -------------------------------------------------------------------------
+
+
+def run_group(items: list[tuple[str, dict, list[str]]]) -> list[tuple[str, dict]]:
+    """Run the points of one setup group in order (they share the setup)."""
+    return [(key, run_point(cfg, save)) for key, cfg, save in items]
+
+
+def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:
+    from distributed import as_completed
+
+    futures = [client.submit(run_group, t, pure=False) for t in tasks]
+    for fut in as_completed(futures):
+        for key, rec in fut.result():
+            store.write(key, rec)
+            report.computed += 1
+            bar.update(1)
 
 
 def load_records(root: str | Path) -> list[dict]:

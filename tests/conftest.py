@@ -1,18 +1,19 @@
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peer_small.npz"
+DATA = Path(__file__).resolve().parent / "data"  # copies of the official-code runs (see its README)
 
 
 @pytest.fixture
 def fixture_path():
-    path = Path(os.environ.get("ATTNSIM_PEER_FIXTURE", FIXTURE))
-    if not path.exists():
-        pytest.fail(f"parity fixture not found at {path} (set ATTNSIM_PEER_FIXTURE)")
-    return path
+    return DATA / "peer_small.npz"
+
+
+@pytest.fixture
+def encoder_fixture_path():
+    return DATA / "peer_encoder_small.npz"
 
 
 @pytest.fixture

@@ -1,10 +1,12 @@
-"""Sweeps: grids, resumable store, local and Dask executors."""
+"""Sweeps: grids, resumable store, local and Dask executors, and what real
+machines do to them (killed workers, damaged records, concurrent sweeps)."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -15,9 +17,9 @@ from attnsim.sweep import Store, load_records, parse_sweep, record_key, run_swee
 BASE = {"n": 6, "T": 5, "steps": 100, "log_every": 50, "pop_points": 256, "pop_log_points": 2}
 
 
-def _spec(name="t", seeds=2, **grid):
+def _spec(name="t", seeds=2, base=None, **grid):
     grid = grid or {"d": [60, 90], "signal_norm": {"start": 2.0, "stop": 6.0, "num": 3}}
-    return parse_sweep({"sweep": {"name": name, "seeds": seeds}, "base": BASE, "grid": grid})
+    return parse_sweep({"sweep": {"name": name, "seeds": seeds}, "base": base or BASE, "grid": grid})
 
 
 def test_sweep_grid_expansion_and_validation():
@@ -26,6 +28,7 @@ def test_sweep_grid_expansion_and_validation():
     assert len(pts) == 2 * 3 * 2
     assert sorted({p.signal_norm for p in pts}) == [2.0, 4.0, 6.0]
     assert parse_sweep({"grid": {"d": {"start": 250, "stop": 5000, "step": 125}}}).grid["d"][-1] == 5000
+    assert parse_sweep({"sweep": {"save": "train_loss"}}).save == ["train_loss"]
     assert len({record_key(p) for p in pts}) == len(pts)
     with pytest.raises(ConfigError, match="did you mean 'signal_norm'"):
         parse_sweep({"grid": {"signal_nrm": [1]}})
@@ -37,50 +40,128 @@ def test_sweep_grid_expansion_and_validation():
 
 def test_sweep_runs_writes_csv_and_skips_finished(tmp_path):
     spec = _spec()
-    store = run_sweep(spec, tmp_path, workers=1, progress=False)
-    recs = store.records()
-    assert len(recs) == 12 and all(r["status"] == "ok" for r in recs)
-    assert (store.root / "records.csv").read_text().count("\n") == 13
-    before = {p.name: p.read_bytes() for p in store.dir.iterdir()}
-    run_sweep(spec, tmp_path, workers=1, progress=False)
-    assert {p.name: p.read_bytes() for p in store.dir.iterdir()} == before
+    rep = run_sweep(spec, tmp_path, workers=1, progress=False)
+    recs = rep.records()
+    assert len(recs) == 12 and all(r["status"] == "ok" for r in recs) and rep.computed == 12
+    assert (rep.root / "records.csv").read_text().count("\n") == 13
+    before = {p.name: p.read_bytes() for p in rep.store.dir.iterdir()}
+    again = run_sweep(spec, tmp_path, workers=1, progress=False)
+    assert again.computed == 0 and again.ok == 12
+    assert {p.name: p.read_bytes() for p in rep.store.dir.iterdir()} == before
 
 
 _SCRIPT = """
 import sys
 from attnsim.sweep import parse_sweep, run_sweep
-spec = parse_sweep({"sweep": {"name": "k", "seeds": 40},
-                    "base": {"n": 6, "T": 5, "d": 80, "steps": 400, "pop_points": 256},
+spec = parse_sweep({"sweep": {"name": "k", "seeds": int(sys.argv[3])},
+                    "base": {"n": 6, "T": 5, "d": 80, "steps": int(sys.argv[4]), "pop_points": 256},
                     "grid": {"signal_norm": [3.0]}})
-run_sweep(spec, sys.argv[1], workers=1, progress=False)
+rep = run_sweep(spec, sys.argv[1], workers=int(sys.argv[2]), progress=False)
+print("computed", rep.computed, "ok", rep.ok, "failed", rep.failed, "workers", rep.workers)
+for m in rep.messages:
+    print(m)
 """
 
 
-def test_sweep_resumes_after_being_killed(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(tmp_path)], start_new_session=True)
-    recdir = tmp_path / "k" / "records"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not recdir.exists() or len(list(recdir.glob("*.json"))) < 3):
+def _script(tmp_path, workers, seeds=40, steps=400, **kw):
+    return subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT, str(tmp_path), str(workers), str(seeds), str(steps)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw,
+    )  # fmt: skip
+
+
+def _wait_for_records(recdir, count, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and (not recdir.exists() or len(list(recdir.glob("*.json"))) < count):
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sweep_resumes_after_the_whole_group_is_killed(tmp_path, workers):
+    proc = _script(tmp_path, workers, start_new_session=True)
+    recdir = tmp_path / "k" / "records"
+    _wait_for_records(recdir, 3, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     first = {p.name: p.read_bytes() for p in recdir.glob("*.json")}
     assert 3 <= len(first) < 40
     for text in first.values():
         json.loads(text)  # nothing half-written
-    subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path)], check=True)
+    out = _script(tmp_path, workers).communicate(timeout=300)[0]
     after = {p.name: p.read_bytes() for p in recdir.glob("*.json")}
-    assert len(after) == 40
+    assert len(after) == 40 and f"computed {40 - len(first)} ok 40 failed 0" in out
     assert all(after[name] == data for name, data in first.items())  # not recomputed
+
+
+def _workers_of(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    mine = []
+    for child in out:
+        try:
+            cmd = open(f"/proc/{child}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"spawn_main" in cmd:
+            mine.append(int(child))
+    return mine
+
+
+def test_sweep_survives_a_killed_worker(tmp_path):
+    proc = _script(tmp_path, 2, seeds=24, steps=1500)
+    _wait_for_records(tmp_path / "k" / "records", 2, proc)
+    victims = _workers_of(proc.pid)
+    assert victims
+    os.kill(victims[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "ok 24 failed 0" in out and "a worker died (exit code -9)" in out
+
+
+_KILLER = """
+import os, signal
+import attnsim.sweep as sweep
+_run = sweep.run_point
+def run_point(cfg, save):
+    if cfg.get("signal_norm") == 13.0:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+    return _run(cfg, save)
+sweep.run_point = run_point
+"""
+
+
+def test_sweep_point_that_keeps_killing_workers_is_recorded_as_failed(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_KILLER)
+    script = textwrap.dedent(f"""
+        from attnsim.sweep import parse_sweep, run_sweep
+        spec = parse_sweep({{"sweep": {{"name": "x"}}, "base": {BASE!r}, "grid": {{"d": [40, 50, 60],
+                            "signal_norm": [3.0, 13.0]}}}})
+        rep = run_sweep(spec, {str(tmp_path)!r}, workers=2, progress=False)
+        print("ok", rep.ok, "failed", rep.failed)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "ok 3 failed 3" in out.stdout
+    failed = [r for r in load_records(tmp_path / "x") if r["status"] == "failed"]
+    assert len(failed) == 3 and all("died 2 times (killed by signal 9" in r["error"] for r in failed)
 
 
 def test_sweep_local_processes_match_serial(tmp_path):
     spec = _spec(seeds=1)
-    a = run_sweep(spec, tmp_path / "serial", workers=1, progress=False).records()
-    b = run_sweep(spec, tmp_path / "pool", workers=2, progress=False).records()
-    fa = {record_key_of(r): r["final"] for r in a}
-    fb = {record_key_of(r): r["final"] for r in b}
-    assert fa == fb
+    a = run_sweep(spec, tmp_path / "serial", workers=1, progress=False)
+    b = run_sweep(spec, tmp_path / "pool", workers=2, progress=False)
+    assert a.workers == 0 and b.workers == 2
+    assert {record_key_of(r): r["final"] for r in a.records()} == {
+        record_key_of(r): r["final"] for r in b.records()
+    }
+
+
+def test_sweep_never_starts_more_workers_than_tasks(tmp_path):
+    one = run_sweep(_spec(seeds=1, d=[60], signal_norm=[2.0]), tmp_path, workers=16, progress=False)
+    assert one.workers == 0 and one.ok == 1
 
 
 def record_key_of(rec):
@@ -93,16 +174,61 @@ def test_sweep_dask_executor_matches_local(tmp_path):
     local = run_sweep(spec, tmp_path / "local", workers=1, progress=False).records()
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster:
         with distributed.Client(cluster) as client:
-            store = run_sweep(spec, tmp_path / "dask", client=client, progress=False)
-    remote = load_records(store.root)
+            rep = run_sweep(spec, tmp_path / "dask", client=client, progress=False)
+    remote = load_records(rep.root)
     assert {record_key_of(r): r["final"] for r in local} == {record_key_of(r): r["final"] for r in remote}
 
 
 def test_store_ignores_temporary_files(tmp_path):
     store = Store(tmp_path)
     (store.dir / ".abc.json.123.tmp").write_text("{half")
-    store.write("k1", {"a": 1})
-    assert store.done() == {"k1"} and store.records() == [{"a": 1}]
+    store.write("k1", {"status": "ok", "config": {}})
+    assert store.done() == {"k1"} and store.records() == [{"status": "ok", "config": {}}]
+
+
+def test_damaged_records_are_moved_aside_and_recomputed(tmp_path):
+    spec = _spec(seeds=1)
+    first = run_sweep(spec, tmp_path, workers=1, progress=False)
+    paths = [first.store.path(k) for k in first.keys[:3]]
+    good = paths[0].read_bytes()
+    paths[0].write_bytes(good[: len(good) // 2])  # truncated by a crash of the file system
+    paths[1].write_text("{}")
+    paths[2].write_text("[]")
+    again = run_sweep(spec, tmp_path, workers=1, progress=False)
+    assert again.computed == 3 and again.ok == len(spec.points())
+    assert any("damaged" in m and paths[0].name in m and paths[2].name in m for m in again.messages)
+    assert len(list((first.store.dir / "damaged").iterdir())) == 3
+    assert json.loads(paths[0].read_bytes())["status"] == "ok"
+
+
+def test_failed_points_are_retried_on_rerun(tmp_path):
+    spec = _spec(seeds=1, base={**BASE, "lr": 1e300}, d=[60, 70, 80])  # diverges: recorded as failed
+    first = run_sweep(spec, tmp_path, workers=1, progress=False)
+    assert first.failed == 3 and first.computed == 3
+    assert "diverged at step" in first.records()[0]["error"]
+    again = run_sweep(spec, tmp_path, workers=1, progress=False)
+    assert again.computed == 3 and any("retried 3" in m for m in again.messages)
+
+
+def test_changed_grid_reports_only_the_current_sweep(tmp_path):
+    big = _spec(name="g", seeds=1, d=[60, 80], signal_norm=[2.0])
+    run_sweep(big, tmp_path, workers=1, progress=False)
+    small = _spec(name="g", seeds=1, d=[60], signal_norm=[2.0])
+    rep = run_sweep(small, tmp_path, workers=1, progress=False)
+    assert rep.ok == 1 and len(rep.keys) == 1 and rep.computed == 0
+    assert (rep.root / "records.csv").read_text().count("\n") == 2
+    assert json.loads((rep.root / "sweep.json").read_text())["grid"]["d"] == [60]
+    kept = list(rep.root.glob("sweep.*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["grid"]["d"] == [60, 80]
+
+
+def test_two_sweeps_into_one_folder_compute_each_point_once(tmp_path):
+    procs = [_script(tmp_path, 1, seeds=12, steps=600) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    computed = [int(o.split()[1]) for o in outs]
+    assert sum(computed) == 12, outs
+    assert not list((tmp_path / "k" / "records").glob("*.lock"))
 
 
 def test_sweep_cli_runs_and_rejects_bad_files(tmp_path, capsys):

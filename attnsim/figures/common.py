@@ -7,24 +7,14 @@ from pathlib import Path
 import numpy as np
 
 from ..results import atomic_write
-from ..sweep import parse_sweep, record_key, run_sweep
+from ..sweep import parse_sweep, run_sweep
 
 
 def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=()) -> list[dict]:
     """Run (or reuse) a sweep under ``cache`` and return its successful records."""
     spec = parse_sweep({"sweep": {"name": name, "seeds": list(seeds), "save": list(save)},
                         "base": base, "grid": grid})  # fmt: skip
-    store = run_sweep(spec, cache, progress=None)
-    keys = {record_key(c) for c in spec.points()}
-    records = [_load(p) for p in store.dir.glob("*.json") if p.stem in keys]
-    return [r for r in records if r.get("status") == "ok"]
-
-
-def _load(path: Path) -> dict:
-    import json
-
-    with open(path) as fh:
-        return json.load(fh)
+    return [r for r in run_sweep(spec, cache, progress=None).records() if r.get("status") == "ok"]
 
 
 def save(fig, path: Path, dpi: int = 110) -> Path:

@@ -1,0 +1,264 @@
+"""Bad input, table-driven: exit code 2, one line naming the key or file,
+no traceback, nothing written (SPEC §8). And Ctrl-C: exit 130, one line."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnsim.cli import main
+
+FIXTURE = Path(__file__).parent / "data" / "peer_small.npz"
+TINY = ["--set", "n=4", "--set", "T=4", "--set", "d=20", "--set", "steps=5", "--set", "pop_points=64"]
+
+
+def _npz(path, **arrays):
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def _fixture_variant(tmp, name, **changes):
+    arrays = dict(np.load(FIXTURE))
+    for k, v in changes.items():
+        if v is None:
+            arrays.pop(k)
+        else:
+            arrays[k] = v(arrays) if callable(v) else v
+    return _npz(tmp / name, **arrays)
+
+
+def _bomb(path):
+    """An npz whose header declares a 8 TB array and holds 80 bytes."""
+    header = {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)}
+    with zipfile.ZipFile(path, "w") as zf, zf.open("X.npy", "w") as fh:
+        np.lib.format.write_array_header_1_0(fh, header)
+        fh.write(b"\0" * 80)
+    return str(path)
+
+
+def _toml(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def _garbage(path):
+    path.write_bytes(bytes(range(256)) * 4)
+    return str(path)
+
+
+SWEEP = '[sweep]\nname = "s"\n[base]\nn = 4\nT = 4\nd = 20\nsteps = 5\npop_points = 64\n'
+
+
+def _sweep(tmp, text):
+    return _toml(tmp / "sweep.toml", text)
+
+
+# (argv builder taking the temporary folder, text the one line must contain)
+CASES = {
+    # --out, checked before the run
+    "out-existing-file": (lambda t: ["run", *TINY, "--out", _toml(t / "f", "x")], "is not a folder"),
+    "out-dev-null": (lambda t: ["run", *TINY, "--out", "/dev/null"], "/dev/null exists and is not a folder"),
+    "out-below-a-file": (lambda t: ["run", *TINY, "--out", _toml(t / "f", "x") + "/sub"], "is a file"),
+    "out-read-only": (lambda t: ["run", *TINY, "--out", "/proc/attnsim-out"], "cannot write in /proc"),
+    "out-long-name": (lambda t: ["run", *TINY, "--out", str(t / ("x" * 300))], "longer than 255"),
+    # unreadable config files
+    "run-binary-config": (lambda t: ["run", _garbage(t / "c.toml")], "not valid TOML (not UTF-8"),
+    "sweep-binary-file": (lambda t: ["sweep", _garbage(t / "s.toml")], "not valid TOML (not UTF-8"),
+    "run-bad-toml": (lambda t: ["run", _toml(t / "c.toml", "[[[")], "not valid TOML"),
+    "run-missing-config": (lambda t: ["run", str(t / "none.toml")], "cannot read"),
+    # sizes that cannot fit or finish
+    "n-huge": (lambda t: ["run", "--set", "n=1e15"], "n, T, d: the run needs about"),
+    "T-huge": (lambda t: ["run", "--set", "T=1e15"], "n, T, d: the run needs about"),
+    "test_n-huge": (lambda t: ["run", "--set", "test_n=1e15"], "test_n, T: the run needs"),
+    "steps-huge": (lambda t: ["run", "--set", "steps=1e15", "--set", "log_scale=log"], "steps: 1e+15 GD steps"),
+    "steps-1e18-log": (
+        lambda t: ["run", "--set", "steps=1e18", "--set", "log_scale=log"],
+        "steps: at most 2^53",
+    ),
+    "log_points-huge": (
+        lambda t: ["run", "--set", "log_points=1e15", "--set", "log_scale=log"],
+        "log_points:",
+    ),
+    "pop_points-huge": (lambda t: ["run", "--set", f"pop_points={2**30}"], "pop_points: the run needs"),
+    "n-toml-bigint": (lambda t: ["run", _toml(t / "c.toml", "n = 99999999999999999999999\n")], "n: at most"),
+    "dense-d-huge": (
+        lambda t: ["run", "--engine", "dense", "--set", "d=100000"],
+        "d: the run needs about 240 GB",
+    ),
+    # magnitudes that overflow float64
+    "sigma-huge": (lambda t: ["run", "--set", "sigma=1e300"], "sigma: 1e+300 makes sigma sqrt(d)"),
+    "rho-huge": (lambda t: ["run", "--set", "rho=1e300"], "rho: 1e+300 makes |rho mu|"),
+    "init_W_scale-huge": (lambda t: ["run", "--set", "init_W_scale=1e300"], "init_W_scale: 1e+300"),
+    "init_p_scale-huge": (lambda t: ["run", "--set", "init_p_scale=1e300"], "init_p_scale: 1e+300"),
+    "d-huge-implicit": (lambda t: ["run", "--set", "d=1e300", "--set", "init_W=gaussian"], "d: at most 2^53"),
+    "lr-infinite": (lambda t: ["run", "--set", "lr=inf"], "lr: must be finite"),
+    # --data
+    "data-huge-values": (
+        lambda t: ["run", "--data", _fixture_variant(t, "x.npz", X=lambda a: a["X"] * 1e200)],
+        "array 'X' has entries up to",
+    ),
+    "data-equal-signals": (
+        lambda t: ["run", "--data", _fixture_variant(t, "x.npz", nu=None, mu_neg=lambda a: a["mu_pos"])],
+        "mu_pos equals mu_neg",
+    ),
+    "data-object-array": (
+        lambda t: ["run", "--data", _npz(t / "o.npz", X=np.array([{}, 1], dtype=object), y=np.ones(2))],
+        "object arrays are not allowed",
+    ),
+    "data-decompression-bomb": (
+        lambda t: ["run", "--data", _bomb(t / "b.npz")],
+        "'X' has shape (1000000, 1000000)",
+    ),
+    "data-missing": (lambda t: ["run", "--data", str(t / "none.npz")], "--data"),
+    "data-not-npz": (lambda t: ["run", "--data", _toml(t / "x.npz", "hello")], "not a readable .npz"),
+    # check-grad
+    "check-grad-h-zero": (lambda t: ["check-grad", "--h", "0"], "--h: the difference step must be in (0, 1)"),
+    "check-grad-h-nan": (lambda t: ["check-grad", "--h", "nan"], "--h: the difference step"),
+    "check-grad-seed-negative": (lambda t: ["check-grad", "--seed", "-1"], "--seed: must be >= 0"),
+    # sweep files
+    "sweep-step-zero": (
+        lambda t: ["sweep", _sweep(t, "[grid]\nd = {start = 1, stop = 5, step = 0}\n")],
+        "grid.d",
+    ),
+    "sweep-num-huge": (
+        lambda t: ["sweep", _sweep(t, "[grid]\nd = {start = 1, stop = 5, num = 1e12}\n")],
+        "grid.d.num",
+    ),
+    "sweep-table-not-table": (lambda t: ["sweep", _sweep(t, "sweep = 5\n")], "[sweep] must be a table"),
+    "sweep-base-not-table": (lambda t: ["sweep", _sweep(t, "base = 5\n")], "[base] must be a table"),
+    "sweep-seeds-zero": (lambda t: ["sweep", _sweep(t, "[sweep]\nseeds = 0\n")], "sweep.seeds"),
+    "sweep-seeds-negative": (lambda t: ["sweep", _sweep(t, "[sweep]\nseeds = [-1]\n")], "sweep.seeds"),
+    "sweep-seeds-bool": (lambda t: ["sweep", _sweep(t, "[sweep]\nseeds = true\n")], "sweep.seeds"),
+    "sweep-reversed-range": (
+        lambda t: ["sweep", _sweep(t, "[grid]\nd = {start = 90, stop = 60, step = 10}\n")],
+        "step 10 never goes from 90 to 60",
+    ),
+    "sweep-empty-list": (lambda t: ["sweep", _sweep(t, "[grid]\nd = []\n")], "grid.d: no values"),
+    "sweep-unknown-meta-key": (
+        lambda t: ["sweep", _sweep(t, "[sweep]\nsedes = 5\n")],
+        "did you mean 'seeds'",
+    ),
+    "sweep-save-unknown": (lambda t: ["sweep", _sweep(t, '[sweep]\nsave = ["train_los"]\n')], "'train_loss'"),
+    "sweep-save-not-names": (lambda t: ["sweep", _sweep(t, "[sweep]\nsave = [1]\n")], "sweep.save"),
+    "sweep-duplicate-values": (lambda t: ["sweep", _sweep(t, "[grid]\nd = [60, 60]\n")], "duplicate values"),
+    "sweep-name-escapes": (lambda t: ["sweep", _sweep(t, '[sweep]\nname = "../escaped"\n')], "sweep.name"),
+    "sweep-name-absolute": (lambda t: ["sweep", _sweep(t, '[sweep]\nname = "/tmp/x"\n')], "sweep.name"),
+    "sweep-point-never-runs": (
+        lambda t: ["sweep", _sweep(t, '[base]\nengine = "dense"\n[grid]\nd = [100, 100000]\n')],
+        "d: the run needs about",
+    ),
+    "sweep-implicit-too-small": (
+        lambda t: [
+            "sweep",
+            _sweep(t, '[base]\nengine = "implicit"\ninit_W = "gaussian"\n[grid]\nd = [50]\n'),
+        ],
+        "d: the implicit engine needs",
+    ),
+    "sweep-bad-scheduler": (lambda t: ["sweep", _sweep(t, SWEEP), "--scheduler", "nonsense"], "--scheduler"),
+    "sweep-out-is-file": (lambda t: ["sweep", _sweep(t, SWEEP), "--out", _toml(t / "f", "x")], "is a file"),
+    "sweep-workers-zero": (lambda t: ["sweep", _sweep(t, SWEEP), "--workers", "0"], "--workers"),
+    # already handled before
+    "unknown-key": (lambda t: ["run", "--set", "dd=3"], "did you mean 'd'"),
+    "bad-value": (lambda t: ["run", "--set", "lr=-1"], "lr:"),
+    "set-without-value": (lambda t: ["run", "--set", "lr"], "--set"),
+    "train-W-alone": (lambda t: ["run", "--set", "train=W"], "train:"),
+    "bad-engine": (lambda t: ["run", "--engine", "gpu"], "engine:"),
+    "bad-plot": (lambda t: ["run", "--plot", "nope"], "--plot"),
+    "bad-command": (lambda t: ["frobnicate"], "invalid choice"),
+    "figures-unknown": (lambda t: ["figures", "nope"], "unknown figure"),
+    "figures-outdir-file": (lambda t: ["figures", "dynamics", "--outdir", _toml(t / "f", "x")], "--outdir"),
+}
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
+    build, needle = CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = build(tmp_path)
+    before = _tree(tmp_path)
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle in lines[0] and "Traceback" not in err, lines[0]
+    assert _tree(tmp_path) == before  # no output left: no runs/, sweeps/, records or temporary files
+
+
+def test_sweep_without_dask_installed_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
+    assert main(["sweep", _sweep(tmp_path, SWEEP), "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'attnsim[dask]'" in err[0]
+    assert not (tmp_path / "sweeps").exists()
+
+
+@pytest.mark.slow
+def test_sweep_with_an_unreachable_scheduler_leaves_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", _sweep(tmp_path, SWEEP), "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "cannot connect" in capsys.readouterr().err
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_read_only_folder_as_out(tmp_path, capsys):
+    """A mode-0555 folder: exit 2 for a normal user; root may write there, so the run succeeds."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        writable = os.access(ro, os.W_OK)
+        code = main(["run", *TINY, "--out", str(ro / "run"), "--quiet"])
+        assert code == (0 if writable else 2)
+        if not writable:
+            assert "cannot write" in capsys.readouterr().err
+    finally:
+        ro.chmod(0o755)
+
+
+def _interrupt(args, tmp_path, wait_for):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnsim.cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and not wait_for():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
+    args = ["run", "--set", "steps=3e6", "--set", "log_scale=log", "--out", "r"]
+    t0 = time.time()
+    code, err = _interrupt(args, tmp_path, lambda: time.time() > t0 + 4)
+    assert code == 130 and err.strip().splitlines() == ["attnsim: interrupted"], err
+    assert not (tmp_path / "r").exists() and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_ctrl_c_during_a_sweep_exits_130_and_leaves_no_partial_files(tmp_path):
+    sweep = _toml(
+        tmp_path / "s.toml",
+        SWEEP.replace("steps = 5", "steps = 3000") + "[grid]\nsignal_norm = [1, 2, 3, 4, 5, 6, 7, 8]\n",
+    )
+    recdir = tmp_path / "sweeps" / "s" / "records"
+    code, err = _interrupt(["sweep", sweep, "--workers", "2"], tmp_path, lambda: recdir.exists())
+    assert code == 130 and err.strip().splitlines()[-1] == "attnsim: interrupted", err
+    assert "Traceback" not in err
+    leftovers = [p.name for p in recdir.iterdir() if not p.name.endswith(".json")]
+    assert leftovers == [], leftovers  # no temporary files, no locks
