@@ -568,9 +568,10 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
                         rest = w.task[1:]
                     if rest:
                         queue.appendleft(rest)
+                    fate = "re-queued" if deaths[key] < MAX_DEATHS else f"recorded {key} as failed"
                     report.messages.append(
-                        f"a worker died (exit code {w.proc.exitcode}) with {len(w.task)} point(s) unfinished; "
-                        + ("re-queued" if deaths[key] < MAX_DEATHS else f"recorded {key} as failed")
+                        f"a worker died (exit code {w.proc.exitcode}) with {len(w.task)} point(s) "
+                        f"unfinished; {fate}"
                     )
                 w.conn.close()
                 if queue:

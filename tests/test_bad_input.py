@@ -76,7 +76,7 @@ CASES = {
     "n-huge": (lambda t: ["run", "--set", "n=1e15"], "n, T, d: the run needs about"),
     "T-huge": (lambda t: ["run", "--set", "T=1e15"], "n, T, d: the run needs about"),
     "test_n-huge": (lambda t: ["run", "--set", "test_n=1e15"], "test_n, T: the run needs"),
-    "steps-huge": (lambda t: ["run", "--set", "steps=1e15", "--set", "log_scale=log"], "steps: 1e+15 GD steps"),
+    "steps-huge": (lambda t: ["run", "--set", "steps=1e15", "--set", "log_scale=log"], "steps: 1e+15 GD"),
     "steps-1e18-log": (
         lambda t: ["run", "--set", "steps=1e18", "--set", "log_scale=log"],
         "steps: at most 2^53",
