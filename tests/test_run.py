@@ -177,3 +177,33 @@ def test_data_without_signals_has_null_population(tmp_path):
     assert np.isnan(r.final["pop_error"]) and "mu_pos" in r.data["population"]
     assert np.isnan(r.final["score_clean_relevant"])
     assert r.to_json()["final"]["pop_error"] is None
+
+
+def test_final_holds_only_declared_metrics():
+    from attnsim.metrics import LOG_METRICS
+
+    # a 2-point grid (example_index has 2 entries) and n = number of log points (gap_token has n)
+    r = attnsim.simulate(
+        {"n": 6, "T": 4, "d": 30, "steps": 5, "log_every": 1, "pop_points": 64}, save_scores=True
+    )
+    assert len(r.trajectory["step"]) == 6 == r.trajectory["gap_token"].size
+    extra = set(r.final) - set(LOG_METRICS) - {"pop_error_init", "n_noisy", "n_clean", "regime"}
+    assert not extra, extra
+    r = attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 1, "pop_points": 64})
+    assert "example_index" not in r.final and "selected" not in r.final
+
+
+@pytest.mark.parametrize(
+    "over", [{"lr": 1e300}, {"lr": 1e300, "train": "p"}, {"lr": 1e250, "train": "W,p,nu"}]
+)
+def test_overflow_is_divergence_naming_the_step(over):
+    with pytest.raises(SimulationError, match=r"diverged (at|by) step \d+"):
+        attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 20, "pop_points": 64, **over})
+
+
+def test_stalled_flow_stops_with_a_message(monkeypatch):
+    from attnsim import kernels
+
+    monkeypatch.setattr(kernels.FlowField, "max_evals", 2000)
+    with pytest.raises(SimulationError, match="gradient flow stalled"):
+        attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 100, "lr": 1e300, "integrator": "flow"})
