@@ -1,4 +1,4 @@
-"""Token tensors, labels and the run's random numbers (SPEC §2).
+"""Token tensors, labels and every random draw of a run (SPEC §2).
 
 Random numbers
 --------------
@@ -6,14 +6,15 @@ One ``np.random.Generator`` is created from ``seed`` here; it spawns four
 independent child streams, always in this order, so a seed means the same data
 in every release:
 
-0. ``data``  - training set: token noise ``standard_normal((n, T, d))``, then one
-   ``permutation(T)`` per sample if ``shuffle_roles``, then ``random(n)`` for
-   ``label_noise = iid``.
-1. ``init``  - W(0) (row by row, top to bottom, drawn in blocks), then p(0)
-   if ``init_p = gaussian``.
-2. ``test``  - the finite test set, drawn in the engine's coordinates (see
-   :func:`attnsim.engines.sample_test`; clean labels).
-3. ``population`` - scrambles of the Sobol points used by the population metrics.
+0. ``data`` - the training set: token noise (:func:`draw_noise`, or in the
+   implicit engine's coordinates :func:`draw_implicit_noise`), then the labels
+   and roles (:func:`draw_labels`: one ``permutation(T)`` per sample if
+   ``shuffle_roles``, then ``random(n)`` for ``label_noise = iid``).
+1. ``init`` - W(0) (row by row, top to bottom, drawn in blocks: :func:`W0_blocks`),
+   then p(0) if ``init_p = gaussian``; for the implicit engine its factors
+   (:func:`draw_implicit_init`).
+2. ``test`` - the finite test set, in the engine's coordinates (:func:`draw_test_set`).
+3. ``population`` - scrambles of the Sobol points of the population metrics.
 
 Because the streams are independent, the training tokens depend only on
 (seed, n, T, d, roles) and W(0) only on (seed, d): a sweep over ``signal_norm``
@@ -61,17 +62,16 @@ class Dataset:
 
     Attributes
     ----------
-    X : (n, T, d) training tokens (None for the implicit engine, which keeps
-        its tokens in its own coordinates; mu_pos, mu_neg and nu are then in
-        those coordinates too).
+    X : (n, T, d) training tokens, or None when the engine keeps them in its
+        own coordinates (mu_pos, mu_neg and nu are then in those coordinates).
     y : (n,) observed labels in {-1, +1}.
     y_clean : (n,) true labels (equal to ``y`` when unknown).
     roles : (n, T) int role codes, or None when unknown.
     mu_pos, mu_neg : (d,) class signals, or None when unknown.
-    sigma : token noise standard deviation, or None when unknown.
+    sigma, rho : token noise standard deviation and weak-relevance factor, or None when unknown.
     nu : (d,) head vector.
     W0, p0 : initial weights supplied with the data (None: drawn from config).
-    X_test, y_test : a supplied or drawn test set, or None.
+    X_test, y_test : a supplied test set, or None.
     """
 
     X: np.ndarray | None
@@ -82,6 +82,7 @@ class Dataset:
     mu_neg: np.ndarray | None
     sigma: float | None
     nu: np.ndarray
+    rho: float | None = None
     W0: np.ndarray | None = None
     p0: np.ndarray | None = None
     X_test: np.ndarray | None = None
@@ -104,11 +105,16 @@ class Dataset:
         if self.mu_pos is None or self.mu_neg is None or self.sigma is None:
             return "population metrics need mu_pos, mu_neg and sigma in the data file"
         if self.role_counts is None:
-            return "population metrics need a fixed role composition (roles array)"
+            return (
+                "population metrics need the token roles (a roles array with the same roles in every sample)"
+            )
+        if self.rho is None and (self.role_counts[1] or self.role_counts[2]):
+            return "population metrics need rho in the data file (the samples have weakly relevant tokens)"
         return None
 
 
 def signals(d: int, signal_norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """mu+ = |mu| e1 and mu- = |mu| e2 (in d or in engine coordinates)."""
     mu_pos = np.zeros(d)
     mu_neg = np.zeros(d)
     mu_pos[0] = signal_norm
@@ -172,7 +178,7 @@ def draw_roles(cfg: Config, m: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def add_means(X: np.ndarray, y_true: np.ndarray, roles: np.ndarray, rho: float, mu_pos, mu_neg) -> None:
-    """Add each token's mean vector (its role's mix of mu+ and mu-) to X in place."""
+    """Add each token's mean vector (its role's mix of mu+ and mu-) to X (m, T, k) in place."""
     c_own, c_other = role_coefficients(roles, rho)
     pos = (y_true > 0)[:, None]
     a_pos = np.where(pos, c_own, c_other)  # (m, T) coefficient of mu+
@@ -181,41 +187,39 @@ def add_means(X: np.ndarray, y_true: np.ndarray, roles: np.ndarray, rho: float, 
     X[:, :, idx] += a_pos[:, :, None] * mu_pos[idx] + a_neg[:, :, None] * mu_neg[idx]
 
 
-def draw_tokens(
-    cfg: Config, y_true: np.ndarray, rng: np.random.Generator, d: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens (m, T, d) for samples with true labels ``y_true``, and their roles."""
+def draw_noise(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
+    """(n, T, d) token noise, sigma times standard normals."""
     d = cfg.d if d is None else d
-    X = cfg.sigma * rng.standard_normal((y_true.size, cfg.T, d))
+    return cfg.sigma * rng.standard_normal((cfg.n, cfg.T, d))
+
+
+def draw_tokens(cfg: Config, y_true: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens (m, T, d) and roles (m, T) of fresh samples with labels ``y_true``
+    (noise, then roles, then the means added)."""
+    X = cfg.sigma * rng.standard_normal((y_true.size, cfg.T, cfg.d))
     roles = draw_roles(cfg, y_true.size, rng)
-    mu_pos, mu_neg = signals(d, cfg.signal_norm)
-    add_means(X, y_true, roles, cfg.rho, mu_pos, mu_neg)
+    add_means(X, y_true, roles, cfg.rho, *signals(cfg.d, cfg.signal_norm))
     return X, roles
 
 
-def generate(cfg: Config, streams: Streams) -> Dataset:
-    """The training set of a run (test sets are drawn by the engine)."""
+def draw_labels(cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y_clean, roles, y) of the training set, drawn after its token noise."""
     y_clean = clean_labels(cfg.n)
-    X, roles = draw_tokens(cfg, y_clean, streams.data)
-    flips = flip_mask(cfg, y_clean, streams.data)
-    y = np.where(flips, -y_clean, y_clean)
-    mu_pos, mu_neg = signals(cfg.d, cfg.signal_norm)
+    roles = draw_roles(cfg, cfg.n, rng)
+    y = np.where(flip_mask(cfg, y_clean, rng), -y_clean, y_clean)
+    return y_clean, roles, y
+
+
+def assemble(
+    cfg: Config, X: np.ndarray, y_clean, roles, y, mu_pos, mu_neg, source: str = "generated"
+) -> Dataset:
+    """The training set from drawn noise X (n, T, k), its labels and the
+    signals in the same k coordinates (the means are added to X in place)."""
+    add_means(X, y_clean, roles, cfg.rho, mu_pos, mu_neg)
     ds = Dataset(
-        X=X,
-        y=y,
-        y_clean=y_clean,
-        roles=roles,
-        mu_pos=mu_pos,
-        mu_neg=mu_neg,
-        sigma=cfg.sigma,
-        nu=head(mu_pos, mu_neg),
-        role_counts=cfg.role_counts,
-    )
-    _check_noise_count(cfg, ds)
-    return ds
-
-
-def _check_noise_count(cfg: Config, ds: Dataset) -> None:
+        X=X, y=y, y_clean=y_clean, roles=roles, mu_pos=mu_pos, mu_neg=mu_neg, sigma=cfg.sigma,
+        nu=head(mu_pos, mu_neg), rho=cfg.rho, role_counts=cfg.role_counts, source=source,
+    )  # fmt: skip
     expected = cfg.n * cfg.noise_rate
     if abs(ds.n_noisy - expected) > 1:
         msg = (
@@ -224,6 +228,69 @@ def _check_noise_count(cfg: Config, ds: Dataset) -> None:
         )
         ds.warnings.append(msg)
         warnings.warn(msg, stacklevel=3)
+    return ds
+
+
+def generate(cfg: Config, streams: Streams) -> Dataset:
+    """The training set of a run in d dimensions (test sets are drawn by the engine)."""
+    X = draw_noise(cfg, streams.data)
+    return assemble(cfg, X, *draw_labels(cfg, streams.data), *signals(cfg.d, cfg.signal_norm))
+
+
+def bartlett(
+    rng: np.random.Generator, rows: int, cols: int, dof0: int, scale: float, lower: bool
+) -> np.ndarray:
+    """Triangular factor of a Gaussian matrix with ``dof0`` rows: diagonal
+    scale * chi(dof0 - j), off-diagonal N(0, scale^2); (rows x cols), upper
+    (or its transpose-shaped lower version with ``lower``). Draw order: the
+    diagonal, then the strict triangle in row-major order of the upper form."""
+    U = np.zeros((rows, cols))
+    j = np.arange(min(rows, cols))
+    U[j, j] = np.sqrt(rng.chisquare(dof0 - j))
+    iu = np.triu_indices(rows, 1, cols)
+    U[iu] = rng.standard_normal(iu[0].size)
+    U *= scale
+    return U.T if lower else U
+
+
+def draw_implicit_noise(cfg: Config, rng: np.random.Generator) -> np.ndarray:
+    """(n, T, nT + 2) token noise in the basis {e1, e2, token-noise span}:
+    i.i.d. N(0, sigma^2) on e1, e2 (drawn first), then the lower-triangular
+    Bartlett factor of the noise's other d - 2 coordinates."""
+    n, T, d, sig = cfg.n, cfg.T, cfg.d, cfg.sigma
+    m = n * T
+    X = np.zeros((n, T, m + 2))
+    X[:, :, :2] = sig * rng.standard_normal((n, T, 2))
+    X[:, :, 2:] = bartlett(rng, m, m, d - 2, sig, lower=True).reshape(n, T, m)
+    return X
+
+
+def draw_implicit_init(cfg: Config, rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The implicit engine's W~(0) = B^T (B the R-factor of the d x k Gaussian
+    W(0)^T Q) and U_perp (the Bartlett factor of the (d - k) x k Gaussian part
+    of W(0) R outside span(Q), upper-trapezoidal when d - k < k), in that order."""
+    s, d = cfg.W_scale, cfg.d
+    B = bartlett(rng, k, k, d, s, lower=False)
+    U_perp = bartlett(rng, min(k, d - k), k, d - k, s, lower=False)
+    return np.ascontiguousarray(B.T), U_perp
+
+
+def draw_test_set(cfg: Config, rng: np.random.Generator, k: int, mu_pos, mu_neg, U_perp) -> tuple:
+    """``test_n`` fresh clean samples in engine coordinates: (X2 (m*T, k),
+    O (m*T, rows(U_perp)) or None, y (m,)). A fresh token is its mean plus
+    sigma times k normals on Q; its product with the part of W(0) R outside
+    span(Q) is sigma g . U_perp with rows(U_perp) more normals g, the same
+    numbers at every step. Draw order: roles (if shuffled), the noise on Q
+    (m, T, k), then the U_perp normals per token."""
+    m = cfg.test_n
+    y = clean_labels(m)
+    roles = draw_roles(cfg, m, rng)
+    X = cfg.sigma * rng.standard_normal((m, cfg.T, k))
+    add_means(X, y, roles, cfg.rho, mu_pos, mu_neg)
+    outside = None
+    if U_perp is not None and U_perp.shape[0] > 0:
+        outside = cfg.sigma * (rng.standard_normal((m * cfg.T, U_perp.shape[0])) @ U_perp)
+    return X.reshape(m * cfg.T, k), outside, y
 
 
 def draw_W0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
@@ -274,7 +341,19 @@ def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.n
 
 # -- user-supplied arrays ---------------------------------------------------
 
-_OPTIONAL = ("y_clean", "roles", "mu_pos", "mu_neg", "sigma", "W0", "p0", "nu", "X_test", "y_test")
+OPTIONAL_ARRAYS = (
+    "y_clean",
+    "roles",
+    "mu_pos",
+    "mu_neg",
+    "sigma",
+    "rho",
+    "W0",
+    "p0",
+    "nu",
+    "X_test",
+    "y_test",
+)
 
 
 def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray]:
@@ -316,127 +395,170 @@ def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray
         raise DataError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
 
 
-def load_npz(path: str | Path, cfg: Config) -> Dataset:
-    """Read and validate ``--data FILE.npz`` (SPEC §2); raises DataError."""
-    path = Path(path)
-    arrays = read_npz(path)
-    for key in ("X", "y"):
-        if key not in arrays:
-            raise DataError(f"{path}: missing required array {key!r} (need X (n,T,d) and y (n,))")
+class _Arrays:
+    """Validators of the arrays of one data file; each raises DataError naming
+    the file and the array."""
 
-    def num(name: str, ndim: int, shape: tuple | None = None) -> np.ndarray:
-        a = arrays[name]
+    def __init__(self, path: Path, arrays: dict[str, np.ndarray]):
+        self.path, self.arrays = path, arrays
+
+    def fail(self, message: str):
+        raise DataError(f"{self.path}: {message}")
+
+    def numeric(self, name: str, shape: tuple) -> np.ndarray:
+        """A finite float64 array of ``shape`` (None entries: any size)."""
+        a = self.arrays[name]
         if a.dtype.kind not in "biuf":
-            raise DataError(f"{path}: array {name!r} must be numeric, got dtype {a.dtype}")
-        if a.ndim != ndim or (shape is not None and a.shape != shape):
-            want = shape if shape is not None else f"{ndim}-d"
-            raise DataError(f"{path}: array {name!r} has shape {a.shape}, expected {want}")
+            self.fail(f"array {name!r} must be numeric, got dtype {a.dtype}")
+        if a.ndim != len(shape) or any(s is not None and s != t for s, t in zip(shape, a.shape)):
+            want = tuple("?" if s is None else s for s in shape) if shape else "a scalar"
+            self.fail(f"array {name!r} has shape {a.shape}, expected {want}")
         a = np.array(a, dtype=np.float64, order="C")  # keeps 0-d arrays 0-d
         if not np.all(np.isfinite(a)):
-            raise DataError(f"{path}: array {name!r} contains NaN or infinite values")
+            self.fail(f"array {name!r} contains NaN or infinite values")
         return a
 
-    def labels(name: str, n: int) -> np.ndarray:
-        a = num(name, 1, (n,))
+    def optional(self, name: str, shape: tuple) -> np.ndarray | None:
+        return self.numeric(name, shape) if name in self.arrays else None
+
+    def labels(self, name: str, n: int) -> np.ndarray:
+        a = self.numeric(name, (n,))
         if not np.all(np.isin(a, (-1.0, 1.0))):
-            raise DataError(f"{path}: array {name!r} must hold labels -1 or +1")
+            self.fail(f"array {name!r} must hold labels -1 or +1")
         return a
 
-    X = num("X", 3)
-    n, T, d = X.shape
-    if n < 2 or T < 1 or d < 1:
-        raise DataError(f"{path}: array 'X' has shape {X.shape}, expected (n>=2, T>=1, d>=1)")
-    y = labels("y", n)
-    unknown = set(arrays) - set(_OPTIONAL) - {"X", "y"}
-    ds_warn = [f"{path}: ignored arrays {sorted(unknown)}"] if unknown else []
-    get = arrays.get
-    y_clean = labels("y_clean", n) if "y_clean" in arrays else y.copy()
-    roles = None
-    role_counts = None
-    if "roles" in arrays:
-        r = arrays["roles"]
+    def scalar(self, name: str, positive: bool) -> float | None:
+        if name not in self.arrays:
+            return None
+        v = float(self.numeric(name, ()))
+        if positive and not v > 0:
+            self.fail(f"array {name!r} must be a positive scalar")
+        return v
+
+    def roles(self, n: int, T: int) -> tuple[np.ndarray | None, tuple | None]:
+        """(roles, role counts when every sample has the same composition)."""
+        if "roles" not in self.arrays:
+            return None, None
+        r = self.arrays["roles"]
         if r.shape != (n, T) or r.dtype.kind not in "iu" or np.any((r < 0) | (r > 3)):
-            raise DataError(f"{path}: array 'roles' must be ints in 0..3 of shape {(n, T)}")
+            self.fail(f"array 'roles' must be ints in 0..3 of shape {(n, T)}")
         roles = r.astype(np.int64)
         counts = np.stack([np.count_nonzero(roles == k, axis=1) for k in range(4)], axis=1)
-        if np.all(counts == counts[0]):
-            role_counts = tuple(int(c) for c in counts[0])
-    mu_pos = num("mu_pos", 1, (d,)) if "mu_pos" in arrays else None
-    mu_neg = num("mu_neg", 1, (d,)) if "mu_neg" in arrays else None
-    sigma = None
-    if get("sigma") is not None:
-        s = num("sigma", 0)
-        if not s > 0:
-            raise DataError(f"{path}: array 'sigma' must be a positive scalar")
-        sigma = float(s)
-    if roles is None and mu_pos is not None:
-        role_counts = cfg.role_counts if cfg.T == T else None
-    for name in ("X", "mu_pos", "mu_neg", "nu", "W0", "p0", "X_test"):
-        if name in arrays and arrays[name].size:
-            big = float(np.abs(arrays[name]).max())
-            if big * math.sqrt(d) > MAX_NORM:
-                raise DataError(
-                    f"{path}: array {name!r} has entries up to {big:.3g}; norms above {MAX_NORM:.0e} "
-                    "overflow float64 in products: rescale the data"
+        return roles, (tuple(int(c) for c in counts[0]) if np.all(counts == counts[0]) else None)
+
+    def magnitudes(self, d: int) -> None:
+        for name in ("X", "mu_pos", "mu_neg", "nu", "W0", "p0", "X_test"):
+            a = self.arrays.get(name)
+            if a is not None and a.size and float(np.abs(a).max()) * math.sqrt(d) > MAX_NORM:
+                self.fail(
+                    f"array {name!r} has entries up to {float(np.abs(a).max()):.3g}; norms above "
+                    f"{MAX_NORM:.0e} overflow float64 in products: rescale the data"
                 )
-    if "nu" in arrays:
-        nu = num("nu", 1, (d,))
-    elif mu_pos is not None and mu_neg is not None:
-        if not np.linalg.norm(mu_pos - mu_neg) > 0 or not np.linalg.norm(mu_pos) > 0:
-            raise DataError(
-                f"{path}: cannot build the head nu = (mu_pos - mu_neg)/|mu_pos - mu_neg|/|mu_pos| "
+
+    def head(self, d: int, mu_pos, mu_neg) -> np.ndarray:
+        if "nu" in self.arrays:
+            return self.numeric("nu", (d,))
+        if mu_pos is None or mu_neg is None:
+            self.fail(
+                "need array 'nu' (d,), or 'mu_pos' and 'mu_neg' to build it (X and y alone define no head)"
+            )
+        if not (np.linalg.norm(mu_pos - mu_neg) > 0 and np.linalg.norm(mu_pos) > 0):
+            self.fail(
+                "cannot build the head nu = (mu_pos - mu_neg)/|mu_pos - mu_neg|/|mu_pos| "
                 "(mu_pos equals mu_neg or is zero): supply array 'nu'"
             )
-        nu = head(mu_pos, mu_neg)
-    else:
-        raise DataError(f"{path}: need array 'nu' (d,), or 'mu_pos' and 'mu_neg' to build it")
-    W0 = num("W0", 2, (d, d)) if "W0" in arrays else None
-    p0 = num("p0", 1, (d,)) if "p0" in arrays else None
-    X_test = y_test = None
-    if ("X_test" in arrays) != ("y_test" in arrays):
-        raise DataError(f"{path}: arrays 'X_test' and 'y_test' must be given together")
-    if "X_test" in arrays:
-        X_test = num("X_test", 3)
-        if X_test.shape[1:] != (T, d):
-            raise DataError(f"{path}: array 'X_test' has shape {X_test.shape}, expected (m, {T}, {d})")
-        y_test = labels("y_test", X_test.shape[0])
+        return head(mu_pos, mu_neg)
+
+    def test_set(self, T: int, d: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if ("X_test" in self.arrays) != ("y_test" in self.arrays):
+            self.fail("arrays 'X_test' and 'y_test' must be given together")
+        if "X_test" not in self.arrays:
+            return None, None
+        X_test = self.numeric("X_test", (None, T, d))
+        return X_test, self.labels("y_test", X_test.shape[0])
+
+
+def load_npz(path: str | Path, cfg: Config | None = None) -> Dataset:
+    """Read and validate ``--data FILE.npz`` (SPEC §2); raises DataError.
+
+    Required: X (n, T, d), y (n,) and a head: nu (d,), or mu_pos and mu_neg
+    to build it. Optional: y_clean, roles, mu_pos, mu_neg, sigma, rho, W0, p0,
+    X_test with y_test.
+    """
+    path = Path(path)
+    v = _Arrays(path, read_npz(path))
+    for key in ("X", "y"):
+        if key not in v.arrays:
+            v.fail(f"missing required array {key!r} (need X (n,T,d), y (n,) and nu (d,) or mu_pos, mu_neg)")
+    X = v.numeric("X", (None, None, None))
+    n, T, d = X.shape
+    if n < 2 or T < 1 or d < 2:
+        v.fail(f"array 'X' has shape {X.shape}, expected (n>=2, T>=1, d>=2)")
+    v.magnitudes(d)
+    y = v.labels("y", n)
+    roles, role_counts = v.roles(n, T)
+    mu_pos, mu_neg = v.optional("mu_pos", (d,)), v.optional("mu_neg", (d,))
+    X_test, y_test = v.test_set(T, d)
+    unknown = sorted(set(v.arrays) - set(OPTIONAL_ARRAYS) - {"X", "y"})
     return Dataset(
         X=X,
         y=y,
-        y_clean=y_clean,
+        y_clean=v.labels("y_clean", n) if "y_clean" in v.arrays else y.copy(),
         roles=roles,
         mu_pos=mu_pos,
         mu_neg=mu_neg,
-        sigma=sigma,
-        nu=nu,
-        W0=W0,
-        p0=p0,
+        sigma=v.scalar("sigma", positive=True),
+        rho=v.scalar("rho", positive=False),
+        nu=v.head(d, mu_pos, mu_neg),
+        W0=v.optional("W0", (d, d)),
+        p0=v.optional("p0", (d,)),
         X_test=X_test,
         y_test=y_test,
         role_counts=role_counts,
         source=str(path),
-        warnings=ds_warn,
+        warnings=[f"{path}: ignored arrays {unknown}"] if unknown else [],
     )
 
 
-def config_for_data(cfg: Config, ds: Dataset) -> Config:
-    """The config with n, T, d taken from user-supplied arrays."""
+# config keys the data file decides, and what decides them
+_FROM_DATA = {
+    "n": "X", "T": "X", "d": "X", "signal_norm": "mu_pos", "sigma": "sigma", "rho": "rho",
+    "n_relevant": "roles", "n_weak_aligned": "roles", "n_weak_opposite": "roles", "shuffle_roles": "roles",
+    "noise_rate": "y", "label_noise": "y", "test_n": "X_test",
+    "init_W": "W0", "init_W_scale": "W0", "init_p": "p0", "init_p_scale": "p0",
+}  # fmt: skip
+
+
+def config_for_data(cfg: Config, ds: Dataset, explicit: set[str] | None = None) -> Config:
+    """The config with what the arrays decide (n, T, d, and |mu|, sigma, rho,
+    role counts when given), and a warning for every key in ``explicit`` (the
+    keys the user set; None: those that differ from the defaults) that the
+    data file overrides or makes meaningless."""
     n, T, d = ds.X.shape
-    changes = {"n": n, "T": T, "d": d}
-    if cfg.T != T:
-        used = cfg.n_relevant + cfg.n_weak_aligned + cfg.n_weak_opposite
-        if used > T:
-            changes.update(n_relevant=1, n_weak_aligned=0, n_weak_opposite=0)
+    changes: dict = {"n": n, "T": T, "d": d}
+    if cfg.T != T and cfg.n_relevant + cfg.n_weak_aligned + cfg.n_weak_opposite > T:
+        changes.update(n_relevant=1, n_weak_aligned=0, n_weak_opposite=0)
     if ds.role_counts is not None:
-        changes.update(
-            n_relevant=ds.role_counts[0],
-            n_weak_aligned=ds.role_counts[1],
-            n_weak_opposite=ds.role_counts[2],
-        )
+        changes.update(zip(("n_relevant", "n_weak_aligned", "n_weak_opposite"), ds.role_counts[:3]))
     if ds.mu_pos is not None:
         changes["signal_norm"] = float(np.linalg.norm(ds.mu_pos))
     if ds.sigma is not None:
         changes["sigma"] = ds.sigma
+    if ds.rho is not None:
+        changes["rho"] = ds.rho
+    if explicit is None:
+        explicit = {k for k, v in cfg.to_dict(resolved=False).items() if v != getattr(Config(), k)}
+    decided = {k: src for k, src in _FROM_DATA.items() if k in explicit}
+    overridden = []
+    for key, src in decided.items():
+        if key in changes and changes[key] != getattr(cfg, key):
+            overridden.append(f"{key} ({getattr(cfg, key)!r} -> {changes[key]!r}, from {src})")
+        elif key not in changes and (src in ("y", "X_test") or getattr(ds, src, None) is not None):
+            overridden.append(f"{key} (ignored: the data file's {src} decides)")
+    if overridden:
+        msg = f"--data {ds.source}: config keys overridden by the data file: " + "; ".join(overridden)
+        ds.warnings.append(msg)
+        warnings.warn(msg, stacklevel=2)
     try:
         return cfg.replace(**changes)
     except ConfigError as exc:

@@ -52,13 +52,16 @@ from .data import (
     Streams,
     W0_block_rows,
     W0_blocks,
-    add_means,
-    clean_labels,
+    assemble,
+    draw_implicit_init,
+    draw_implicit_noise,
+    draw_labels,
+    draw_noise,
     draw_p0,
-    draw_roles,
+    draw_test_set,
     draw_W0,
-    flip_mask,
-    head,
+    generate,
+    signals,
 )
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
@@ -115,6 +118,38 @@ class Problem:
             h = self.U_perp @ p
             qq += float(h @ h)
         return qk, qq
+
+    def stepper(self, cfg: Config, rel: np.ndarray):
+        """The model stepper of this problem: GD steps, or the gradient flow."""
+        from .dynamics import GradientFlow
+        from .kernels import FlowField, Segment
+
+        args = (self.X2, self.y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+        if cfg.integrator == "gd":
+            return Segment(*args)
+        return GradientFlow(
+            FlowField(*args), self.y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol
+        )
+
+    def evaluator(self, cfg: Config, pop):
+        """Test-set and population metrics of a state, or None when there are neither."""
+        from .metrics import test_set_metrics
+
+        if self.X2_test is None and pop is None:
+            return None
+
+        def evaluate(state: dict) -> dict:
+            W, p, nu = state["W"], state["p"], state["nu"]
+            out = {}
+            if self.X2_test is not None:
+                out.update(
+                    test_set_metrics(self.X2_test, self.O_test, self.y_test, self.T, W, p, nu, cfg.loss)
+                )
+            if pop is not None:
+                out.update(pop.evaluate_state(self, W, p, nu))
+            return out
+
+        return evaluate
 
     def W0_full(self) -> np.ndarray:
         """The d x d W(0) (redrawn from its stream when it was not kept)."""
@@ -247,16 +282,26 @@ def _check_implicit(cfg: Config, user_data: bool) -> None:
         raise ConfigError(f"d: the implicit engine needs d >= n*T + 3 = {m + 3} (got {cfg.d})")
 
 
-def build(cfg: Config, ds: Dataset, streams: Streams, engine: str, reason: str) -> Problem:
-    """Set up the dense or reduced engine from a dataset (implicit: see build_implicit)."""
-    if engine == "dense":
-        pb = _build_dense(cfg, ds, streams, reason)
-    elif engine == "reduced":
-        pb = _build_reduced(cfg, ds, streams, reason)
+def build(
+    cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str
+) -> tuple[Problem, Dataset]:
+    """Set up an engine for the user's dataset ``ds``, or for generated data
+    (``ds`` None); returns the problem and the dataset (whose tokens live in
+    the problem for the reduced and implicit engines)."""
+    if engine == "implicit":
+        return build_implicit(cfg, streams, reason)
+    if ds is None and engine == "reduced":
+        pb, ds = _build_reduced_generated(cfg, streams, reason)
     else:
-        raise ConfigError(f"engine: {engine!r} cannot use a d-dimensional dataset")
+        if ds is None:
+            ds = generate(cfg, streams)
+        pb = (
+            _build_dense(cfg, ds, streams, reason)
+            if engine == "dense"
+            else _build_reduced(cfg, ds, streams, reason)
+        )
     _attach_test(cfg, ds, streams, pb)
-    return pb
+    return pb, ds
 
 
 def _flat(X: np.ndarray | None) -> np.ndarray | None:
@@ -335,64 +380,84 @@ def extend_basis(Q: np.ndarray, v: np.ndarray, rtol: float = 1e-12) -> np.ndarra
     return np.ascontiguousarray(np.concatenate([Q, (res / rn)[:, None]], axis=1))
 
 
-def _setup_key(cfg: Config, ds: Dataset):
-    """What the reduced setup depends on for generated data. span(Q) holds the
+SETUP_KEYS = ("seed", "n", "T", "d", "sigma", "init_W", "init_W_scale", "init_p", "init_p_scale")
+
+
+def setup_key(cfg: Config) -> tuple:
+    """What the reduced setup of generated data depends on. span(Q) holds the
     token noise and e1, e2 whatever the signal strength, so runs that differ
-    only in signal_norm, rho, labels, lr, steps, ... share Q, R, W~(0) and U."""
-    if ds.source != "generated" or ds.W0 is not None or ds.p0 is not None:
-        return None
-    return (cfg.seed, cfg.n, cfg.T, cfg.d, cfg.sigma, cfg.init_W, cfg.W_scale, cfg.init_p, cfg.p_scale)
+    only in signal_norm, rho, labels, lr, steps, ... share the token noise (in
+    Q coordinates), Q, R, W~(0) and U (sweeps group their points by this key)."""
+    c = cfg.to_dict()
+    return tuple(c[k] for k in SETUP_KEYS)
+
+
+def _build_reduced_generated(cfg: Config, streams: Streams, reason: str) -> tuple[Problem, Dataset]:
+    """The reduced engine for generated data, its setup shared through SETUP_CACHE.
+
+    The token noise is kept in Q coordinates with the data stream's state
+    after it, so a cached setup skips the noise draw and still draws the same
+    labels; the signals are added in Q coordinates.
+    """
+    key = setup_key(cfg)
+    if key in SETUP_CACHE:
+        SETUP_CACHE.move_to_end(key)
+        setup, noise_Q, after = SETUP_CACHE[key]
+    else:
+        noise = draw_noise(cfg, streams.data)
+        after = copy.deepcopy(streams.data)  # the labels come next from this stream
+        setup = _reduced_setup(cfg, noise, None, None, None, None, None, streams, generated=True)
+        noise_Q = noise.reshape(cfg.n * cfg.T, cfg.d) @ setup["Q"]
+        SETUP_CACHE[key] = (setup, noise_Q, after)
+        while len(SETUP_CACHE) > SETUP_CACHE_SIZE:
+            SETUP_CACHE.popitem(last=False)
+    streams.data = copy.deepcopy(after)
+    Q = setup["Q"]
+    mu_pos, mu_neg = signals(cfg.d, cfg.signal_norm)
+    X = noise_Q.reshape(cfg.n, cfg.T, -1).copy()
+    ds = assemble(cfg, X, *draw_labels(cfg, streams.data), Q.T @ mu_pos, Q.T @ mu_neg, source="generated")
+    ds.X = None  # the tokens live in the problem, in Q coordinates
+    pb = Problem(engine="reduced", reason=reason, X2=X.reshape(cfg.n * cfg.T, -1), y=ds.y, T=cfg.T, nu0=ds.nu,
+                 mu_pos=ds.mu_pos, mu_neg=ds.mu_neg, **setup)  # fmt: skip
+    return pb, ds
 
 
 def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> Problem:
-    key = _setup_key(cfg, ds)
-    if key is not None and key in SETUP_CACHE:
-        SETUP_CACHE.move_to_end(key)
-        setup = SETUP_CACHE[key]
-    else:
-        setup = _reduced_setup(cfg, ds, streams, generated=key is not None)
-        if key is not None:
-            SETUP_CACHE[key] = setup
-            while len(SETUP_CACHE) > SETUP_CACHE_SIZE:
-                SETUP_CACHE.popitem(last=False)
+    """The reduced engine for a d-dimensional dataset (the user's, or generated for a test)."""
     n, T, d = ds.X.shape
+    setup = _reduced_setup(cfg, ds.X, ds.mu_pos, ds.mu_neg, ds.nu, ds.W0, ds.p0, streams, generated=False)
     Q = setup["Q"]
     proj = lambda v: None if v is None else Q.T @ v  # noqa: E731
+    X2 = np.ascontiguousarray(ds.X.reshape(n * T, d) @ Q)
     return Problem(
-        engine="reduced",
-        reason=reason,
-        X2=np.ascontiguousarray(ds.X.reshape(n * T, d) @ Q),
-        y=ds.y,
-        T=T,
-        nu0=Q.T @ ds.nu,
-        mu_pos=proj(ds.mu_pos),
-        mu_neg=proj(ds.mu_neg),
-        **setup,
-    )
+        engine="reduced", reason=reason, X2=X2, y=ds.y, T=T, nu0=Q.T @ ds.nu, mu_pos=proj(ds.mu_pos),
+        mu_neg=proj(ds.mu_neg), **setup,
+    )  # fmt: skip
 
 
-def _reduced_setup(cfg: Config, ds: Dataset, streams: Streams, generated: bool) -> dict:
+def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams, generated: bool) -> dict:
     """Q, R, W~(0) = Q^T W(0) R, p~(0), the factor U of the part of W(0)R outside
-    span(Q), and how to redraw W(0).
+    span(Q), and how to redraw W(0). X (n, T, d): the tokens (generated: their noise).
 
     For generated data the signals lie on e1, e2, so Q is built from the tokens
     with those two coordinates zeroed plus e1 and e2: the same span as the
     tokens and signals, and bitwise the same basis for every signal strength
     (a cached setup then gives identical results whatever the run order).
+    Otherwise Q spans the tokens, the signals given and nu.
     """
-    n, T, d = ds.X.shape
-    X2 = ds.X.reshape(n * T, d)
+    n, T, d = X.shape
+    X2 = X.reshape(n * T, d)
     if generated:
         A = np.zeros((d, n * T + 2))
         A[2:, : n * T] = X2[:, 2:].T
         A[0, n * T] = A[1, n * T + 1] = 1.0
         Q = orthonormal_basis(A)
     else:
-        cols = [X2.T] + [m[:, None] for m in (ds.mu_pos, ds.mu_neg) if m is not None]
-        Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), ds.nu)
-    W0 = ds.W0
+        cols = [X2.T] + [m[:, None] for m in (mu_pos, mu_neg) if m is not None]
+        Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), nu)
+    user_W0 = W0
     replay = None
-    if W0 is None:  # two passes over the same row blocks: memory O(d k), no d x d array
+    if W0 is None:  # two passes over the same row blocks: memory O(d k + block)
         replay = copy.deepcopy(streams.init)
         buf = np.empty((W0_block_rows(d), d))
         W0T_Q = None
@@ -403,7 +468,7 @@ def _reduced_setup(cfg: Config, ds: Dataset, streams: Streams, generated: bool) 
             W0 = buf
     else:
         W0T_Q = W0.T @ Q
-    p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
+    p0 = p0 if p0 is not None else draw_p0(cfg, streams.init, d)
     R = extend_basis(orthonormal_basis(W0T_Q), p0)
     if W0 is None:
         P = np.empty((d, R.shape[1]))
@@ -418,7 +483,7 @@ def _reduced_setup(cfg: Config, ds: Dataset, streams: Streams, generated: bool) 
         "U_perp": gram_factor(P - Q @ W0r),  # H = (I - QQ^T) W(0) R
         "Q": Q,
         "R": R,
-        "W0_source": (cfg, replay) if ds.W0 is None else W0,
+        "W0_source": (cfg, replay) if user_W0 is None else user_W0,
         "info": {"k": Q.shape[1], "r": R.shape[1]},
     }
 
@@ -434,91 +499,25 @@ def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> Non
             pb.X2_test = Xt @ pb.Q
             pb.O_test = Xt @ (pb.W0_full() @ pb.R - pb.Q @ pb.W0)
     elif cfg.test_n > 0 and ds.source == "generated":
-        sample_test(cfg, pb, streams.test)
-
-
-def sample_test(cfg: Config, pb: Problem, rng: np.random.Generator) -> None:
-    """Draw ``test_n`` fresh clean samples in engine coordinates (module docstring).
-
-    Draw order: roles (if shuffled), noise on Q (m, T, k), then the rows(U_perp)
-    normals per token.
-    """
-    m = cfg.test_n
-    pb.y_test = clean_labels(m)
-    roles = draw_roles(cfg, m, rng)
-    X = cfg.sigma * rng.standard_normal((m, cfg.T, pb.k))
-    add_means(X, pb.y_test, roles, cfg.rho, pb.mu_pos, pb.mu_neg)
-    pb.X2_test = X.reshape(m * cfg.T, pb.k)
-    if pb.U_perp is not None and pb.U_perp.shape[0] > 0:
-        g = rng.standard_normal((m * cfg.T, pb.U_perp.shape[0]))
-        pb.O_test = cfg.sigma * (g @ pb.U_perp)
-
-
-def _bartlett(rng: np.random.Generator, rows: int, cols: int, dof0: int, scale: float, lower: bool):
-    """Triangular factor of a Gaussian matrix with ``dof0`` rows: diagonal
-    scale * chi(dof0 - j), off-diagonal N(0, scale^2); (rows x cols), upper
-    (or its transpose-shaped lower version with ``lower``)."""
-    U = np.zeros((rows, cols))
-    j = np.arange(min(rows, cols))
-    U[j, j] = np.sqrt(rng.chisquare(dof0 - j))
-    iu = np.triu_indices(rows, 1, cols)
-    U[iu] = rng.standard_normal(iu[0].size)
-    U *= scale
-    return U.T if lower else U
+        pb.X2_test, pb.O_test, pb.y_test = draw_test_set(
+            cfg, streams.test, pb.k, pb.mu_pos, pb.mu_neg, pb.U_perp
+        )
 
 
 def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem, Dataset]:
-    """The implicit engine's problem and its (engine-coordinate) dataset.
-
-    Draw order. data stream: signal-plane noise (nT, 2), the token Bartlett
-    factor (diagonal chi, then the strictly lower part column by column), role
-    permutations if shuffled, iid label flips. init stream: B (diagonal chi,
-    then the strictly upper part), then U_perp likewise.
-    """
-    n, T, d, sig = cfg.n, cfg.T, cfg.d, cfg.sigma
-    m = n * T
-    k = m + 2
-    rng = streams.data
-    y_clean = clean_labels(n)
-    X = np.zeros((n, T, k))
-    X[:, :, :2] = sig * rng.standard_normal((n, T, 2))
-    X[:, :, 2:] = _bartlett(rng, m, m, d - 2, sig, lower=True).reshape(n, T, m)
-    roles = draw_roles(cfg, n, rng)
-    mu_pos, mu_neg = np.zeros(k), np.zeros(k)
-    mu_pos[0] = mu_neg[1] = cfg.signal_norm
-    add_means(X, y_clean, roles, cfg.rho, mu_pos, mu_neg)
-    flips = flip_mask(cfg, y_clean, rng)
-    y = np.where(flips, -y_clean, y_clean)
-    s = cfg.W_scale
-    B = _bartlett(streams.init, k, k, d, s, lower=False)
-    U_perp = _bartlett(streams.init, min(k, d - k), k, d - k, s, lower=False)
-    nu = head(mu_pos, mu_neg)
-    ds = Dataset(
-        X=None,
-        y=y,
-        y_clean=y_clean,
-        roles=roles,
-        mu_pos=mu_pos,
-        mu_neg=mu_neg,
-        sigma=sig,
-        nu=nu,
-        role_counts=cfg.role_counts,
-        source="generated (implicit engine coordinates)",
-    )
-    pb = Problem(
-        engine="implicit",
-        reason=reason,
-        X2=np.ascontiguousarray(X.reshape(m, k)),
-        y=y,
-        T=T,
-        W0=np.ascontiguousarray(B.T),
-        p0=np.zeros(k),
-        nu0=nu,
-        mu_pos=mu_pos,
-        mu_neg=mu_neg,
-        U_perp=U_perp,
-        info={"k": k, "r": k},
-    )
+    """The implicit engine's problem and its (engine-coordinate) dataset; draw
+    order in :func:`attnsim.data.draw_implicit_noise` and
+    :func:`attnsim.data.draw_implicit_init`."""
+    k = cfg.n * cfg.T + 2
+    X = draw_implicit_noise(cfg, streams.data)
+    mu_pos, mu_neg = signals(k, cfg.signal_norm)
+    ds = assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg,
+                  source="generated (implicit engine coordinates)")  # fmt: skip
+    ds.X = None
+    W0, U_perp = draw_implicit_init(cfg, streams.init, k)
+    pb = Problem(engine="implicit", reason=reason, X2=np.ascontiguousarray(X.reshape(-1, k)), y=ds.y, T=cfg.T,
+                 W0=W0, p0=np.zeros(k), nu0=ds.nu, mu_pos=mu_pos, mu_neg=mu_neg, U_perp=U_perp,
+                 info={"k": k, "r": k})  # fmt: skip
     if cfg.test_n > 0:
-        sample_test(cfg, pb, streams.test)
+        pb.X2_test, pb.O_test, pb.y_test = draw_test_set(cfg, streams.test, k, mu_pos, mu_neg, U_perp)
     return pb, ds

@@ -83,6 +83,33 @@ class StateMetrics:
         return dict(zip(("frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"), v.tolist()))
 
 
+TEST_CHUNK = 4096  # test samples per evaluation chunk (bounds the temporary logits)
+
+
+def test_set_metrics(X2, outside, y, T: int, W, p, nu, loss: str) -> dict[str, float]:
+    """Loss and accuracy of the state (W, p, nu) on a finite test set.
+
+    X2 : (m*T, k) test tokens in engine coordinates; outside : (m*T, r) their
+    products with the part of W(0) R outside span(Q), or None; y : (m,).
+    """
+    from .kernels import outputs
+
+    m = y.size
+    qk, vals = W @ p, np.empty(m)
+    total = 0.0
+    for lo in range(0, m, TEST_CHUNK):
+        hi = min(m, lo + TEST_CHUNK)
+        rows = slice(lo * T, hi * T)
+        z = X2[rows] @ qk
+        if outside is not None:
+            z += outside[rows] @ p
+        u = X2[rows] @ nu
+        _, f, L = outputs(z.reshape(-1, T), u.reshape(-1, T), y[lo:hi], loss)
+        vals[lo:hi] = y[lo:hi] * f
+        total += L * (hi - lo)
+    return {"test_loss": total / m, "test_acc": float(np.mean(vals > 0))}
+
+
 def _avg_row(mask: np.ndarray) -> np.ndarray:
     """Weights that average over ``mask`` (all NaN for an empty group)."""
     if not mask.any():

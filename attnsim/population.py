@@ -10,35 +10,125 @@ independent. Writing z_t = a_t.q + sigma |q| zeta_t with zeta ~ N(0, I_T),
 
 so P(y f < 0) = E_zeta[Phi(-y mean / sd)]: a T-dimensional Gaussian integral,
 done by randomized quasi-Monte Carlo over zeta (``N_SCRAMBLES`` independent
-scrambles of a Sobol sequence, drawn once per run; the standard error comes
-from the spread of the scramble means). The expected loss adds a Gauss-Hermite
-average over f (as many nodes as the conditional sd needs); the expected
+random linear scrambles with digital shifts of a Sobol sequence, drawn once
+per run; the standard error comes from the spread of the scramble means).
+The expected loss adds the exact average over f given zeta (a Taylor series,
+Gauss-Hermite or a closed-form series, by the conditional sd); the expected
 score of each role comes from the same points.
+
+Evaluation is vectorized over the points: the softmax weights factor into
+e^{a_t.q - max} (per class) times e^{sigma |q| zeta_t - max} (per point,
+shared by both classes), so one exponential per point and token and three
+small matrix products give every class's normalizer, mean and sum of squared
+scores. Irrelevant tokens (mean zero in both classes) need nothing per class.
 At q = 0 attention is uniform and the integrand is constant: the closed form
 Phi(-|mu| / (sigma sqrt(2T))) (default roles) comes out exactly with error 0.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from scipy.special import ndtri
-from scipy.stats import qmc
+import functools
+import math
+from pathlib import Path
 
-from . import kernels
+import numpy as np
+from scipy.special import ndtr, ndtri
+
 from .data import ROLE_NAMES, role_coefficients
+from .kernels import expected_softplus_series
+from .kernels import population as kpop
 
 N_SCRAMBLES = 8
-N_HERMITE_MAX = 32  # nodes are chosen per point from the conditional sd
+SOBOL_BITS = 30
+N_HERMITE_MAX = 32
+TAYLOR_SD = 0.05  # conditional sd up to which the expected loss uses a Taylor series (3e-10 relative)
+HERMITE_SD = 0.3  # ... then Gauss-Hermite up to this sd (checked: 9e-11 relative), then a closed-form series
+UNDERFLOW = 1e-250  # factored softmax normalizers below this are recomputed directly
 
 
-def sobol_normals(T: int, points: int, rng) -> np.ndarray:
+# -- scrambled Sobol points -------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _joe_kuo() -> tuple[np.ndarray, np.ndarray]:
+    """Joe & Kuo's primitive polynomials and initial direction numbers
+    (new-joe-kuo-6.21201), read from the copy SciPy installs for
+    scipy.stats.qmc (read as data: importing scipy.stats costs 0.7 s)."""
+    import scipy
+
+    with np.load(Path(scipy.__file__).parent / "stats" / "_sobol_direction_numbers.npz") as f:
+        return f["poly"], f["vinit"]
+
+
+def sobol_direction_numbers(dim: int, bits: int = SOBOL_BITS) -> np.ndarray:
+    """(dim, bits) direction numbers v[j, b] as ``bits``-bit integers, generator
+    bit b of coordinate j (Bratley & Fox's recurrence, as scipy.stats.qmc.Sobol)."""
+    poly, vinit = _joe_kuo()
+    if dim > poly.size:
+        raise ValueError(f"Sobol points: at most {poly.size} dimensions, got {dim}")
+    v = np.zeros((dim, bits), dtype=np.int64)
+    v[0, :] = 1
+    for d in range(1, dim):
+        p = int(poly[d])
+        m = p.bit_length() - 1
+        v[d, :m] = vinit[d, :m]
+        for j in range(m, bits):
+            new = int(v[d, j - m])
+            pow2 = 1
+            for k in range(m):
+                pow2 <<= 1
+                if (p >> (m - 1 - k)) & 1:
+                    new ^= pow2 * int(v[d, j - k - 1])
+            v[d, j] = new
+    return v << np.arange(bits - 1, -1, -1, dtype=np.int64)
+
+
+def _parity(x: np.ndarray) -> np.ndarray:
+    for shift in (32, 16, 8, 4, 2, 1):
+        x = x ^ (x >> shift)
+    return x & 1
+
+
+def sobol_integers(v: np.ndarray, m: int, rng: np.random.Generator | None = None) -> np.ndarray:
+    """(2^m, dim) Sobol points as integers in [0, 2^bits), in Gray-code order.
+
+    With ``rng``: a random linear matrix scramble (a lower-triangular binary
+    matrix with unit diagonal per coordinate, applied to the direction
+    numbers) and a random digital shift (Matousek 1998); the points stay a
+    (t, m, s)-net and each is uniform on the cube.
+    """
+    dim, bits = v.shape
+    if rng is not None:
+        # L[j, p, q] (q < p random, q = p one) acts on the bits of v, most significant first
+        L = np.tril(rng.integers(0, 2, size=(dim, bits, bits), dtype=np.int64), -1) + np.eye(
+            bits, dtype=np.int64
+        )
+        weights = np.int64(1) << np.arange(bits - 1, -1, -1, dtype=np.int64)
+        rows = L @ weights  # (dim, bits): row p of each matrix as a bit mask
+        out = np.zeros_like(v)
+        for p in range(bits):
+            out |= _parity(rows[:, p, None] & v) << (bits - 1 - p)
+        v = out
+        shift = rng.integers(0, 1 << bits, size=dim, dtype=np.int64)
+    else:
+        shift = np.zeros(dim, dtype=np.int64)
+    i = np.arange(1 << m, dtype=np.int64)
+    gray = i ^ (i >> 1)
+    x = np.broadcast_to(shift, (i.size, dim)).copy()
+    for b in range(m):
+        x ^= ((gray >> b) & 1)[:, None] * v[None, :, b]
+    return x
+
+
+def sobol_normals(T: int, points: int, rng: np.random.Generator) -> np.ndarray:
     """(N_SCRAMBLES, points / N_SCRAMBLES, T) standard normals from independent
     scrambles of a Sobol sequence (``rng``: the run's population stream)."""
     m = int(np.log2(max(points // N_SCRAMBLES, 1)))
+    v = sobol_direction_numbers(T)
     zeta = np.empty((N_SCRAMBLES, 2**m, T))
-    for i in range(N_SCRAMBLES):
-        u = qmc.Sobol(d=T, scramble=True, seed=rng).random_base2(m)
-        zeta[i] = ndtri(np.clip(u, 1e-16, 1 - 1e-16))
+    for r in range(N_SCRAMBLES):
+        x = sobol_integers(v, m, rng)
+        zeta[r] = ndtri((x + 0.5) * 2.0**-SOBOL_BITS)  # cell midpoints: never 0 or 1
     return zeta
 
 
@@ -57,6 +147,85 @@ def cached_sobol_normals(seed: int, T: int, points: int, rng) -> np.ndarray:
     return _ZETA_CACHE[key]
 
 
+# -- the expected loss given zeta ---------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def hermite_table(n_max: int = N_HERMITE_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Hermite rules 1..n_max: row j holds the j-node rule (weights / sqrt(pi))."""
+    x = np.zeros((n_max + 1, n_max))
+    w = np.zeros((n_max + 1, n_max))
+    for j in range(1, n_max + 1):
+        xj, wj = np.polynomial.hermite.hermgauss(j)
+        x[j, :j], w[j, :j] = xj, wj / np.sqrt(np.pi)
+    return x, w
+
+
+def hermite_nodes(sd: float) -> int:
+    """Gauss-Hermite nodes for E softplus(m + sd Z) to ~1e-10 relative (sd <= HERMITE_SD):
+    softplus is analytic in a strip of half-width pi, so the n-node rule's
+    error falls like (sd / pi)^(2n)."""
+    n = math.ceil(math.log(1e-11) / (2.0 * math.log(sd / math.pi))) + 1
+    return min(max(n, 2), N_HERMITE_MAX)
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + e^x) elementwise, without overflow."""
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """sp(x) + sd^2 v / 2 + sd^4 v (1 - 6 v) / 8 (see :func:`expected_softplus`), in place where it can."""
+    ex = np.exp(-np.abs(x))
+    v = 1.0 + ex
+    np.multiply(v, v, out=v)
+    np.divide(ex, v, out=v)  # sigma(x) (1 - sigma(x))
+    h = 0.5 * sd * sd  # sd^2 / 2
+    corr = 1.0 - 6.0 * v
+    corr *= 0.5 * h
+    corr += 1.0
+    corr *= h
+    corr *= v  # h v (1 + h (1 - 6 v) / 2) = sd^2 v / 2 + sd^4 v (1 - 6 v) / 8
+    out = np.log1p(ex, out=ex)
+    out += np.maximum(x, 0.0)
+    out += corr
+    return out
+
+
+def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """E softplus(x + sd Z), Z ~ N(0, 1), elementwise, to ~1e-9 relative for any sd >= 0.
+
+    sd <= TAYLOR_SD: the fourth-order expansion
+    sp(x) + sd^2 v / 2 + sd^4 v (1 - 6 v) / 8, with v = sigma(x) (1 - sigma(x))
+    the second derivative of softplus and v (1 - 6 v) its fourth (within 3e-10
+    relative); sd <= HERMITE_SD: Gauss-Hermite with as many nodes as the
+    largest sd needs; larger sd: the closed-form series of
+    :func:`attnsim.kernels.population._expected_softplus_series` (a fixed rule
+    would lose accuracy there: 1e-3 relative at sd = 5 with 32 nodes).
+    """
+    x, sd = np.asarray(x, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    if x.shape != sd.shape:
+        x, sd = np.broadcast_arrays(x, sd)
+    if sd.size and sd.max() <= TAYLOR_SD:  # the usual case: no masks
+        return _taylor(x, sd)
+    out = np.empty(x.shape)
+    small = sd <= TAYLOR_SD
+    out[small] = _taylor(x[small], sd[small])
+    mid = ~small & (sd <= HERMITE_SD)
+    if mid.any():
+        xm, sm = x[mid], sd[mid]
+        gx, gw = hermite_table()
+        nh = hermite_nodes(float(sm.max()))
+        out[mid] = sum(gw[nh, h] * softplus(xm - math.sqrt(2.0) * sm * gx[nh, h]) for h in range(nh))
+    big = sd > HERMITE_SD
+    if big.any():
+        out[big] = expected_softplus_series(x[big], sd[big])
+    return out
+
+
+# -- the population metrics -----------------------------------------------------------
+
+
 class Population:
     """Population metrics for one role layout and noise level.
 
@@ -64,57 +233,123 @@ class Population:
     ----------
     roles : (T,) role code of each token of a fresh sample.
     rho : weak-relevance factor.  sigma : token noise sd.
-    points : total number of QMC points (split over ``N_SCRAMBLES`` scrambles).
-    rng : the run's population stream.
+    zeta : (N_SCRAMBLES, M, T) standard normal QMC points (:func:`sobol_normals`).
+    loss : "logistic" or "linear".
     """
 
-    def __init__(self, roles, rho: float, sigma: float, points: int, rng, loss: str = "logistic", zeta=None):
+    def __init__(self, roles, rho: float, sigma: float, zeta: np.ndarray, loss: str = "logistic"):
         self.roles = np.asarray(roles, dtype=np.int64)
-        T = self.roles.size
         self.rho, self.sigma, self.loss = float(rho), float(sigma), loss
-        self.zeta = sobol_normals(T, points, rng) if zeta is None else zeta
-        self.gh_x, self.gh_w = kernels.hermite_table(N_HERMITE_MAX)
-        # token mean a_t = c_own * mu_y + c_other * mu_{-y}
+        R, M, T = zeta.shape
+        if T != self.roles.size:
+            raise ValueError(f"Population: points have {T} coordinates, roles {self.roles.size}")
+        self.R, self.M = R, M
+        # token-major (T, N): reductions over tokens run along contiguous rows
+        self.zeta = np.ascontiguousarray(zeta.reshape(R * M, T).T)
+        # reused (T, N) work arrays: fresh temporaries of this size are mapped
+        # from the OS on every call, and the page faults cost more than the math
+        self._E, self._tmp = np.empty_like(self.zeta), np.empty_like(self.zeta)
+        # token mean a_t = c_own * mu_y + c_other * mu_{-y}: as (class, token, [mu+, mu-]) coefficients
         self.c_own, self.c_other = role_coefficients(self.roles, rho)
+        self._coef = np.stack(
+            [np.stack([self.c_own, self.c_other], 1), np.stack([self.c_other, self.c_own], 1)]
+        )
+        self._role_sum = (self.roles[None, :] == np.arange(4)[:, None]).astype(np.float64)  # (4, T)
+
+    def class_means(self, q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg) -> tuple[np.ndarray, np.ndarray]:
+        """(2, T) mean logits a_t . q and mean values a_t . nu, class +1 then -1."""
+        both = self._coef @ np.array([[q_mu_pos, nu_mu_pos], [q_mu_neg, nu_mu_neg]])  # (2, T, 2)
+        return both[:, :, 0], both[:, :, 1]
 
     def evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
         """Error (with standard error), loss and per-role scores from the scalars
         q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
         sig = self.sigma
-        aq = np.stack(
-            [
-                self.c_own * q_mu_pos + self.c_other * q_mu_neg,
-                self.c_own * q_mu_neg + self.c_other * q_mu_pos,
-            ]
-        )
-        anu = np.stack(
-            [
-                self.c_own * nu_mu_pos + self.c_other * nu_mu_neg,
-                self.c_own * nu_mu_neg + self.c_other * nu_mu_pos,
-            ]
-        )
-        qn = float(np.sqrt(max(qq, 0.0)))
+        aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
+        qn = math.sqrt(max(qq, 0.0))
         if qn > 0.0:
             qhat_nu = q_nu / qn
             b = sig * qhat_nu
-            sdc = sig * np.sqrt(max(nunu - qhat_nu**2, 0.0))
+            sdc = sig * math.sqrt(max(nunu - qhat_nu**2, 0.0))
+            zeta, R = self.zeta, self.R
         else:  # uniform attention: the integrand does not depend on zeta
-            b, sdc = 0.0, sig * np.sqrt(max(nunu, 0.0))
-        err, loss, score = kernels.population_eval(
-            self.zeta, aq, anu, sig * qn, b, sdc, self.gh_x, self.gh_w, self.loss
-        )
+            b, sdc = 0.0, sig * math.sqrt(max(nunu, 0.0))
+            zeta, R = self.zeta[:, :1], 1
+        x, sd, t, score = self._conditional(zeta, aq, anu, sig * qn, b, sdc)
+        near = np.abs(t) < 40.0
+        tail = ndtr(-t[near])
+        linear = self.loss == "linear"
+        if linear or sd.max() <= TAYLOR_SD:
+            exact = np.empty(0)
+        else:
+            hard = sd > TAYLOR_SD
+            exact = expected_softplus(x[hard], sd[hard])
+        ex = np.exp(-np.abs(x))
+        lg = np.log1p(ex)
+        err_r, loss_r = kpop.scramble_sums(t, tail, x, sd, ex, lg, exact, linear, TAYLOR_SD, R)
+        if R == 1:  # constant integrand: every scramble has this value
+            err_r, loss_r = np.repeat(err_r, self.R), np.repeat(loss_r, self.R)
         out = {
-            "pop_error": float(err.mean()),
-            "pop_error_se": float(err.std(ddof=1) / np.sqrt(err.size)),
-            "pop_loss": float(loss.mean()),
+            "pop_error": float(err_r.mean()),
+            "pop_error_se": float(err_r.std(ddof=1) / math.sqrt(self.R)),
+            "pop_loss": float(loss_r.mean()),
         }
-        for code, name in enumerate(ROLE_NAMES):
-            out[f"pop_score_{name}"] = float(score[self.roles == code].sum())
+        out.update(zip((f"pop_score_{r}" for r in ROLE_NAMES), (self._role_sum @ score).tolist()))
         return out
+
+    def _conditional(self, zeta, aq, anu, sq, b, sdc):
+        """Per class and point (2, N): the loss argument x = -y mean, the sd of
+        f and t = y mean / sd given zeta (T, N); and the mean score of each
+        token (T,) over points and classes."""
+        full = zeta.shape[1] == self.zeta.shape[1]
+        E = self._E if full else np.empty_like(zeta)
+        tmp = self._tmp if full else np.empty_like(zeta)
+        np.multiply(zeta, sq, out=tmp)  # the logits' random part
+        np.subtract(tmp, tmp.max(axis=0), out=E)
+        np.exp(E, out=E)  # (T, N) per point, shared by both classes
+        wa = np.exp(aq - aq.max(axis=1, keepdims=True))  # (2, T) per class
+        S = wa @ E  # (2, N) softmax normalizers
+        num = (wa * anu) @ E
+        if b != 0.0:
+            num += b * (wa @ np.multiply(E, zeta, out=tmp))
+        sq_sum = (wa * wa) @ np.multiply(E, E, out=tmp)
+        ok = S > UNDERFLOW
+        inv = np.divide(1.0, S, out=np.zeros_like(S), where=ok)
+        ym = np.multiply(num, inv, out=num)
+        ym[1] *= -1.0  # y mean: class -1 flips the sign
+        sd = np.sqrt(sq_sum, out=sq_sum)
+        sd *= inv
+        sd *= sdc
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = ym / sd  # +-inf where sd = 0 (f is exact given zeta); 0/0 below
+        if sdc == 0.0:
+            t[ym == 0.0] = 0.0  # Phi(0) = 1/2: a tie
+        score = ((E @ inv.T) * wa.T).sum(axis=1)
+        for c, col in zip(*np.nonzero(~ok)):  # the factored weights underflowed: direct softmax
+            z = aq[c] + sq * zeta[:, col]
+            e = np.exp(z - z.max())
+            se = e.sum()
+            ym[c, col] = (1.0 - 2.0 * c) * (e @ anu[c] + b * (e @ zeta[:, col])) / se
+            sd[c, col] = sdc * math.sqrt(e @ e) / se
+            t[c, col] = ym[c, col] / sd[c, col] if sd[c, col] > 0.0 else np.sign(ym[c, col]) * np.inf
+            score += e / se
+        x = np.negative(ym, out=ym)
+        return x, sd, t, score / (2 * zeta.shape[1])
+
+    def evaluate_state(self, problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict:
+        """:meth:`evaluate` for an engine-coordinate state of ``problem``."""
+        qk, qq = problem.q_norm2(W, p)
+        return self.evaluate(
+            qk @ problem.mu_pos,
+            qk @ problem.mu_neg,
+            qk @ nu,
+            qq,
+            nu @ problem.mu_pos,
+            nu @ problem.mu_neg,
+            nu @ nu,
+        )
 
 
 def uniform_error(signal_norm: float, sigma: float, T: int) -> float:
     """Closed-form population error at q = 0 for the default roles (SPEC §3)."""
-    from scipy.special import ndtr
-
     return float(ndtr(-signal_norm / (sigma * np.sqrt(2 * T))))

@@ -60,7 +60,6 @@ import numpy as np
 from .config import KEYS, Config, ConfigError, from_mapping, read_toml, unknown_key_message
 from .results import SCHEMA_VERSION, _clean, atomic_write
 
-SETUP_KEYS = ("seed", "n", "T", "d", "sigma", "init_W", "init_W_scale", "init_p", "init_p_scale")
 META_KEYS = ("name", "seeds", "save")
 MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
 MAX_DEATHS = 2  # workers a point may take down with it before it is recorded as failed
@@ -232,8 +231,10 @@ def record_key(cfg: Config) -> str:
 
 
 def setup_group(cfg: Config) -> tuple:
-    c = cfg.to_dict()
-    return tuple(c[k] for k in SETUP_KEYS) + (c["engine"],)
+    """Points that share a reduced setup (:func:`attnsim.engines.setup_key`) run in one worker."""
+    from .engines import setup_key
+
+    return (*setup_key(cfg), cfg.engine)
 
 
 def run_point(cfg_dict: dict, save: list[str]) -> dict:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from .data import RELEVANT
 
@@ -55,13 +54,14 @@ def settle_time(steps: np.ndarray, values: np.ndarray, rel: float = 0.01) -> int
     return int(steps[0] if far.size == 0 else steps[far[-1] + 1])
 
 
-def summary(cfg, traj) -> dict:
-    """The "theory" section of result.json."""
+def summary(cfg, traj, known_signal: bool = True) -> dict:
+    """The "theory" section of result.json (``known_signal``: |mu| and sigma
+    are known, so the SNR is defined)."""
     a = traj.arrays
-    s = snr(cfg.signal_norm, cfg.sigma, cfg.d)
+    s = snr(cfg.signal_norm, cfg.sigma, cfg.d) if known_signal else None
     out = {
         "snr": s,
-        "n_snr2": cfg.n * s * s,
+        "n_snr2": None if s is None else cfg.n * s * s,
         "t_memorize": memorization_time(traj.fit_step),
         "t_generalize": None,
         "t_pop_loss_settled": None,
@@ -129,13 +129,42 @@ def fit_rate(steps, x, m: float, min_points: int = 3) -> dict | None:
     A = np.stack([np.ones_like(tau), tau], axis=1)
     (a, c), *_ = np.linalg.lstsq(A, gx, rcond=None)  # start: linear in g-space
     # then least squares in x itself (g-space residuals overweight the largest gaps)
-    scale = max(1.0, float(tau[-1]))
-    fit = least_squares(lambda v: g_inv(v[0] + v[1] / scale * tau, m) - x[ok], x0=[a, c * scale], method="lm")
-    if fit.success:
-        a, c = fit.x[0], fit.x[1] / scale
+    a, c = _gauss_newton(tau, x[ok], m, a, c)
     pred = g_inv(a + c * tau, m)
     return {"rate": float(c), "intercept": float(a), "max_dev": float(np.max(np.abs(pred - x[ok]))),
             "from_step": int(tau[0]), "points": int(ok.sum())}  # fmt: skip
+
+
+def _gauss_newton(tau, x, m: float, a: float, c: float, iters: int = 50) -> tuple[float, float]:
+    """Minimize sum (g^{-1}(a + c tau) - x)^2 over (a, c) by damped Gauss-Newton
+    (Levenberg-Marquardt). d g^{-1}(y)/dy = 1 / g'(x) = 1 / (2 + 2 cosh(x - log m))."""
+    scale = max(1.0, float(tau[-1]))
+    t = tau / scale  # rate per unit of scaled time: a well-conditioned 2 x 2 system
+    v = np.array([a, c * scale])
+
+    def residual(v):
+        return g_inv(v[0] + v[1] * t, m) - x
+
+    r = residual(v)
+    lam = 1e-3
+    for _ in range(iters):
+        with np.errstate(over="ignore"):
+            dx = 1.0 / (2.0 + 2.0 * np.cosh(g_inv(v[0] + v[1] * t, m) - math.log(m)))
+        J = np.stack([dx, dx * t], axis=1)
+        H, grad = J.T @ J, J.T @ r
+        step = np.linalg.solve(H + lam * np.diag(np.diag(H) + 1e-300), -grad)
+        trial = v + step
+        r_trial = residual(trial)
+        if np.all(np.isfinite(r_trial)) and r_trial @ r_trial < r @ r:
+            done = abs(r @ r - r_trial @ r_trial) <= 1e-15 * max(r @ r, 1e-300)
+            v, r, lam = trial, r_trial, lam / 3
+            if done:
+                break
+        else:
+            lam *= 10
+            if lam > 1e12:
+                break
+    return float(v[0]), float(v[1] / scale)
 
 
 # -- gaps ----------------------------------------------------------------------

@@ -133,15 +133,18 @@ def test_load_npz_accepts_the_full_schema(tmp_path):
         mu_pos=mu_p,
         mu_neg=mu_n,
         sigma=np.array(1.5),
+        rho=np.array(0.2),
         W0=np.eye(5),
         p0=np.ones(5),
         X_test=X[:2],
         y_test=np.array([1, -1]),
     )
     ds = load_npz(path, Config())
-    assert ds.n_noisy == 1 and ds.role_counts == (1, 1, 0, 1) and ds.sigma == 1.5
+    assert ds.n_noisy == 1 and ds.role_counts == (1, 1, 0, 1) and ds.sigma == 1.5 and ds.rho == 0.2
     np.testing.assert_allclose(ds.nu, head(mu_p, mu_n))
     assert ds.population_reason is None
+    ds.rho = None  # weakly relevant tokens present: rho is needed
+    assert "rho" in ds.population_reason
 
 
 BAD_DATA = [

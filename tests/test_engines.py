@@ -6,8 +6,8 @@ from scipy import stats
 
 import attnsim
 from attnsim.config import Config, ConfigError
-from attnsim.data import generate, make_streams
-from attnsim.engines import _bartlett, build, build_implicit, choose_engine
+from attnsim.data import bartlett, generate, make_streams
+from attnsim.engines import build, build_implicit, choose_engine
 
 MODES = ("p", "W,p", "p,nu", "W,p,nu", "W", "W,nu", "nu")
 ARRAYS = ("train_loss", "train_acc", "pop_error", "pop_loss", "pop_score_relevant", "score_clean_relevant",
@@ -37,8 +37,8 @@ def test_reduced_lift_equals_dense_state_with_rectangular_W(init_W):
                  init_p="gaussian", loss="linear")  # fmt: skip
     streams = make_streams(3)
     ds = generate(cfg, streams)
-    dense = build(cfg, ds, make_streams(3), "dense", "")
-    red = build(cfg, ds, make_streams(3), "reduced", "")
+    dense, _ = build(cfg, ds, make_streams(3), "dense", "")
+    red, _ = build(cfg, ds, make_streams(3), "reduced", "")
     assert red.r == red.k + 1 or init_W == "identity"  # p(0) adds a direction to R
     from attnsim.kernels import Segment
 
@@ -57,11 +57,17 @@ def test_reduced_lift_equals_dense_state_with_rectangular_W(init_W):
     assert qq == pytest.approx(float(full["q"] @ full["q"]), rel=1e-10)
 
 
-def test_reduced_equals_dense_with_user_arrays(fixture_path):
-    f = np.load(fixture_path)
+def test_reduced_equals_dense_with_user_arrays(fixture_path, tmp_path):
+    f = dict(np.load(fixture_path))
+    n, T, _ = f["X"].shape
+    f["roles"] = np.tile(np.repeat(np.arange(4), (1, 1, 1, T - 3)), (n, 1))  # the paper's layout
+    f["rho"] = np.array(0.1)
+    path = tmp_path / "peer_with_roles.npz"
+    np.savez(path, **f)
     cfg = {"lr": float(f["lr"]), "steps": 100, "log_every": 10, "pop_points": 256}
-    a = attnsim.simulate({**cfg, "engine": "dense"}, data=fixture_path)
-    b = attnsim.simulate({**cfg, "engine": "reduced"}, data=fixture_path)
+    a = attnsim.simulate({**cfg, "engine": "dense"}, data=path)
+    b = attnsim.simulate({**cfg, "engine": "reduced"}, data=path)
+    assert np.isfinite(a.final["pop_error"])
     _same(a, b)
 
 
@@ -115,7 +121,7 @@ def test_implicit_factor_matches_dense_R_factor(d, k):
         Rf = sign[:, None] * Rf  # positive diagonal convention
         dense_diag.append(np.diag(Rf)[[0, k - 1]])
         dense_off.append(Rf[0, 1])
-        B = _bartlett(rng, k, k, d, s, lower=False)
+        B = bartlett(rng, k, k, d, s, lower=False)
         imp_diag.append(np.diag(B)[[0, k - 1]])
         imp_off.append(B[0, 1])
     dd, idg = np.array(dense_diag), np.array(imp_diag)
@@ -133,7 +139,7 @@ def test_implicit_qperp_norm_follows_scaled_chi2(d, k):
     p = rng.standard_normal(k)
     ratios = []
     for _ in range(reps):
-        U = _bartlett(rng, min(k, d - k), k, d - k, s, lower=False)
+        U = bartlett(rng, min(k, d - k), k, d - k, s, lower=False)
         ratios.append(np.sum((U @ p) ** 2) / (p @ p) / s**2)
     _check(_ks(np.array(ratios), stats.chi2(d - k).cdf))
 

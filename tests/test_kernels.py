@@ -76,8 +76,10 @@ def test_parallel_w_pass_matches_serial():
     assert k * r >= kernels.PAR_MIN
     W = rng.standard_normal((k, r))
     g, p = rng.standard_normal(k), rng.standard_normal(r)
+    from attnsim.kernels.attention import _w_pass
+
     W1, gp, part = W.copy(), np.empty(r), np.empty((kernels.N_CHUNKS, r))
-    kernels._w_pass(W1, g, p, 0.1, gp, part)
+    _w_pass(W1, g, p, 0.1, gp, part)
     np.testing.assert_allclose(gp, W.T @ g, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(W1, W - 0.1 * np.outer(g, p), rtol=1e-14, atol=1e-14)
 

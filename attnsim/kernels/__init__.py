@@ -1,0 +1,36 @@
+"""All Numba code of attnsim, one module per model or metric.
+
+- :mod:`.attention` - the attention model: forward pass, hand-derived
+  gradients (derivation in its docstring), the many-step GD kernel and the
+  gradient-flow vector field.
+- :mod:`.population` - the expected softplus of a Gaussian for large sd.
+
+A numba function and everything it calls live in one file: numba's on-disk
+cache only notices edits to the file of the function it loads.
+"""
+
+from .attention import (
+    DIVERGED,
+    FROZEN,
+    LINEAR,
+    LOGISTIC,
+    N_CHUNKS,
+    OK,
+    PAR_MIN,
+    AttentionModel,
+    EvaluationBudgetExceeded,
+    FlowField,
+    Observation,
+    Segment,
+    f64,
+    loss_and_grads,
+    loss_kind_code,
+    outputs,
+)
+from .population import expected_softplus_series
+
+__all__ = [
+    "DIVERGED", "FROZEN", "LINEAR", "LOGISTIC", "N_CHUNKS", "OK", "PAR_MIN", "AttentionModel",
+    "EvaluationBudgetExceeded", "FlowField", "Observation", "Segment", "expected_softplus_series", "f64",
+    "loss_and_grads", "loss_kind_code", "outputs",
+]  # fmt: skip

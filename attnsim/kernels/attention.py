@@ -1,0 +1,501 @@
+"""Numba kernels of the attention model: forward pass, hand-derived gradients,
+a many-step gradient-descent kernel and the gradient-flow vector field.
+
+Every ``@njit`` function here calls only functions of this file (numba's
+on-disk cache does not notice edits to callees in other files). The Python
+classes at the bottom validate and coerce input; the ``_kernels`` work on
+contiguous float64 arrays and write into preallocated buffers.
+
+Model and loss
+--------------
+Tokens of sample i are the rows x_it (t = 1..T) of ``X2[i*T:(i+1)*T]`` (k wide).
+With W (k x r), p (r), nu (k)::
+
+    q = W p,   z_it = x_it . q,   s_i = softmax(z_i),   u_it = x_it . nu,
+    f_i = sum_t s_it u_it,        L = (1/n) sum_i l(y_i f_i),
+
+l(m) = log(1 + e^{-m}) (logistic) or l(m) = -m (linear).
+
+Gradient derivation
+-------------------
+Write a_i = dL/df_i = (1/n) l'(y_i f_i) y_i, i.e. a_i = -(y_i/n) sigma(-y_i f_i)
+for the logistic loss and a_i = -y_i/n for the linear one.
+
+Softmax Jacobian: ds_it/dz_iv = s_it (delta_tv - s_iv), hence
+df_i/dz_iv = sum_t u_it s_it (delta_tv - s_iv) = s_iv (u_iv - f_i).
+
+Define c_iv = a_i s_iv (u_iv - f_i) = dL/dz_iv.  Since z_iv = x_iv^T W p,
+
+    dL/dq   = sum_{i,v} c_iv x_iv =: g            (k,)
+    dL/dW   = g p^T      (dz/dW_ab = x_a p_b)     (k, r)
+    dL/dp   = W^T g      (dz/dp = W^T x)          (r,)
+    dL/dnu  = sum_{i,t} a_i s_it x_it             (u_it = x_it . nu enters f linearly)
+
+The same formulas hold for a rectangular W, which the reduced engine uses.
+
+Reproducibility
+---------------
+No reduction runs across ``prange`` iterations: the parallel W pass splits the
+rows into ``N_CHUNKS`` fixed chunks, each chunk writes its own buffer row, and a
+serial loop adds the rows in order, so results do not depend on the number of
+threads. Matrix-vector products go through BLAS (``np.dot``); pin BLAS threads
+(threadpoolctl) for bitwise equality across thread settings (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from ._flags import CACHE, FASTMATH
+
+N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
+PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
+LOGISTIC, LINEAR = 0, 1
+OK, DIVERGED, FROZEN = 0, 1, 2
+
+
+class Data(NamedTuple):
+    """One training problem in engine coordinates (read only in the kernels)."""
+
+    X2: np.ndarray  # (n*T, k) tokens
+    y: np.ndarray  # (n,) observed labels
+    rel: np.ndarray  # (n*T,) 1 on relevant tokens (for the cumulative frakS), else 0
+    T: int
+    loss_kind: int
+
+
+class Work(NamedTuple):
+    """Buffers every step overwrites (see :func:`work_for`)."""
+
+    q: np.ndarray  # (k,) W p
+    z: np.ndarray  # (n*T,) logits
+    u: np.ndarray  # (n*T,) token values x . nu
+    s: np.ndarray  # (n*T,) scores
+    f: np.ndarray  # (n,) outputs
+    c: np.ndarray  # (n*T,) dL/dz
+    w: np.ndarray  # (n*T,) a_i s_it
+    g: np.ndarray  # (k,) dL/dq
+    gnu: np.ndarray  # (k,) dL/dnu
+    gp: np.ndarray  # (r,) W^T g
+    part: np.ndarray  # (N_CHUNKS, r) per-chunk partial sums of the parallel W pass
+
+
+def work_for(nT: int, n: int, k: int, r: int) -> Work:
+    e = np.empty
+    return Work(e(k), e(nT), e(nT), e(nT), e(n), e(nT), e(nT), e(k), e(k), e(r), e((N_CHUNKS, r)))
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _softplus(x):
+    """log(1 + e^x) without overflow."""
+    if x > 0.0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _sigmoid(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _outputs(z, u, y, T, loss_kind, s, f):
+    """Stable softmax of logits z (n*T,), outputs f (n,); returns the mean loss."""
+    n = f.size
+    total = 0.0
+    for i in range(n):
+        base = i * T
+        zmax = z[base]
+        for t in range(1, T):
+            if z[base + t] > zmax:
+                zmax = z[base + t]
+        ssum = 0.0
+        for t in range(T):
+            e = math.exp(z[base + t] - zmax)
+            s[base + t] = e
+            ssum += e
+        fi = 0.0
+        for t in range(T):
+            s[base + t] /= ssum
+            fi += s[base + t] * u[base + t]
+        f[i] = fi
+        m = y[i] * fi
+        total += -m if loss_kind == LINEAR else _softplus(-m)
+    return total / n
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _token_coeffs(y, s, u, f, T, loss_kind, c, w):
+    """c_it = a_i s_it (u_it - f_i) = dL/dz_it and w_it = a_i s_it (see docstring)."""
+    n = f.size
+    for i in range(n):
+        if loss_kind == LINEAR:
+            a = -y[i] / n
+        else:
+            a = -(y[i] / n) * _sigmoid(-y[i] * f[i])
+        base = i * T
+        for t in range(T):
+            w[base + t] = a * s[base + t]
+            c[base + t] = w[base + t] * (u[base + t] - f[i])
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _relevant_increment(s, rel, T, i):
+    """s_rel (1 - s_rel) of sample i, s_rel its score mass on relevant tokens."""
+    sr = 0.0
+    for t in range(T):
+        sr += rel[i * T + t] * s[i * T + t]
+    return sr * (1.0 - sr)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _forward(data, W, p, nu, work, values_stale):
+    """q = W p, logits, scores and outputs of the state; returns the loss
+    (NaN when |q|^2 or |p|^2 overflows). ``values_stale``: recompute u = X nu."""
+    np.dot(W, p, work.q)
+    if not (math.isfinite(_sumsq(work.q)) and math.isfinite(_sumsq(p))):
+        return math.nan
+    if values_stale:
+        np.dot(data.X2, nu, work.u)
+    np.dot(data.X2, work.q, work.z)
+    return _outputs(work.z, work.u, data.y, data.T, data.loss_kind, work.s, work.f)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, parallel=True)
+def _w_pass_parallel(W, g, p, lr, part):
+    """Chunk c: part[c] = W[rows_c]^T g[rows_c]; then W[rows_c] -= lr g p^T."""
+    k, r = W.shape
+    nc = part.shape[0]
+    for c in prange(nc):
+        lo = c * k // nc
+        hi = (c + 1) * k // nc
+        for j in range(r):
+            part[c, j] = 0.0
+        for i in range(lo, hi):
+            gi = g[i]
+            step = lr * gi
+            for j in range(r):
+                part[c, j] += W[i, j] * gi
+                W[i, j] -= step * p[j]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _w_pass(W, g, p, lr, gp, part):
+    """gp = W^T g with the old W, then W -= lr g p^T: one pass over W."""
+    k, r = W.shape
+    for j in range(r):
+        gp[j] = 0.0
+    if k * r >= PAR_MIN:
+        _w_pass_parallel(W, g, p, lr, part)
+        for c in range(part.shape[0]):  # serial, fixed-order reduction
+            for j in range(r):
+                gp[j] += part[c, j]
+        return
+    for i in range(k):
+        gi = g[i]
+        step = lr * gi
+        for j in range(r):
+            gp[j] += W[i, j] * gi
+            W[i, j] -= step * p[j]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _sumsq(a):
+    acc = 0.0
+    for v in a:
+        acc += v * v
+    return acc
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _all_zero(a):
+    for v in a:
+        if v != 0.0:
+            return False
+    return True
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc):
+    """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which of
+    the three are updated), keeping the in-loop records.
+
+    At each state tau (tau = step0 .. step0 + nsteps - 1, before update tau + 1):
+    ``fit_since[i]`` is the first step of the current run of states in which
+    y_i f_i > 0 (-1 while unfitted) and ``S_acc[i]`` accumulates
+    s_rel (1 - s_rel), s_rel the score mass on sample i's relevant tokens.
+
+    Returns (status, step): (OK, step0 + nsteps), (DIVERGED, tau) when the loss,
+    |p|^2 or |W p|^2 at state tau is not finite, or (FROZEN, tau) when every
+    gradient at state tau is exactly zero (a fixed point of GD in float64).
+    """
+    train_W, train_p, train_nu = train
+    y, X2, T = data.y, data.X2, data.T
+    for k in range(nsteps):
+        step = step0 + k
+        L = _forward(data, W, p, nu, work, train_nu or k == 0)
+        if not math.isfinite(L):
+            return DIVERGED, step
+        for i in range(y.size):
+            if y[i] * work.f[i] > 0.0:
+                if fit_since[i] < 0:
+                    fit_since[i] = step
+            else:
+                fit_since[i] = -1
+            S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
+        _token_coeffs(y, work.s, work.u, work.f, T, data.loss_kind, work.c, work.w)
+        np.dot(work.c, X2, work.g)
+        if train_nu:
+            np.dot(work.w, X2, work.gnu)
+        if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
+            return FROZEN, step
+        if train_W:
+            _w_pass(W, work.g, p, lr, work.gp, work.part)
+        elif train_p:
+            np.dot(work.g, W, work.gp)
+        if train_p:
+            for j in range(p.size):
+                p[j] -= lr * work.gp[j]
+        if train_nu:
+            for j in range(nu.size):
+                nu[j] -= lr * work.gnu[j]
+    return OK, step0 + nsteps
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _flow_rhs(data, theta, W_fix, p_fix, nu_fix, train, lr, work, out):
+    """Gradient-flow vector field -grad L at the state packed in ``theta``.
+
+    Layout of theta and out: [W (k*r) if trained, p (r) if trained, nu (k) if
+    trained, S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S
+    counts in units of GD steps (t = lr * step). Untrained blocks come from
+    the ``*_fix`` arrays. Returns the loss (NaN flags divergence).
+    """
+    train_W, train_p, train_nu = train
+    k, r = W_fix.shape
+    o = 0
+    W = W_fix
+    if train_W:
+        W = theta[: k * r].reshape(k, r)
+        o = k * r
+    p = p_fix
+    if train_p:
+        p = theta[o : o + r]
+        o += r
+    nu = nu_fix
+    if train_nu:
+        nu = theta[o : o + k]
+        o += k
+    L = _forward(data, W, p, nu, work, True)
+    _token_coeffs(data.y, work.s, work.u, work.f, data.T, data.loss_kind, work.c, work.w)
+    np.dot(work.c, data.X2, work.g)
+    j = 0
+    if train_W:
+        for a in range(k):
+            for b in range(r):
+                out[j] = -work.g[a] * p[b]
+                j += 1
+    if train_p:
+        np.dot(work.g, W, work.gp)
+        for b in range(r):
+            out[j] = -work.gp[b]
+            j += 1
+    if train_nu:
+        np.dot(work.w, data.X2, work.gnu)
+        for a in range(k):
+            out[j] = -work.gnu[a]
+            j += 1
+    for i in range(data.y.size):
+        out[j + i] = _relevant_increment(work.s, data.rel, data.T, i) / lr
+    return L
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _relevant_increments(s, rel, T, out):
+    for i in range(out.size):
+        out[i] = _relevant_increment(s, rel, T, i)
+
+
+# -- public wrappers ---------------------------------------------------------
+
+
+def f64(a) -> np.ndarray:
+    """``a`` as a contiguous float64 array (no copy when it already is one)."""
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def loss_kind_code(loss: str) -> int:
+    return {"logistic": LOGISTIC, "linear": LINEAR}[loss]
+
+
+class Observation(NamedTuple):
+    """A state seen on the training set: (n, T) logits, values and scores,
+    (n,) outputs, the mean loss."""
+
+    z: np.ndarray
+    u: np.ndarray
+    s: np.ndarray
+    f: np.ndarray
+    loss: float
+
+
+def outputs(z, u, y, loss: str = "logistic") -> tuple[np.ndarray, np.ndarray, float]:
+    """Scores s (n, T), outputs f (n,) and mean loss from logits z and values u (n, T)."""
+    z, u, y = f64(z), f64(u), f64(y)
+    n, T = z.shape
+    if u.shape != z.shape or y.shape != (n,):
+        raise ValueError(f"shapes z {z.shape}, u {u.shape}, y {y.shape} do not match")
+    s = np.empty(n * T)
+    f = np.empty(n)
+    L = _outputs(z.reshape(-1), u.reshape(-1), y, T, loss_kind_code(loss), s, f)
+    return s.reshape(n, T), f, L
+
+
+def loss_and_grads(X, y, W, p, nu, loss: str = "logistic"):
+    """Mean loss and (grad_W, grad_p, grad_nu) by the kernels; X is (n, T, k)."""
+    X, y, W, p, nu = map(f64, (X, y, W, p, nu))
+    n, T, k = X.shape
+    if W.shape[0] != k or W.shape[1] != p.size or nu.size != k or y.size != n:
+        raise ValueError(f"shapes X {X.shape}, W {W.shape}, p {p.shape}, nu {nu.shape} do not match")
+    data = Data(np.ascontiguousarray(X.reshape(n * T, k)), y, np.zeros(n * T), T, loss_kind_code(loss))
+    work = work_for(n * T, n, k, p.size)
+    L = _forward(data, W, p, nu, work, True)
+    _token_coeffs(y, work.s, work.u, work.f, T, data.loss_kind, work.c, work.w)
+    g = work.c @ data.X2
+    return L, np.outer(g, p), W.T @ g, work.w @ data.X2
+
+
+class AttentionModel:
+    """One attention problem in engine coordinates, with the buffers the
+    kernels share. W, p, nu are copies, updated in place by subclasses.
+
+    Parameters
+    ----------
+    X2 : (n*T, k) tokens.  y : (n,) labels.  W : (k, r), p : (r,), nu : (k,).
+    T : tokens per sample.  lr : step size.  train : subset of {"W", "p", "nu"}.
+    loss : "logistic" or "linear".  rel : (n*T,) relevant-token indicator.
+    """
+
+    def __init__(self, X2, y, W, p, nu, T, lr, train, loss, rel):
+        X2, y = f64(X2), f64(y)
+        self.W, self.p, self.nu = f64(W).copy(), f64(p).copy(), f64(nu).copy()
+        self.T, self.lr = int(T), float(lr)
+        self.train = (*(b in train for b in ("W", "p", "nu")),)
+        nT, k = X2.shape
+        n, r = y.size, self.p.size
+        rel = f64(rel).reshape(-1)
+        if self.W.shape != (k, r) or self.nu.size != k or nT != n * self.T or rel.size != nT:
+            raise ValueError("AttentionModel: inconsistent shapes")
+        self.data = Data(X2, y, rel, self.T, loss_kind_code(loss))
+        self.work = work_for(nT, n, k, r)
+        self.W0 = self.W.copy()
+
+    def observe(self, W=None, p=None, nu=None) -> Observation:
+        """The training-set view of a state (default: the current one)."""
+        W = self.W if W is None else W
+        p = self.p if p is None else p
+        nu = self.nu if nu is None else nu
+        with np.errstate(over="ignore", invalid="ignore"):
+            L = _forward(self.data, W, p, nu, self.work, True)
+        n, T = self.data.y.size, self.T
+        wk = self.work
+        return Observation(wk.z.reshape(n, T).copy(), wk.u.reshape(n, T).copy(), wk.s.reshape(n, T).copy(),
+                           wk.f.copy(), float(L))  # fmt: skip
+
+    def extra_metrics(self, W=None, p=None, nu=None) -> dict[str, float]:
+        """|p| and |W - W(0)| (engine coordinates preserve both norms)."""
+        W = self.W if W is None else W
+        p = self.p if p is None else p
+        return {"p_norm": float(np.linalg.norm(p)), "W_dev": float(np.linalg.norm(W - self.W0))}
+
+    def relevant_increments(self, s: np.ndarray) -> np.ndarray:
+        """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T)."""
+        out = np.empty(self.data.y.size)
+        _relevant_increments(f64(s).reshape(-1), self.data.rel, self.T, out)
+        return out
+
+
+class Segment(AttentionModel):
+    """Gradient descent: repeated :func:`_gd_segment` calls; ``fit_since`` and
+    ``S_acc`` are the in-loop records (see the kernel's docstring)."""
+
+    def __init__(self, X2, y, W, p, nu, T, lr, train, loss, rel):
+        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+        self.fit_since = -np.ones(self.data.y.size, dtype=np.int64)
+        self.S_acc = np.zeros(self.data.y.size)
+
+    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        """Apply ``nsteps`` updates starting at state ``step0``; (status, step)."""
+        st, step = _gd_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, step0, nsteps,
+                               self.work, self.fit_since, self.S_acc)  # fmt: skip
+        return int(st), int(step)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"W": self.W, "p": self.p, "nu": self.nu}
+
+
+class EvaluationBudgetExceeded(RuntimeError):
+    """The flow solver evaluated the vector field more often than allowed."""
+
+
+class FlowField(AttentionModel):
+    """The gradient-flow vector field of one problem, for scipy's solve_ivp.
+
+    ``pack``/``unpack`` convert between (W, p, nu, S) and the flat state.
+    At most ``max_evals`` evaluations per field (:class:`EvaluationBudgetExceeded`
+    after that): when the logits are huge the adaptive step size can shrink to
+    a tiny fraction of t and the solver would otherwise crawl for hours.
+    """
+
+    max_evals = 500_000  # legitimate flows to 1e14 steps need 5 000 - 15 000
+
+    def __init__(self, X2, y, W, p, nu, T, lr, train, loss, rel):
+        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+        self.evals = 0
+
+    def pack(self, W, p, nu, S) -> np.ndarray:
+        tw, tp, tn = self.train
+        parts = ([W.ravel()] if tw else []) + ([p] if tp else []) + ([nu] if tn else []) + [S]
+        return np.concatenate(parts)
+
+    def unpack(self, theta: np.ndarray):
+        """(W, p, nu, S) views of a flat state (untrained blocks: the fixed arrays)."""
+        k, r = self.W.shape
+        tw, tp, tn = self.train
+        o = 0
+        W = theta[: k * r].reshape(k, r) if tw else self.W
+        o += k * r if tw else 0
+        p = theta[o : o + r] if tp else self.p
+        o += r if tp else 0
+        nu = theta[o : o + k] if tn else self.nu
+        o += k if tn else 0
+        return W, p, nu, theta[o:]
+
+    def __call__(self, t: float, theta: np.ndarray) -> np.ndarray:
+        self.evals += 1
+        if self.evals > self.max_evals:
+            raise EvaluationBudgetExceeded(t)
+        out = np.empty_like(theta)
+        _flow_rhs(self.data, np.ascontiguousarray(theta), self.W, self.p, self.nu, self.train, self.lr,
+                  self.work, out)  # fmt: skip
+        return out
+
+
+def warmup() -> None:
+    """Compile (or load from the cache) the kernels of this module on a tiny
+    problem, with the argument types real runs use."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 3, 4))
+    y = np.array([1.0, -1.0])
+    W, p, nu = rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal(4)
+    outputs(X[:, :, 0], X[:, :, 1], y)
+    seg = Segment(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p"), "logistic", np.ones(6))
+    seg.advance(0, 1)
+    seg.relevant_increments(seg.observe().s)
