@@ -43,7 +43,7 @@ SOBOL_BITS = 30
 N_HERMITE_MAX = 32
 TAYLOR_SD = 0.05  # conditional sd up to which the expected loss uses a Taylor series (3e-10 relative)
 HERMITE_SD = 0.3  # ... then Gauss-Hermite up to this sd (checked: 9e-11 relative), then a closed-form series
-UNDERFLOW = 1e-250  # factored softmax normalizers below this are recomputed directly
+UNDERFLOW = 1e-140  # factored softmax sums below this are recomputed directly (their squares stay normal)
 
 
 # -- scrambled Sobol points -------------------------------------------------------
@@ -331,7 +331,8 @@ class Population:
             se = e.sum()
             ym[c, col] = (1.0 - 2.0 * c) * (e @ anu[c] + b * (e @ zeta[:, col])) / se
             sd[c, col] = sdc * math.sqrt(e @ e) / se
-            t[c, col] = ym[c, col] / sd[c, col] if sd[c, col] > 0.0 else np.sign(ym[c, col]) * np.inf
+            y_m, s_d = ym[c, col], sd[c, col]
+            t[c, col] = y_m / s_d if s_d > 0.0 else (math.copysign(math.inf, y_m) if y_m != 0.0 else 0.0)
             score += e / se
         x = np.negative(ym, out=ym)
         return x, sd, t, score / (2 * zeta.shape[1])

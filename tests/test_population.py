@@ -123,3 +123,57 @@ def test_expected_softplus_is_accurate_for_any_sd(sd):
 def test_expected_softplus_at_sd_zero_is_softplus():
     xs = np.array([-700.0, -3.0, 0.0, 2.0, 700.0])
     np.testing.assert_allclose(expected_softplus(xs, np.zeros(5)), np.logaddexp(0, xs), rtol=1e-15)
+
+
+def test_sobol_points_equal_scipy_unscrambled():
+    from scipy.stats import qmc
+
+    from attnsim.population import SOBOL_BITS, sobol_direction_numbers, sobol_integers
+
+    for dim in (1, 8, 40):
+        ours = sobol_integers(sobol_direction_numbers(dim), 9) * 2.0**-SOBOL_BITS
+        ref = qmc.Sobol(d=dim, scramble=False, bits=SOBOL_BITS).random_base2(9)
+        np.testing.assert_array_equal(ours, ref)
+
+
+def test_scrambled_sobol_points_stay_a_net_and_are_uniform():
+    """Every 2^m points of a (t, m, s)-net in base 2 put exactly 2^(m-t) points in
+    each elementary interval: in particular every coordinate is stratified into
+    2^m equal cells with one point each, and pairs of coordinates into 2^a x 2^b
+    cells (a + b <= m - t, t small for the leading coordinates)."""
+    from attnsim.population import SOBOL_BITS, sobol_direction_numbers, sobol_integers
+
+    rng = np.random.default_rng(5)
+    v = sobol_direction_numbers(8)
+    m = 10
+    means = []
+    for _ in range(20):
+        u = (sobol_integers(v, m, rng) + 0.5) * 2.0**-SOBOL_BITS
+        for j in range(8):
+            assert np.all(np.bincount((u[:, j] * 2**m).astype(int), minlength=2**m) == 1)
+        cells = (u[:, 0] * 2**5).astype(int) * 32 + (u[:, 1] * 2**5).astype(int)
+        assert np.all(np.bincount(cells, minlength=1024) == 1)  # coordinates 1, 2 form a (0, 2)-sequence
+        means.append(u.mean(axis=0))
+    # random scrambles: each point is uniform, so the scramble means scatter around 1/2
+    assert abs(np.mean(means) - 0.5) < 1e-3 and np.std(means) > 0
+
+
+def test_population_underflow_fallback_matches_direct_softmax():
+    """Huge mean logits and noise scale: the factored softmax weights underflow
+    for some points and those are recomputed directly."""
+    pop = _pop(points=256)
+    args = (3000.0, -2900.0, 0.02, 400.0**2, 0.7, -0.7, 0.05)  # q.mu+ = 3000 with |q| = 400
+    out = pop.evaluate(*args)
+    aq, anu = pop.class_means(args[0], args[1], args[4], args[5])
+    qn = 400.0
+    b = args[2] / qn
+    sdc = np.sqrt(args[6] - b**2)
+    err = []
+    for c, y in enumerate((1.0, -1.0)):
+        z = aq[c][:, None] + qn * pop.zeta
+        s = np.exp(z - z.max(axis=0))
+        s /= s.sum(axis=0)
+        mean = (s * (anu[c][:, None] + b * pop.zeta)).sum(axis=0)
+        sd = sdc * np.sqrt((s * s).sum(axis=0))
+        err.append(ndtr(-y * mean / sd))
+    assert out["pop_error"] == pytest.approx(np.mean(err), rel=1e-12, abs=1e-300)
