@@ -64,13 +64,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str] | None, t_start: float) -> int:
+    try:
+        args = build_parser().parse_args(argv)  # --version and --help end here, before any numerics
+    except UsageError as exc:
+        print(f"attnsim: error: {exc}", file=sys.stderr)
+        return 2
     from .config import ConfigError
     from .data import DataError
     from .dynamics import SimulationError
     from .results import OutputError
 
     try:
-        args = build_parser().parse_args(argv)
         if args.command == "run":
             return cmd_run(args, t_start)
         if args.command == "check-grad":

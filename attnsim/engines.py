@@ -63,6 +63,7 @@ from .data import (
     generate,
     signals,
 )
+from .parallel import halves, submit
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
 SETUP_CACHE_SIZE = 4  # reduced setups kept per process (sweeps share them across signal strengths)
@@ -327,8 +328,9 @@ def _build_dense(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> Pro
     )
 
 
-def orthonormal_basis(A: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Orthonormal basis (d, k) of the column span of A (d, m).
+def orthonormal_basis(A: np.ndarray, rtol: float = 1e-10, with_factor: bool = False):
+    """Orthonormal basis Q (d, k) of the column span of A (d, m); with
+    ``with_factor`` also T (k, m) with A = Q T.
 
     Cholesky-QR of the m x m Gram matrix (d m^2 flops, cheaper than
     Householder QR for d >> m). The Gram matrix of the result is checked: if
@@ -339,21 +341,26 @@ def orthonormal_basis(A: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
     largest singular value.
     """
     if A.shape[1] == 0:
-        return np.zeros((A.shape[0], 0))
+        Q = np.zeros((A.shape[0], 0))
+        return (Q, np.zeros((0, 0))) if with_factor else Q
     try:
         L1 = np.linalg.cholesky(A.T @ A)
-        Q = solve_triangular(L1, A.T, lower=True).T
+        Q = solve_triangular(L1, A.T, lower=True).T  # A = Q L1^T
         G = Q.T @ Q
         eye = np.eye(G.shape[0])
         if np.abs(G - eye).max() < 1e-13:
-            return np.ascontiguousarray(Q)
+            Q = np.ascontiguousarray(Q)
+            return (Q, L1.T) if with_factor else Q
         L2 = np.linalg.cholesky(G)
         if np.abs(L2 - eye).max() < 1e-8 and np.abs(np.diag(L1)).min() > 1e-6:
-            return np.ascontiguousarray(solve_triangular(L2, Q.T, lower=True).T)
+            Q = np.ascontiguousarray(solve_triangular(L2, Q.T, lower=True).T)  # A = Q L2^T L1^T
+            return (Q, L2.T @ L1.T) if with_factor else Q
     except np.linalg.LinAlgError:
         pass
-    U, sv, _ = np.linalg.svd(A, full_matrices=False)
-    return np.ascontiguousarray(U[:, sv > rtol * sv[0]])
+    U, sv, Vt = np.linalg.svd(A, full_matrices=False)
+    keep = sv > rtol * sv[0]
+    Q = np.ascontiguousarray(U[:, keep])
+    return (Q, sv[keep, None] * Vt[keep]) if with_factor else Q
 
 
 def gram_factor(H: np.ndarray) -> np.ndarray:
@@ -365,6 +372,18 @@ def gram_factor(H: np.ndarray) -> np.ndarray:
         except np.linalg.LinAlgError:
             pass
     return np.ascontiguousarray(np.linalg.qr(H, mode="r"))
+
+
+def psd_factor(G: np.ndarray) -> np.ndarray:
+    """A factor U with U^T U = G for a symmetric positive semi-definite G
+    known up to rounding (Cholesky; eigenvalues clipped at 0 when G is
+    singular, as when W(0) R lies in span(Q))."""
+    G = 0.5 * (G + G.T)
+    try:
+        return np.ascontiguousarray(np.linalg.cholesky(G).T)
+    except np.linalg.LinAlgError:
+        lam, V = np.linalg.eigh(G)
+        return np.ascontiguousarray(np.sqrt(np.clip(lam, 0.0, None))[:, None] * V.T)
 
 
 def extend_basis(Q: np.ndarray, v: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -444,8 +463,25 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     tokens and signals, and bitwise the same basis for every signal strength
     (a cached setup then gives identical results whatever the run order).
     Otherwise Q spans the tokens, the signals given and nu.
+
+    Two passes over W(0) (stored, or drawn in row blocks and drawn again: memory
+    O(d k + block)): M = W(0)^T Q, then the Gram matrix of W(0) R. With
+    M = R T (R orthonormal, from :func:`orthonormal_basis`), W~(0) = M^T R = T^T
+    (plus a zero column for the direction of p(0), orthogonal to span(M)), and
+    H = (I - QQ^T) W(0) R has H^T H = (W(0) R)^T W(0) R - W~(0)^T W~(0). Each
+    product runs as two fixed halves of rows on two threads (one BLAS thread
+    each), summed in a fixed order: the result does not depend on the cores.
     """
     n, T, d = X.shape
+    user_W0 = W0
+    replay = None
+    single = None
+    if W0 is None:
+        replay = copy.deepcopy(streams.init)
+        rows = W0_block_rows(d)
+        buf = np.empty((rows, d))
+        if rows == d:  # one block: draw W(0) while Q is built
+            single = submit(lambda: [None for _ in W0_blocks(cfg, streams.init, d, buf=buf)])
     X2 = X.reshape(n * T, d)
     if generated:
         A = np.zeros((d, n * T + 2))
@@ -455,37 +491,53 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     else:
         cols = [X2.T] + [m[:, None] for m in (mu_pos, mu_neg) if m is not None]
         Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), nu)
-    user_W0 = W0
-    replay = None
-    if W0 is None:  # two passes over the same row blocks: memory O(d k + block)
-        replay = copy.deepcopy(streams.init)
-        buf = np.empty((W0_block_rows(d), d))
-        W0T_Q = None
-        for lo, block in W0_blocks(cfg, streams.init, d, buf=buf):
-            part = block.T @ Q[lo : lo + block.shape[0]]
-            W0T_Q = part if W0T_Q is None else W0T_Q + part
-        if buf.shape[0] == d:  # one block: the buffer holds all of W(0), no second draw
-            W0 = buf
+    if single is not None:
+        single.result()
+        blocks = [(0, buf)]
+    elif W0 is None:
+        blocks = W0_blocks(cfg, streams.init, d, buf=buf)
     else:
-        W0T_Q = W0.T @ Q
+        blocks = [(0, W0)]
+    M = None
+    for lo, block in blocks:
+        part = _split_sum(lambda a, b, blk=block, lo=lo: blk[a:b].T @ Q[lo + a : lo + b], block.shape[0])
+        M = part if M is None else M + part
     p0 = p0 if p0 is not None else draw_p0(cfg, streams.init, d)
-    R = extend_basis(orthonormal_basis(W0T_Q), p0)
-    if W0 is None:
-        P = np.empty((d, R.shape[1]))
-        for lo, block in W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf):
-            P[lo : lo + block.shape[0]] = block @ R
-    else:
-        P = W0 @ R  # (d, r)
-    W0r = Q.T @ P  # = Q^T W(0) R, (k, r)
+    R, Tm = orthonormal_basis(M, with_factor=True)
+    W0r = Tm.T  # = M^T R
+    R2 = extend_basis(R, p0)
+    if R2.shape[1] > R.shape[1]:  # the direction of p(0) is orthogonal to span(M): a zero column
+        W0r = np.concatenate([W0r, np.zeros((W0r.shape[0], 1))], axis=1)
+    R = R2
+    if single is not None:
+        blocks = [(0, buf)]
+    elif W0 is None:
+        blocks = W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
+    G = np.zeros((R.shape[1], R.shape[1]))
+    for _, block in blocks:
+
+        def gram(a, b, blk=block):
+            N = blk[a:b] @ R
+            return N.T @ N
+
+        G += _split_sum(gram, block.shape[0])
     return {
         "W0": np.ascontiguousarray(W0r),
         "p0": R.T @ p0,
-        "U_perp": gram_factor(P - Q @ W0r),  # H = (I - QQ^T) W(0) R
+        "U_perp": psd_factor(G - W0r.T @ W0r),  # H^T H, H = (I - QQ^T) W(0) R
         "Q": Q,
         "R": R,
         "W0_source": (cfg, replay) if user_W0 is None else user_W0,
         "info": {"k": Q.shape[1], "r": R.shape[1]},
     }
+
+
+def _split_sum(fn, rows: int):
+    """fn(0, h) + fn(h, rows), h = rows // 2 (a fixed split and order, two threads)."""
+    if rows < 2:
+        return fn(0, rows)
+    first, second = halves(fn, rows)
+    return first + second
 
 
 def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> None:

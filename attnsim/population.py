@@ -40,9 +40,8 @@ from .kernels import population as kpop
 
 N_SCRAMBLES = 8
 SOBOL_BITS = 30
-N_HERMITE_MAX = 32
-TAYLOR_SD = 0.05  # conditional sd up to which the expected loss uses a Taylor series (3e-10 relative)
-HERMITE_SD = 0.3  # ... then Gauss-Hermite up to this sd (checked: 9e-11 relative), then a closed-form series
+TAYLOR_SD = 0.15  # conditional sd up to which the expected loss uses a Taylor series (2.2e-11 relative)
+HERMITE_SD = 0.7  # ... then Gauss-Hermite up to this sd (5e-11 relative), then a closed-form series
 UNDERFLOW = 1e-140  # factored softmax sums below this are recomputed directly (their squares stay normal)
 
 
@@ -150,23 +149,25 @@ def cached_sobol_normals(seed: int, T: int, points: int, rng) -> np.ndarray:
 # -- the expected loss given zeta ---------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4)
-def hermite_table(n_max: int = N_HERMITE_MAX) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Hermite rules 1..n_max: row j holds the j-node rule (weights / sqrt(pi))."""
-    x = np.zeros((n_max + 1, n_max))
-    w = np.zeros((n_max + 1, n_max))
-    for j in range(1, n_max + 1):
-        xj, wj = np.polynomial.hermite.hermgauss(j)
-        x[j, :j], w[j, :j] = xj, wj / np.sqrt(np.pi)
-    return x, w
+@functools.lru_cache(maxsize=8)
+def hermite_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n-node Gauss-Hermite rule for E g(Z), Z ~ N(0, 1): E g(Z) ~ sum_h w_h g(sqrt(2) x_h)."""
+    x, w = np.polynomial.hermite.hermgauss(n)
+    return x, w / math.sqrt(math.pi)
+
+
+# (largest sd, nodes): relative error at most 5e-11 (measured against adaptive quadrature)
+HERMITE_NODES = ((0.2, 5), (0.25, 6), (0.3, 7), (0.4, 8), (0.5, 10), (0.6, 12), (0.7, 14))
 
 
 def hermite_nodes(sd: float) -> int:
-    """Gauss-Hermite nodes for E softplus(m + sd Z) to ~1e-10 relative (sd <= HERMITE_SD):
-    softplus is analytic in a strip of half-width pi, so the n-node rule's
-    error falls like (sd / pi)^(2n)."""
-    n = math.ceil(math.log(1e-11) / (2.0 * math.log(sd / math.pi))) + 1
-    return min(max(n, 2), N_HERMITE_MAX)
+    """Gauss-Hermite nodes for E softplus(m + sd Z) to 5e-11 relative (sd <= HERMITE_SD),
+    measured against adaptive quadrature (tests/test_population.py). softplus is
+    analytic in a strip of half-width pi, so the error falls like (sd / pi)^(2n)."""
+    for top, n in HERMITE_NODES:
+        if sd <= top:
+            return n
+    raise ValueError(f"sd {sd} above HERMITE_SD")
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -174,53 +175,54 @@ def softplus(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
 
 
-def _taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """sp(x) + sd^2 v / 2 + sd^4 v (1 - 6 v) / 8 (see :func:`expected_softplus`), in place where it can."""
-    ex = np.exp(-np.abs(x))
-    v = 1.0 + ex
-    np.multiply(v, v, out=v)
-    np.divide(ex, v, out=v)  # sigma(x) (1 - sigma(x))
-    h = 0.5 * sd * sd  # sd^2 / 2
-    corr = 1.0 - 6.0 * v
-    corr *= 0.5 * h
-    corr += 1.0
-    corr *= h
-    corr *= v  # h v (1 + h (1 - 6 v) / 2) = sd^2 v / 2 + sd^4 v (1 - 6 v) / 8
-    out = np.log1p(ex, out=ex)
-    out += np.maximum(x, 0.0)
-    out += corr
-    return out
-
-
 def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """E softplus(x + sd Z), Z ~ N(0, 1), elementwise, to ~1e-9 relative for any sd >= 0.
+    """E softplus(x + sd Z), Z ~ N(0, 1), elementwise, to ~1e-10 relative for any sd >= 0.
 
-    sd <= TAYLOR_SD: the fourth-order expansion
-    sp(x) + sd^2 v / 2 + sd^4 v (1 - 6 v) / 8, with v = sigma(x) (1 - sigma(x))
-    the second derivative of softplus and v (1 - 6 v) its fourth (within 3e-10
-    relative); sd <= HERMITE_SD: Gauss-Hermite with as many nodes as the
-    largest sd needs; larger sd: the closed-form series of
-    :func:`attnsim.kernels.population._expected_softplus_series` (a fixed rule
-    would lose accuracy there: 1e-3 relative at sd = 5 with 32 nodes).
+    sd <= TAYLOR_SD: the eighth-order Taylor series in sd^2
+    (:func:`attnsim.kernels.population._taylor`); sd <= HERMITE_SD:
+    Gauss-Hermite with the nodes of :data:`HERMITE_NODES`; larger sd: the
+    closed-form series of :func:`attnsim.kernels.population._expected_softplus_series`
+    (a fixed rule would lose accuracy there: 1e-3 relative at sd = 5 with 32 nodes).
     """
     x, sd = np.asarray(x, dtype=np.float64), np.asarray(sd, dtype=np.float64)
     if x.shape != sd.shape:
         x, sd = np.broadcast_arrays(x, sd)
-    if sd.size and sd.max() <= TAYLOR_SD:  # the usual case: no masks
-        return _taylor(x, sd)
+    shape = x.shape
+    x, sd = x.ravel(), sd.ravel()
     out = np.empty(x.shape)
-    small = sd <= TAYLOR_SD
-    out[small] = _taylor(x[small], sd[small])
-    mid = ~small & (sd <= HERMITE_SD)
-    if mid.any():
-        xm, sm = x[mid], sd[mid]
-        gx, gw = hermite_table()
-        nh = hermite_nodes(float(sm.max()))
-        out[mid] = sum(gw[nh, h] * softplus(xm - math.sqrt(2.0) * sm * gx[nh, h]) for h in range(nh))
-    big = sd > HERMITE_SD
-    if big.any():
-        out[big] = expected_softplus_series(x[big], sd[big])
-    return out
+    bands = [(-math.inf, TAYLOR_SD, kpop.taylor)]
+    lo = TAYLOR_SD
+    for top, nodes in HERMITE_NODES:
+        bands.append((lo, top, lambda xs, ss, n=nodes: _hermite(xs, ss, n)))
+        lo = top
+    bands.append((HERMITE_SD, math.inf, expected_softplus_series))
+    for lo, top, rule in bands:
+        sel = (sd > lo) & (sd <= top)
+        if sel.all():
+            return rule(x, sd).reshape(shape)
+        if sel.any():
+            out[sel] = rule(x[sel], sd[sel])
+    return out.reshape(shape)
+
+
+def _hermite(x: np.ndarray, sd: np.ndarray, nodes: int) -> np.ndarray:
+    """sum_h w_h softplus(x - sqrt(2) sd x_h), in place over two work arrays."""
+    gx, gw = hermite_rule(nodes)
+    a = math.sqrt(2.0) * sd
+    acc = np.zeros_like(x)
+    v, e = np.empty_like(x), np.empty_like(x)
+    for xh, w in zip(gx, gw):
+        np.multiply(a, -xh, out=v)
+        v += x  # the node's argument
+        np.abs(v, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.log1p(e, out=e)
+        np.maximum(v, 0.0, out=v)
+        v += e  # softplus
+        v *= w
+        acc += v
+    return acc
 
 
 # -- the population metrics -----------------------------------------------------------
@@ -246,6 +248,9 @@ class Population:
         self.R, self.M = R, M
         # token-major (T, N): reductions over tokens run along contiguous rows
         self.zeta = np.ascontiguousarray(zeta.reshape(R * M, T).T)
+        # each point's largest coordinate subtracted once: sigma |q| >= 0 times it is
+        # the largest random logit part, so e^{sigma |q| D} never overflows
+        self._D = self.zeta - self.zeta.max(axis=0)
         # reused (T, N) work arrays: fresh temporaries of this size are mapped
         # from the OS on every call, and the page faults cost more than the math
         self._E, self._tmp = np.empty_like(self.zeta), np.empty_like(self.zeta)
@@ -269,13 +274,28 @@ class Population:
         qn = math.sqrt(max(qq, 0.0))
         if qn > 0.0:
             qhat_nu = q_nu / qn
-            b = sig * qhat_nu
-            sdc = sig * math.sqrt(max(nunu - qhat_nu**2, 0.0))
-            zeta, R = self.zeta, self.R
-        else:  # uniform attention: the integrand does not depend on zeta
-            b, sdc = 0.0, sig * math.sqrt(max(nunu, 0.0))
-            zeta, R = self.zeta[:, :1], 1
-        x, sd, t, score = self._conditional(zeta, aq, anu, sig * qn, b, sdc)
+            args = (aq, anu, sig * qn, sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0)))
+            err_r, loss_r, score = self._scrambles(0, self.R, *args)
+            score /= self.R
+        else:  # uniform attention: the integrand does not depend on zeta; one point
+            args = (aq, anu, 0.0, 0.0, sig * math.sqrt(max(nunu, 0.0)))
+            err_r, loss_r, score = self._scrambles(0, 1, *args, points=1)
+            err_r, loss_r = np.repeat(err_r, self.R), np.repeat(loss_r, self.R)
+        out = {
+            "pop_error": float(err_r.mean()),
+            "pop_error_se": float(err_r.std(ddof=1) / math.sqrt(self.R)),
+            "pop_loss": float(loss_r.mean()),
+        }
+        out.update(zip((f"pop_score_{r}" for r in ROLE_NAMES), (self._role_sum @ score).tolist()))
+        return out
+
+    def _scrambles(self, r0: int, r1: int, aq, anu, sq, b, sdc, points: int | None = None):
+        """Scrambles r0..r1-1 (the first ``points`` points when given): per
+        scramble (error, loss) means, and the token scores summed over
+        scrambles (each a mean over its points and both classes)."""
+        M = self.M if points is None else points
+        cols = slice(r0 * self.M, r0 * self.M + (r1 - r0) * M)
+        x, sd, t, score = self._conditional(cols, aq, anu, sq, b, sdc)
         near = np.abs(t) < 40.0
         tail = ndtr(-t[near])
         linear = self.loss == "linear"
@@ -286,26 +306,15 @@ class Population:
             exact = expected_softplus(x[hard], sd[hard])
         ex = np.exp(-np.abs(x))
         lg = np.log1p(ex)
-        err_r, loss_r = kpop.scramble_sums(t, tail, x, sd, ex, lg, exact, linear, TAYLOR_SD, R)
-        if R == 1:  # constant integrand: every scramble has this value
-            err_r, loss_r = np.repeat(err_r, self.R), np.repeat(loss_r, self.R)
-        out = {
-            "pop_error": float(err_r.mean()),
-            "pop_error_se": float(err_r.std(ddof=1) / math.sqrt(self.R)),
-            "pop_loss": float(loss_r.mean()),
-        }
-        out.update(zip((f"pop_score_{r}" for r in ROLE_NAMES), (self._role_sum @ score).tolist()))
-        return out
+        err_r, loss_r = kpop.scramble_sums(t, tail, x, sd, ex, lg, exact, linear, TAYLOR_SD, r1 - r0)
+        return err_r, loss_r, score / M
 
-    def _conditional(self, zeta, aq, anu, sq, b, sdc):
-        """Per class and point (2, N): the loss argument x = -y mean, the sd of
-        f and t = y mean / sd given zeta (T, N); and the mean score of each
-        token (T,) over points and classes."""
-        full = zeta.shape[1] == self.zeta.shape[1]
-        E = self._E if full else np.empty_like(zeta)
-        tmp = self._tmp if full else np.empty_like(zeta)
-        np.multiply(zeta, sq, out=tmp)  # the logits' random part
-        np.subtract(tmp, tmp.max(axis=0), out=E)
+    def _conditional(self, cols: slice, aq, anu, sq, b, sdc):
+        """For the points ``cols``, per class and point (2, N): the loss argument
+        x = -y mean, the sd of f and t = y mean / sd given zeta; and each
+        token's score (T,) summed over points, averaged over classes."""
+        zeta, E, tmp = self.zeta[:, cols], self._E[:, cols], self._tmp[:, cols]
+        np.multiply(self._D[:, cols], sq, out=E)  # the logits' random part, shifted
         np.exp(E, out=E)  # (T, N) per point, shared by both classes
         wa = np.exp(aq - aq.max(axis=1, keepdims=True))  # (2, T) per class
         S = wa @ E  # (2, N) softmax normalizers
@@ -314,7 +323,8 @@ class Population:
             num += b * (wa @ np.multiply(E, zeta, out=tmp))
         sq_sum = (wa * wa) @ np.multiply(E, E, out=tmp)
         ok = S > UNDERFLOW
-        inv = np.divide(1.0, S, out=np.zeros_like(S), where=ok)
+        all_ok = ok.all()
+        inv = 1.0 / S if all_ok else np.divide(1.0, S, out=np.zeros_like(S), where=ok)
         ym = np.multiply(num, inv, out=num)
         ym[1] *= -1.0  # y mean: class -1 flips the sign
         sd = np.sqrt(sq_sum, out=sq_sum)
@@ -325,7 +335,9 @@ class Population:
         if sdc == 0.0:
             t[ym == 0.0] = 0.0  # Phi(0) = 1/2: a tie
         score = ((E @ inv.T) * wa.T).sum(axis=1)
-        for c, col in zip(*np.nonzero(~ok)):  # the factored weights underflowed: direct softmax
+        for c, col in (
+            [] if all_ok else zip(*np.nonzero(~ok))
+        ):  # the factored weights underflowed: direct softmax
             z = aq[c] + sq * zeta[:, col]
             e = np.exp(z - z.max())
             se = e.sum()
@@ -335,7 +347,7 @@ class Population:
             t[c, col] = y_m / s_d if s_d > 0.0 else (math.copysign(math.inf, y_m) if y_m != 0.0 else 0.0)
             score += e / se
         x = np.negative(ym, out=ym)
-        return x, sd, t, score / (2 * zeta.shape[1])
+        return x, sd, t, score / 2
 
     def evaluate_state(self, problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict:
         """:meth:`evaluate` for an engine-coordinate state of ``problem``."""

@@ -14,7 +14,7 @@ from . import dynamics, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, config_for_data, load_npz, make_streams
 from .engines import build, check_resources, choose_engine
-from .population import Population, cached_sobol_normals, hermite_table
+from .population import HERMITE_NODES, Population, cached_sobol_normals, hermite_rule
 
 _warm: set[str] = set()
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -40,7 +40,8 @@ def ensure_compiled(integrator: str = "gd") -> float:
 
         attention.warmup()
         _blas()
-        hermite_table()
+        for _, nodes in HERMITE_NODES:
+            hermite_rule(nodes)
         simulate({"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "test_n": 2}, _warmup=True)
         _warm.add("gd")
     if integrator == "flow":

@@ -97,17 +97,19 @@ def g_inv(y, m: float, iters: int = 60):
     """
     y = np.asarray(y, dtype=np.float64)
     c = math.log(m)
-    Y = 0.5 * (y - 2.0 * c)
-    with np.errstate(over="ignore", invalid="ignore"):
+    Y = np.atleast_1d(0.5 * (y - 2.0 * c))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         u = np.arcsinh(Y)
         for _ in range(iters):
-            step = (u + np.sinh(u) - Y) / (1.0 + np.cosh(u))
-            step = np.where(np.isfinite(step), step, 0.0)
-            u = u - step
+            e = np.exp(u)  # sinh and cosh from one exponential
+            ie = 1.0 / e
+            step = (u + 0.5 * (e - ie) - Y) / (1.0 + 0.5 * (e + ie))
+            step[~np.isfinite(step)] = 0.0
+            u -= step
             if np.all(np.abs(step) <= 1e-15 * np.maximum(1.0, np.abs(u))):
                 break
     x = c + u
-    return x if x.ndim else float(x)
+    return x.reshape(y.shape) if y.ndim else float(x[0])
 
 
 def gap_law(x0: float, c: float, tau, m: float):
@@ -135,30 +137,31 @@ def fit_rate(steps, x, m: float, min_points: int = 3) -> dict | None:
             "from_step": int(tau[0]), "points": int(ok.sum())}  # fmt: skip
 
 
-def _gauss_newton(tau, x, m: float, a: float, c: float, iters: int = 50) -> tuple[float, float]:
+def _gauss_newton(tau, x, m: float, a: float, c: float, iters: int = 100) -> tuple[float, float]:
     """Minimize sum (g^{-1}(a + c tau) - x)^2 over (a, c) by damped Gauss-Newton
-    (Levenberg-Marquardt). d g^{-1}(y)/dy = 1 / g'(x) = 1 / (2 + 2 cosh(x - log m))."""
+    (Levenberg-Marquardt). d g^{-1}(y)/dy = 1 / g'(x) = 1 / (2 + 2 cosh(x - log m));
+    stops when a step changes (a, c) by less than 1e-10 relative."""
     scale = max(1.0, float(tau[-1]))
     t = tau / scale  # rate per unit of scaled time: a well-conditioned 2 x 2 system
     v = np.array([a, c * scale])
+    log_m = math.log(m)
 
-    def residual(v):
-        return g_inv(v[0] + v[1] * t, m) - x
+    def model(v):
+        xh = g_inv(v[0] + v[1] * t, m)
+        return xh, xh - x
 
-    r = residual(v)
+    xh, r = model(v)
     lam = 1e-3
     for _ in range(iters):
         with np.errstate(over="ignore"):
-            dx = 1.0 / (2.0 + 2.0 * np.cosh(g_inv(v[0] + v[1] * t, m) - math.log(m)))
+            dx = 1.0 / (2.0 + 2.0 * np.cosh(xh - log_m))
         J = np.stack([dx, dx * t], axis=1)
         H, grad = J.T @ J, J.T @ r
         step = np.linalg.solve(H + lam * np.diag(np.diag(H) + 1e-300), -grad)
-        trial = v + step
-        r_trial = residual(trial)
-        if np.all(np.isfinite(r_trial)) and r_trial @ r_trial < r @ r:
-            done = abs(r @ r - r_trial @ r_trial) <= 1e-15 * max(r @ r, 1e-300)
-            v, r, lam = trial, r_trial, lam / 3
-            if done:
+        xh_new, r_new = model(v + step)
+        if np.all(np.isfinite(r_new)) and r_new @ r_new <= r @ r:
+            v, xh, r, lam = v + step, xh_new, r_new, lam / 3
+            if np.all(np.abs(step) <= 1e-10 * (1.0 + np.abs(v))):
                 break
         else:
             lam *= 10

@@ -112,7 +112,9 @@ def _expected_softplus_reference(x, sd):
     )
 
 
-@pytest.mark.parametrize("sd", [0.01, 0.05, 0.051, 0.2, 0.3, 0.31, 1.0, 3.0, 5.0, 10.0, 30.0, 100.0])
+@pytest.mark.parametrize(
+    "sd", [0.01, 0.1, 0.15, 0.151, 0.3, 0.31, 0.5, 0.7, 0.71, 1.0, 3.0, 5.0, 10.0, 30.0, 100.0]
+)
 def test_expected_softplus_is_accurate_for_any_sd(sd):
     xs = np.concatenate([np.linspace(-30, 30, 61), [-300.0, 300.0, 1e-3]])
     got = expected_softplus(xs, np.full(xs.size, sd))
@@ -177,3 +179,25 @@ def test_population_underflow_fallback_matches_direct_softmax():
         sd = sdc * np.sqrt((s * s).sum(axis=0))
         err.append(ndtr(-y * mean / sd))
     assert out["pop_error"] == pytest.approx(np.mean(err), rel=1e-12, abs=1e-300)
+
+
+def test_standard_error_is_the_spread_of_independent_scrambles():
+    """pop_error_se must be the standard error of the per-scramble estimates:
+    evaluate each scramble alone and compare."""
+    rng = np.random.default_rng(2)
+    zeta = sobol_normals(8, 2048, rng)
+    d, norm = 6, 5.0
+    mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm
+    nu = (mu_p - mu_n) / np.linalg.norm(mu_p - mu_n) / norm + 0.03 * rng.standard_normal(d)
+    q = np.array([0.3, 0.25, 0.4, -0.3, 0.2, 0.1])
+    for scale in (1.0, 6.0, 20.0):  # conditional sd from the Taylor range to the series
+        args = _scalars(q, scale * nu, mu_p, mu_n)
+        whole = Population(ROLES, 0.1, 1.0, zeta).evaluate(*args)
+        parts = [
+            Population(ROLES, 0.1, 1.0, np.repeat(zeta[r : r + 1], 2, axis=0)).evaluate(*args)
+            for r in range(8)
+        ]
+        errs = np.array([p["pop_error"] for p in parts])
+        assert whole["pop_error"] == pytest.approx(errs.mean(), rel=1e-12)
+        assert whole["pop_error_se"] == pytest.approx(errs.std(ddof=1) / np.sqrt(8), rel=1e-9)
+        assert whole["pop_loss"] == pytest.approx(np.mean([p["pop_loss"] for p in parts]), rel=1e-12)

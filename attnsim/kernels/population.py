@@ -107,21 +107,62 @@ def expected_softplus_series(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
+def _taylor(x, sd, ex, lg):
+    """E softplus(x + sd Z) by its Taylor series in sd^2 to eighth order, from
+    ex = e^{-|x|} and lg = log(1 + ex) (computed by vectorized NumPy):
+
+        sp(x) + sum_{k=1..4} sd^{2k} / (2^k k!) sp^(2k)(x),   sp(x) = max(x, 0) + lg,
+
+    with v = sigma(x) (1 - sigma(x)) = ex / (1 + ex)^2 and the even derivatives
+    sp^(2) = v, sp^(4) = v (1 - 6v), sp^(6) = v (1 - 30v + 120v^2),
+    sp^(8) = v (1 - 126v + 1680v^2 - 5040v^3) (from sigma' = v,
+    v' = v (1 - 2 sigma), (1 - 2 sigma)^2 = 1 - 4v). Within 2.2e-11 relative
+    for sd <= 0.15 (tests/test_population.py).
+    """
+    v = ex / ((1.0 + ex) * (1.0 + ex))
+    s2 = sd * sd
+    t4 = s2 * s2 / 384.0 * (1.0 - 126.0 * v + 1680.0 * v * v - 5040.0 * v * v * v)
+    t3 = s2 / 48.0 * (1.0 - 30.0 * v + 120.0 * v * v) + t4
+    t2 = s2 / 8.0 * (1.0 - 6.0 * v) + s2 * t3
+    return max(x, 0.0) + lg + s2 * v * (0.5 + t2)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _taylor_all(x, sd, ex, lg, out):
+    for i in range(x.size):
+        out[i] = _taylor(x[i], sd[i], ex[i], lg[i])
+
+
+def taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """:func:`_taylor` elementwise on 1-d arrays (sd <= 0.15 for 2e-11 relative)."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    sd = np.ascontiguousarray(sd, dtype=np.float64)
+    ex = np.exp(-np.abs(x))
+    lg = np.log1p(ex)
+    out = np.empty_like(x)
+    _taylor_all(x, sd, ex, lg, out)
+    return out
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _scramble_sums(t, tail, x, sd, ex, lg, exact_loss, linear, taylor_sd, R, err, loss):
     """Per scramble r (points r*M .. (r+1)*M - 1): the mean over points and
     classes of the error Phi(-t) (``tail`` holds Phi(-t) for the points with
     |t| < 40, in order; beyond, 0 or 1) and of the expected loss: x itself
-    for the linear loss; else the Taylor series from ex = e^{-|x|} and
-    lg = log(1 + ex) where sd <= ``taylor_sd``, and the next value of
+    for the linear loss; else :func:`_taylor` (from ex = e^{-|x|} and
+    lg = log(1 + ex)) where sd <= ``taylor_sd``, and the next value of
     ``exact_loss`` where it is larger."""
     N = t.shape[1]
     M = N // R
-    j = 0
-    h = 0
+    j = 0  # tail and exact_loss were taken from (2, N) arrays in row-major order:
+    h = 0  # walk the points in that order (class, then point), scramble r = n // M
     for r in range(R):
-        e_acc = 0.0
-        l_acc = 0.0
-        for c in range(2):
+        err[r] = 0.0
+        loss[r] = 0.0
+    for c in range(2):
+        for r in range(R):
+            e_acc = 0.0
+            l_acc = 0.0
             for n in range(r * M, (r + 1) * M):
                 tv = t[c, n]
                 if abs(tv) < 40.0:
@@ -132,16 +173,15 @@ def _scramble_sums(t, tail, x, sd, ex, lg, exact_loss, linear, taylor_sd, R, err
                 if linear:
                     l_acc += x[c, n]
                 elif sd[c, n] <= taylor_sd:
-                    v = ex[c, n] / ((1.0 + ex[c, n]) * (1.0 + ex[c, n]))  # sigma(x) (1 - sigma(x))
-                    s2 = sd[c, n] * sd[c, n]
-                    l_acc += (
-                        max(x[c, n], 0.0) + lg[c, n] + 0.5 * s2 * v + 0.125 * s2 * s2 * v * (1.0 - 6.0 * v)
-                    )
+                    l_acc += _taylor(x[c, n], sd[c, n], ex[c, n], lg[c, n])
                 else:
                     l_acc += exact_loss[h]
                     h += 1
-        err[r] = e_acc / (2 * M)
-        loss[r] = l_acc / (2 * M)
+            err[r] += e_acc
+            loss[r] += l_acc
+    for r in range(R):
+        err[r] /= 2 * M
+        loss[r] /= 2 * M
 
 
 def scramble_sums(t, tail, x, sd, ex, lg, exact_loss, linear: bool, taylor_sd: float, R: int):

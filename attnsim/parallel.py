@@ -1,0 +1,50 @@
+"""Two-way splits of NumPy and BLAS work that releases the GIL (the reduced
+engine's setup products, the population metrics).
+
+The work is always cut into the same fixed pieces and the pieces are combined
+in a fixed order, so results do not depend on how many cores run them; the
+pieces run on two threads unless ``NUMBA_NUM_THREADS`` is 1 (sweep workers set
+that, one process per core).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def threads() -> int:
+    return 1 if os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1 else 2
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="attnsim")
+    return _POOL
+
+
+def submit(fn: Callable, *args):
+    """Start ``fn(*args)`` on the second thread (or run it now with one thread);
+    returns an object whose ``result()`` gives its value."""
+    if threads() == 1:
+        return _Done(fn(*args))
+    return _pool().submit(fn, *args)
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def halves(fn: Callable, n: int):
+    """(fn(0, h), fn(h, n)) with h = n // 2, the two calls on two threads."""
+    h = n // 2
+    second = submit(fn, h, n)
+    return fn(0, h), second.result()
