@@ -307,7 +307,7 @@ def W0_block_rows(d: int) -> int:
     return min(d, max(64, BLOCK_ELEMENTS // d))
 
 
-def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | None = None, buf=None):  # noqa: N802
+def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | None = None, buf=None):
     """Yield (first row, block) of W(0) in row blocks of :func:`W0_block_rows`
     rows, top to bottom; the draws are identical to one full draw. Blocks are
     views of ``out`` (d x d) when given, else of one reused buffer ``buf``
@@ -391,7 +391,7 @@ def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray
         raise DataError(f"{path}: no such data file") from None
     except DataError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input error
+    except Exception as exc:  # any unreadable file is the user's input error
         raise DataError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
 
 

@@ -446,7 +446,7 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
     n, T, d = ds.X.shape
     setup = _reduced_setup(cfg, ds.X, ds.mu_pos, ds.mu_neg, ds.nu, ds.W0, ds.p0, streams, generated=False)
     Q = setup["Q"]
-    proj = lambda v: None if v is None else Q.T @ v  # noqa: E731
+    proj = lambda v: None if v is None else Q.T @ v
     X2 = np.ascontiguousarray(ds.X.reshape(n * T, d) @ Q)
     return Problem(
         engine="reduced", reason=reason, X2=X2, y=ds.y, T=T, nu0=Q.T @ ds.nu, mu_pos=proj(ds.mu_pos),

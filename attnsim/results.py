@@ -28,7 +28,7 @@ class Result:
     theory: dict[str, Any]
     engine: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
-    git: dict[str, Any] | None = None
+    git: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
     startup_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
@@ -39,7 +39,7 @@ class Result:
     state: dict | None = field(default=None, repr=False)  # final engine-coordinate W, p, nu (not saved)
 
     def to_json(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "schema_version": self.schema_version,
                 "config": self.config,
@@ -66,14 +66,14 @@ class Result:
         return outdir
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON-safe copy: NaN and inf become null, NumPy scalars Python numbers."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return _clean(obj.tolist())
+        return json_safe(obj.tolist())
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):
@@ -86,14 +86,25 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it; restored at once
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import, before any threads)
+
+
 def atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename."""
+    """Write through a temporary file in the same folder, then rename; the file
+    gets the mode open() would give it (temporary files are created 0600)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
+            os.fchmod(fh.fileno(), FILE_MODE)
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -154,7 +165,7 @@ def load(outdir: str | Path) -> Result:
         theory=meta["theory"],
         engine=meta.get("engine", {}),
         versions=meta.get("versions", {}),
-        git=meta.get("git"),
+        git=meta.get("git") or {},
         elapsed_s=meta.get("elapsed_s", 0.0),
         startup_s=meta.get("startup_s", 0.0),
         warnings=meta.get("warnings", []),
@@ -186,23 +197,23 @@ def _versions() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def git_revision() -> dict[str, Any] | None:
-    """The checkout attnsim runs from (None when not run from a git checkout)."""
+def git_revision() -> dict[str, Any]:
+    """Which source attnsim runs from: the git checkout it runs in (revision
+    and uncommitted changes), else the revision recorded when the installed
+    package was built (``attnsim/_revision.py``), else why it is unknown."""
     here = Path(__file__).resolve().parent.parent
-    if not (here / ".git").exists():
-        return None
+    if (here / ".git").exists():
+        try:
+            rev = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=5)  # fmt: skip
+            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5)  # fmt: skip
+            if rev.returncode == 0:
+                return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "source": "checkout"}
+        except (OSError, subprocess.SubprocessError):
+            pass
     try:
-        rev = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if rev.returncode != 0:
-        return None
-    return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+        from . import _revision
+    except ImportError:
+        return {"revision": None, "reason": "installed from a source without git metadata"}
+    return {"revision": _revision.REVISION, "dirty": _revision.DIRTY, "source": "recorded when the package was built"}

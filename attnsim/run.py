@@ -118,7 +118,7 @@ def simulate(
         theory=theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None),
         engine={"used": problem.engine, "reason": problem.reason, **problem.info},
         versions=results.versions(),
-        git=results.git_revision(),
+        git=dict(results.git_revision()),
         elapsed_s=elapsed,
         startup_s=IMPORT_S + startup,
         warnings=ds.warnings + traj.warnings,

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from .config import KEYS, Config, ConfigError, from_mapping, read_toml, unknown_key_message
-from .results import SCHEMA_VERSION, _clean, atomic_write
+from .results import SCHEMA_VERSION, json_safe, atomic_write
 
 META_KEYS = ("name", "seeds", "save")
 MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
@@ -91,7 +91,7 @@ class SweepSpec:
         return out
 
     def to_dict(self) -> dict:
-        return _clean(self.__dict__)
+        return json_safe(self.__dict__)
 
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
@@ -244,8 +244,8 @@ def run_point(cfg_dict: dict, save: list[str]) -> dict:
     t = time.perf_counter()
     try:
         res = simulate(cfg_dict)
-    except Exception as exc:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
-        return _clean({"config": cfg_dict, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+    except Exception as exc:  # a failed point is recorded, the sweep goes on
+        return json_safe({"config": cfg_dict, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
     rec = {
         "schema_version": SCHEMA_VERSION,
         "status": "ok",
@@ -261,7 +261,7 @@ def run_point(cfg_dict: dict, save: list[str]) -> dict:
     }
     if save:
         rec["trajectory"] = {k: res.trajectory[k] for k in ["step", *save] if k in res.trajectory}
-    return _clean(rec)
+    return json_safe(rec)
 
 
 class Store:
@@ -601,7 +601,7 @@ def _dead_record(cfg: dict, exitcode: int | None) -> dict:
     why = (
         f"killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exit code {exitcode}"
     )
-    return _clean({
+    return json_safe({
         "status": "failed",
         "config": cfg,
         "error": f"the worker computing this point died {MAX_DEATHS} times ({why}; SIGKILL usually means "

@@ -29,7 +29,7 @@ def records(quick: bool, cache: Path) -> list[dict]:
 
 
 def plot_panels(axes, recs: list[dict]) -> None:
-    snr = lambda r: r["theory"]["snr"]  # noqa: E731
+    snr = lambda r: r["theory"]["snr"]
     for ax, key, title in (
         (axes[0], "train_loss", "train loss"),
         (axes[1], "pop_loss", "test (population) loss"),
