@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data", help=".npz file with X (n,T,d), y (n,) and optional arrays")
     r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
-    r.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    r.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     sw = sub.add_parser("sweep", help="run a grid of configurations x seeds (resumable)")
     sw.add_argument("file", help="sweep TOML file ([sweep], [base], [grid])")
     sw.add_argument("--out", default="sweeps", help="folder for the sweep's records (default sweeps/)")
@@ -46,8 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     fg = sub.add_parser("figures", help="regenerate the paper's figures")
     fg.add_argument("names", nargs="*", help="figures to make (default: all)")
     fg.add_argument("--quick", action="store_true", help="small grids (a smoke run)")
-    fg.add_argument("--outdir", default="figures", help="where the PNGs go (default figures/)")
-    fg.add_argument("--cache", default="sweeps/figures", help="sweep records reused between runs")
+    fg.add_argument("--outdir", help="where the PNGs go (default figures/; with --quick runs/figures-quick/)")
+    fg.add_argument(
+        "--cache",
+        default="sweeps/figures",
+        help="sweep records reused between runs (default sweeps/figures/)",
+    )
     g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
     g.add_argument("--h", type=float, default=1e-6, help="central-difference step")
     g.add_argument("--seed", type=int, default=0)
@@ -94,28 +98,39 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
 
 
 def cmd_run(args, t_start: float) -> int:
-    from .config import make_config
+    from .config import config_values, from_mapping
     from .results import check_output_dir
-    from .run import simulate
+    from .run import ensure_compiled, simulate
 
     sets = list(args.sets) + ([f"engine={args.engine}"] if args.engine else [])
-    cfg = make_config(args.config, sets)
+    values = config_values(args.config, sets)  # the keys the user set (--data warns when it overrides them)
+    cfg = from_mapping(values)
     if args.data is not None and not Path(args.data).is_file():
         raise UsageError(f"--data: {args.data}: no such file")
     outdir = Path(args.out) if args.out else _default_outdir(cfg)
     check_output_dir(outdir)  # before the run: a finished run is never thrown away
+    quiet = args.quiet
+    ensure_compiled(cfg.integrator, announce=None if quiet else _announce_compiling)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = simulate(cfg, data=args.data, save_scores=args.save_scores, progress=None)
+        res = simulate(values, data=args.data, save_scores=args.save_scores, progress=None)
     for w in caught:
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
     res.save(outdir)
     if args.plot:
         _plot(res, args.plot, outdir / f"{args.plot}.png")
-    if not args.quiet:
+    if not quiet:
         print(format_summary(res))
         print(f"wrote {outdir}/result.json, trajectory.npz" + (f", {args.plot}.png" if args.plot else ""))
     return 0
+
+
+def _announce_compiling() -> None:
+    print(
+        "attnsim: compiling kernels (first run only, 10-60 s; later runs load them from the cache)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _default_outdir(cfg) -> Path:
@@ -152,14 +167,28 @@ def _fmt(x, spec: str = ".4f") -> str:
     return "n/a" if x is None or x != x else format(x, spec)
 
 
+def _data_line(res) -> str:
+    c, f, th = res.config, res.final, res.theory
+    snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
+    fit = f"train={c['train']}, lr={c['lr']:g}"
+    source = res.data.get("source", "generated")
+    if not source.startswith("generated"):  # only what the file says
+        known = "" if th.get("snr") is None else f" |mu|={c['signal_norm']:g} sigma={c['sigma']:g}"
+        size = f"n={c['n']} T={c['T']} d={c['d']}{known}"
+        return f"data: {source}: {size}, {f['n_noisy']} noisy labels, {fit}{snr}"
+    return (
+        f"data: n={c['n']} T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
+        f"rho={c['rho']:g} noise_rate={c['noise_rate']:g} ({c['label_noise']}: {f['n_noisy']} noisy), "
+        f"{fit}{snr}"
+    )
+
+
 def format_summary(res) -> str:
     c, f, th, e = res.config, res.final, res.theory, res.engine
     lines = [
         f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {c['integrator']} "
         f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s); engine {e['used']} ({e['reason']})",
-        f"data: n={c['n']} T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
-        f"rho={c['rho']:g} noise_rate={c['noise_rate']:g} ({c['label_noise']}: {f['n_noisy']} noisy), "
-        f"train={c['train']}, lr={c['lr']:g}; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}",
+        _data_line(res),
         f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
         f"(clean {_fmt(f['train_acc_clean'], '.3f')}, noisy fitted {_fmt(f['train_acc_noisy'], '.3f')}, "
         f"noisy vs true label {_fmt(f['train_acc_noisy_true'], '.3f')})",
@@ -220,10 +249,13 @@ def cmd_figures(args) -> int:
         raise UsageError(f"figures: unknown figure(s) {', '.join(bad)}; choose from {', '.join(NAMES)}")
     from .results import check_output_dir
 
-    check_output_dir(args.outdir, "--outdir")
+    outdir = args.outdir or (
+        "runs/figures-quick" if args.quick else "figures"
+    )  # quick never overwrites figures/
+    check_output_dir(outdir, "--outdir")
     check_output_dir(args.cache, "--cache")
     t = time.perf_counter()
-    make(args.names or None, outdir=args.outdir, quick=args.quick, cache=args.cache)
+    make(args.names or None, outdir=outdir, quick=args.quick, cache=args.cache)
     print(f"figures done in {time.perf_counter() - t:.1f} s")
     return 0
 

@@ -8,7 +8,6 @@ with one line naming the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -276,9 +275,32 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+def edit_distance(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions
+    and swaps of neighbours each cost 1."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, prev2[j - 2] + 1)
+            cur.append(cost)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def suggest(word: str, choices) -> str | None:
+    """The closest choice when it is a likely typo (a case change, or at most
+    one edit per four letters), else None."""
+    best = min(choices, key=lambda c: (edit_distance(word.lower(), c.lower()), c))
+    return best if edit_distance(word.lower(), best.lower()) <= max(1, len(word) // 4) else None
+
+
 def unknown_key_message(key: str) -> str:
-    near = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.5)
-    hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(KEYS)}"
+    near = suggest(key, KEYS)
+    hint = f"; did you mean {near!r}?" if near else f"; valid keys: {', '.join(KEYS)}"
     return f"unknown config key {key!r}{hint}"
 
 
@@ -325,14 +347,18 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def make_config(path: str | Path | None = None, sets: list[str] | None = None, **overrides: Any) -> Config:
-    """Config from an optional TOML file, then ``--set`` items, then keywords."""
+def config_values(path: str | Path | None = None, sets: list[str] | None = None) -> dict[str, Any]:
+    """The keys a user set: an optional TOML file, then ``--set`` items (not yet validated)."""
     values: dict[str, Any] = {}
     if path is not None:
         values.update(load_toml(path))
     values.update(parse_set(sets or []))
-    values.update(overrides)
-    return from_mapping(values)
+    return values
+
+
+def make_config(path: str | Path | None = None, sets: list[str] | None = None, **overrides: Any) -> Config:
+    """Config from an optional TOML file, then ``--set`` items, then keywords."""
+    return from_mapping({**config_values(path, sets), **overrides})
 
 
 def as_config(config: Config | Mapping[str, Any] | None) -> Config:

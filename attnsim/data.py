@@ -478,7 +478,7 @@ class _Arrays:
         return X_test, self.labels("y_test", X_test.shape[0])
 
 
-def load_npz(path: str | Path, cfg: Config | None = None) -> Dataset:
+def load_npz(path: str | Path) -> Dataset:
     """Read and validate ``--data FILE.npz`` (SPEC §2); raises DataError.
 
     Required: X (n, T, d), y (n,) and a head: nu (d,), or mu_pos and mu_neg

@@ -203,17 +203,26 @@ def git_revision() -> dict[str, Any]:
     package was built (``attnsim/_revision.py``), else why it is unknown."""
     here = Path(__file__).resolve().parent.parent
     if (here / ".git").exists():
+
+        def git(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5)
+
         try:
-            rev = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=5)  # fmt: skip
-            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5)  # fmt: skip
+            rev, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
             if rev.returncode == 0:
-                return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "source": "checkout"}
+                return {
+                    "revision": rev.stdout.strip(),
+                    "dirty": bool(dirty.stdout.strip()),
+                    "source": "checkout",
+                }
         except (OSError, subprocess.SubprocessError):
             pass
     try:
         from . import _revision
     except ImportError:
         return {"revision": None, "reason": "installed from a source without git metadata"}
-    return {"revision": _revision.REVISION, "dirty": _revision.DIRTY, "source": "recorded when the package was built"}
+    return {
+        "revision": _revision.REVISION,
+        "dirty": _revision.DIRTY,
+        "source": "recorded when the package was built",
+    }

@@ -28,12 +28,27 @@ def _blas():
     return ThreadpoolController()
 
 
-def ensure_compiled(integrator: str = "gd") -> float:
+def ensure_compiled(integrator: str = "gd", announce=None) -> float:
     """Load (or compile, the first time ever) the kernels a run needs, and pay
     every other once-per-process cost (BLAS discovery, quadrature tables,
-    first LAPACK calls) here rather than inside the simulation; seconds spent."""
+    first LAPACK calls) here rather than inside the simulation; seconds spent.
+    ``announce()`` is called if this takes more than a second (compiling)."""
     if integrator in _warm:
         return 0.0
+    import threading
+
+    timer = threading.Timer(1.0, announce) if announce is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        return _warm_up(integrator)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _warm_up(integrator: str) -> float:
     t = time.perf_counter()
     if not _warm:
         from .kernels import attention
@@ -83,8 +98,8 @@ def simulate(
     t0 = time.perf_counter()
     streams = make_streams(cfg.seed)
     if data is not None:
-        ds = data if isinstance(data, Dataset) else load_npz(data, cfg)
-        cfg = config_for_data(cfg, ds)
+        ds = data if isinstance(data, Dataset) else load_npz(data)
+        cfg = config_for_data(cfg, ds, explicit=set(config) if isinstance(config, Mapping) else None)
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import difflib
 import fcntl
 import hashlib
 import io
@@ -57,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import KEYS, Config, ConfigError, from_mapping, read_toml, unknown_key_message
-from .results import SCHEMA_VERSION, json_safe, atomic_write
+from .config import KEYS, Config, ConfigError, from_mapping, read_toml, suggest, unknown_key_message
+from .results import SCHEMA_VERSION, atomic_write, json_safe
 
 META_KEYS = ("name", "seeds", "save")
 MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
@@ -172,8 +171,8 @@ def _save(value: Any) -> list[str]:
         raise ConfigError(f"sweep.save: a list of trajectory array names, got {value!r}")
     for v in names:
         if v not in TRAJECTORY_KEYS:
-            near = difflib.get_close_matches(v, TRAJECTORY_KEYS, n=1, cutoff=0.75)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            near = suggest(v, TRAJECTORY_KEYS)
+            hint = f"; did you mean {near!r}?" if near else ""
             raise ConfigError(f"sweep.save: {v!r} is not a trajectory array{hint}")
     return list(dict.fromkeys(names))
 
@@ -188,8 +187,8 @@ def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
     meta, base, grid = (dict(_table(data, t)) for t in ("sweep", "base", "grid"))
     for key in meta:
         if key not in META_KEYS:
-            near = difflib.get_close_matches(key, META_KEYS, n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(META_KEYS)}"
+            near = suggest(key, META_KEYS)
+            hint = f"; did you mean {near!r}?" if near else f"; valid keys: {', '.join(META_KEYS)}"
             raise ConfigError(f"sweep.{key}: unknown key{hint}")
     sweep_name = meta.get("name", name)
     if not isinstance(sweep_name, str) or not NAME_RE.fullmatch(sweep_name) or ".." in sweep_name:

@@ -139,7 +139,7 @@ def test_load_npz_accepts_the_full_schema(tmp_path):
         X_test=X[:2],
         y_test=np.array([1, -1]),
     )
-    ds = load_npz(path, Config())
+    ds = load_npz(path)
     assert ds.n_noisy == 1 and ds.role_counts == (1, 1, 0, 1) and ds.sigma == 1.5 and ds.rho == 0.2
     np.testing.assert_allclose(ds.nu, head(mu_p, mu_n))
     assert ds.population_reason is None
@@ -169,13 +169,13 @@ def test_load_npz_rejects_bad_arrays_naming_them(tmp_path, change, needle):
         base = {"y": base["y"]}
     base.update(change)
     with pytest.raises(DataError, match=needle):
-        load_npz(_write(tmp_path, **base), Config())
+        load_npz(_write(tmp_path, **base))
 
 
 def test_load_npz_unreadable_file(tmp_path):
     p = tmp_path / "x.npz"
     p.write_text("not a zip")
     with pytest.raises(DataError, match="not a readable"):
-        load_npz(p, Config())
+        load_npz(p)
     with pytest.raises(DataError, match="no such data file"):
-        load_npz(tmp_path / "none.npz", Config())
+        load_npz(tmp_path / "none.npz")

@@ -72,14 +72,26 @@ def test_reduced_equals_dense_with_user_arrays(fixture_path, tmp_path):
 
 
 def test_reduced_engine_never_forms_a_d_by_d_matrix(monkeypatch):
-    from attnsim import engines
+    """Above one W(0) block the reduced setup streams W(0): its peak memory
+    (NumPy allocations are traced) stays well below one d x d array."""
+    import tracemalloc
 
-    def boom(*args, **kwargs):
-        raise AssertionError("draw_W0 called")
+    from attnsim import data, engines
 
-    monkeypatch.setattr(engines, "draw_W0", boom)
-    r = attnsim.simulate({"n": 4, "T": 4, "d": 600, "steps": 5, "engine": "reduced", "pop_points": 256})
+    d = 1500
+    monkeypatch.setattr(data, "BLOCK_ELEMENTS", 100 * d)  # blocks of 100 rows
+    engines.SETUP_CACHE.clear()
+    tracemalloc.start()
+    try:
+        r = attnsim.simulate({"n": 4, "T": 4, "d": d, "steps": 5, "engine": "reduced", "pop_points": 256})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert r.engine["used"] == "reduced"
+    assert peak < 0.25 * 8 * d * d, peak  # a d x d float64 array alone is 18 MB
+    engines.SETUP_CACHE.clear()
+    dense = attnsim.simulate({"n": 4, "T": 4, "d": d, "steps": 5, "engine": "dense", "pop_points": 256})
+    np.testing.assert_allclose(r.trajectory["train_loss"], dense.trajectory["train_loss"], rtol=1e-12)
 
 
 def test_engine_choice_and_errors():

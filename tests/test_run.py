@@ -56,16 +56,37 @@ def test_reduced_equals_dense(small_cfg):
         np.testing.assert_allclose(a.trajectory[key], b.trajectory[key], rtol=1e-10, atol=1e-14)
 
 
-def test_bit_identical_reruns(small_cfg, tmp_path):
-    a = attnsim.simulate(small_cfg).save(tmp_path / "a")
-    b = attnsim.simulate(small_cfg).save(tmp_path / "b")
-    ja, jb = (json.loads((p / "result.json").read_text()) for p in (a, b))
+_RERUN = """
+import sys, attnsim
+attnsim.simulate({"n": 8, "T": 6, "d": 40, "signal_norm": 5.0, "steps": 50, "log_every": 5,
+                  "pop_points": 256, "test_n": 30}).save(sys.argv[1])
+"""
+
+
+def test_bit_identical_reruns_in_fresh_processes(tmp_path):
+    """Same seed, same threads: identical files, each run in its own process
+    (no shared caches)."""
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-c", _RERUN, str(tmp_path / name)], check=True)
+    ja, jb = (json.loads((tmp_path / p / "result.json").read_text()) for p in "ab")
     for j in (ja, jb):
         j.pop("elapsed_s"), j.pop("startup_s")
     assert ja == jb
-    ta, tb = np.load(a / "trajectory.npz"), np.load(b / "trajectory.npz")
+    ta, tb = np.load(tmp_path / "a" / "trajectory.npz"), np.load(tmp_path / "b" / "trajectory.npz")
+    assert ta.files == tb.files
     for k in ta.files:
         np.testing.assert_array_equal(ta[k], tb[k])
+
+
+def test_runs_in_one_process_match_a_fresh_process(small_cfg, tmp_path):
+    """The per-process caches (reduced setup, Sobol points) do not change results."""
+    subprocess.run([sys.executable, "-c", _RERUN, str(tmp_path / "fresh")], check=True)
+    cfg = {**small_cfg, "test_n": 30}
+    attnsim.simulate({**cfg, "signal_norm": 9.0})  # fills the caches with this seed and setup
+    r = attnsim.simulate(cfg)
+    fresh = np.load(tmp_path / "fresh" / "trajectory.npz")
+    for k in ("train_loss", "pop_error", "pop_loss", "test_loss", "score_noisy_weak_opposite"):
+        np.testing.assert_array_equal(r.trajectory[k], fresh[k], err_msg=k)
 
 
 _THREAD_SCRIPT = """

@@ -174,10 +174,37 @@ def test_gd_richardson_extrapolation_converges_to_flow():
     assert np.abs(2 * gd[2] - gd[1] - flow).max() < 1e-4  # the O(lr) term cancels
 
 
-def test_theory_section_has_rates_for_every_run():
-    r = attnsim.simulate({"n": 6, "T": 5, "d": 80, "steps": 300, "lr": 0.05, "pop_points": 256})
-    th = r.theory
-    for key in ("snr", "n_snr2", "t_memorize", "t_generalize", "rate_clean", "rate_noisy", "g_law_m"):
-        assert key in th
+def test_theory_section_is_consistent_with_the_trajectory():
+    r = attnsim.simulate(
+        {"n": 6, "T": 5, "d": 80, "steps": 300, "lr": 0.05, "pop_points": 256, "log_every": 5}
+    )
+    th, tr = r.theory, r.trajectory
     assert th["snr"] == pytest.approx(20 / math.sqrt(80))
     assert th["n_snr2"] == pytest.approx(6 * 400 / 80)
+    assert th["g_law_m"] == 4
+    # memorization: the in-loop first-fit steps, and every sample fitted from then on
+    assert th["t_memorize"] == tr["fit_step"].max()
+    j = list(tr["step"]).index(th["t_memorize"]) if th["t_memorize"] in tr["step"] else None
+    after = tr["step"] >= th["t_memorize"]
+    assert np.all(tr["n_fitted"][after] == 6) and (j is None or j == 0 or tr["n_fitted"][j - 1] < 6)
+    # generalization: the fresh relevant score stays >= gen_score from t_generalize on
+    ok = np.isfinite(tr["pop_score_relevant"])
+    st, sc = tr["step"][ok], tr["pop_score_relevant"][ok]
+    assert np.all(sc[st >= th["t_generalize"]] >= 0.5) and np.any(sc[st < th["t_generalize"]] < 0.5)
+    # the fitted g-law reproduces the clean effective gap over its fitted range
+    fit = th["g_law_clean"]
+    steps = tr["step"][tr["step"] >= fit["from_step"]]
+    law = theory.g_inv(fit["intercept"] + fit["rate"] * steps, th["g_law_m"])
+    gap = tr["gap_clean_eff"][tr["step"] >= fit["from_step"]]
+    assert np.max(np.abs(law - gap)) == pytest.approx(fit["max_dev"], rel=1e-9) and fit["max_dev"] < 1.0
+    assert th["rate_clean"] == fit["rate"] > 0
+
+
+def test_g_law_fit_recovers_a_known_rate():
+    m, c, x0 = 7.0, 0.02, 2.5
+    tau = np.linspace(0, 5000, 200)
+    x = theory.gap_law(x0, c, tau, m)
+    fit = theory.fit_rate(tau, x, m)
+    assert fit["rate"] == pytest.approx(c, rel=1e-8)
+    assert fit["intercept"] == pytest.approx(float(theory.g(x0, m)), rel=1e-8)
+    assert fit["max_dev"] < 1e-8
