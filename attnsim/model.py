@@ -8,10 +8,14 @@ Shapes: X (n, T, k) tokens, y (n,) labels, W (k, r), p (r,), nu (k,).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
+Array = np.ndarray
 
-def forward(X, W, p, nu):
+
+def forward(X: Array, W: Array, p: Array, nu: Array) -> tuple[Array, Array, Array, Array]:
     """Logits z, scores s, token values u (all (n, T)) and outputs f (n,)."""
     q = W @ p
     z = X @ q
@@ -23,7 +27,7 @@ def forward(X, W, p, nu):
     return X @ q, s, u, f
 
 
-def loss(X, y, W, p, nu, kind: str = "logistic") -> float:
+def loss(X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logistic") -> float:
     """Mean loss: logistic log(1 + exp(-y f)) or linear -y f."""
     f = forward(X, W, p, nu)[3]
     m = y * f
@@ -32,7 +36,9 @@ def loss(X, y, W, p, nu, kind: str = "logistic") -> float:
     return float(np.mean(np.logaddexp(0.0, -m)))
 
 
-def grads(X, y, W, p, nu, kind: str = "logistic"):
+def grads(
+    X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logistic"
+) -> tuple[Array, Array, Array]:
     """(grad_W, grad_p, grad_nu) of :func:`loss`."""
     n = X.shape[0]
     _, s, u, f = forward(X, W, p, nu)
@@ -46,7 +52,16 @@ def grads(X, y, W, p, nu, kind: str = "logistic"):
     return np.outer(g, p), W.T @ g, g_nu
 
 
-def gd_step(X, y, W, p, nu, lr, train=("W", "p"), kind="logistic"):
+def gd_step(
+    X: Array,
+    y: Array,
+    W: Array,
+    p: Array,
+    nu: Array,
+    lr: float,
+    train: Iterable[str] = ("W", "p"),
+    kind: str = "logistic",
+) -> tuple[Array, Array, Array]:
     """One full-batch GD step on the trained blocks; returns new (W, p, nu)."""
     gW, gp, gnu = grads(X, y, W, p, nu, kind)
     return (
@@ -56,7 +71,7 @@ def gd_step(X, y, W, p, nu, lr, train=("W", "p"), kind="logistic"):
     )
 
 
-def random_instance(seed: int = 0, n: int = 4, T: int = 5, k: int = 6, r: int = 7):
+def random_instance(seed: int = 0, n: int = 4, T: int = 5, k: int = 6, r: int = 7) -> tuple[Array, ...]:
     """A small random problem with p != 0 and a rectangular W, for gradient checks."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, T, k))
@@ -67,7 +82,12 @@ def random_instance(seed: int = 0, n: int = 4, T: int = 5, k: int = 6, r: int = 
     return X, y, W, p, nu
 
 
-def finite_difference_errors(loss_fn, grad_fn, params, h: float = 1e-6) -> dict[str, dict]:
+def finite_difference_errors(
+    loss_fn: Callable[..., float],
+    grad_fn: Callable[..., Iterable[Array]],
+    params: dict[str, Array],
+    h: float = 1e-6,
+) -> dict[str, dict]:
     """Central differences of ``loss_fn(*params)`` against ``grad_fn(*params)``.
 
     ``params`` maps block names (e.g. "W", "p", "nu") to arrays in call order.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .data import RELEVANT
 
@@ -80,14 +81,14 @@ def summary(cfg, traj, known_signal: bool = True) -> dict:
 # -- the g-law ---------------------------------------------------------------
 
 
-def g(x, m: float):
+def g(x: ArrayLike, m: float) -> np.ndarray:
     """g(x; m) = 2x + 2 sinh(x - log m) (vectorized; inf beyond float range)."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore"):
         return 2.0 * x + 2.0 * np.sinh(x - math.log(m))
 
 
-def g_inv(y, m: float, iters: int = 60):
+def g_inv(y: ArrayLike, m: float, iters: int = 60) -> np.ndarray | float:
     """The inverse of :func:`g` in x, for any real y (vectorized, monotone).
 
     With u = x - log m the equation is h(u) = u + sinh(u) = (y - 2 log m) / 2,
@@ -112,7 +113,7 @@ def g_inv(y, m: float, iters: int = 60):
     return x.reshape(y.shape) if y.ndim else float(x[0])
 
 
-def gap_law(x0: float, c: float, tau, m: float):
+def gap_law(x0: float, c: float, tau: ArrayLike, m: float) -> np.ndarray | float:
     """Predicted gap x(tau) = g^{-1}(g(x0) + c tau)."""
     return g_inv(g(x0, m) + c * np.asarray(tau, dtype=np.float64), m)
 

@@ -34,3 +34,13 @@ def grid_of(records: list[dict], xkey: str, ykey: str, value) -> tuple[np.ndarra
     for r in records:
         Z[ys.index(r["config"][ykey]), xs.index(r["config"][xkey])] = value(r)
     return np.array(xs), np.array(ys), Z
+
+
+def write_numbers(outdir: Path, stem: str, lines: list[str]) -> Path:
+    """The numbers a figure shows, as text beside its PNG (``<stem>.txt``): what
+    the README quotes comes from these files."""
+    path = outdir / f"{stem}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(lines) + "\n"
+    atomic_write(path, lambda fh: fh.write(text.encode()))
+    return path

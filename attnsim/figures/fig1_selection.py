@@ -19,7 +19,7 @@ import numpy as np
 from ..config import Config
 from ..data import RELEVANT, ROLE_NAMES, WEAK_OPPOSITE, clean_labels, draw_tokens, generate, make_streams
 from ..plotting import ROLE_COLORS
-from .common import save
+from .common import save, write_numbers
 from .fig2_dynamics import SETTINGS
 
 HAND_C = {"harmful": 1.0, "benign": 0.06, "not overfitting": 0.001}
@@ -103,6 +103,14 @@ def _figure(data, title):
 
 
 def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[Path]:
-    a = _figure(hand_built(quick), "hand-built p = mu+ + mu- + c sum xi_i, W = I (c = 1, 0.06, 0.001)")
-    b = _figure(trained(quick), "trained W, p (1000 GD steps; settings of figure 2)")
-    return [save(a, outdir / "fig1_selection_hand.png"), save(b, outdir / "fig1_selection_trained.png")]
+    hand, fit = hand_built(quick), trained(quick)
+    a = _figure(hand, "hand-built p = mu+ + mu- + c sum xi_i, W = I (c = 1, 0.06, 0.001)")
+    b = _figure(fit, "trained W, p (1000 GD steps; settings of figure 2)")
+    lines = [
+        f"{kind} {label}: train accuracy {rows[0][2].mean():.2f}, test accuracy {rows[1][2].mean():.2f} "
+        "(hard selection: the argmax token's value)"
+        for kind, data in (("hand-built", hand), ("trained", fit))
+        for label, rows in data.items()
+    ]
+    return [save(a, outdir / "fig1_selection_hand.png"), save(b, outdir / "fig1_selection_trained.png"),
+            write_numbers(outdir, "fig1_selection", lines)]  # fmt: skip

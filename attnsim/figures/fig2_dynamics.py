@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ..plotting import plot_sample_scores
 from ..run import simulate
-from .common import save
+from .common import save, write_numbers
 
 SETTINGS = {
     "balanced": {"d": 2000, "signal_norm": 20.0},
@@ -20,9 +21,24 @@ SETTINGS = {
 
 def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[Path]:
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), sharey=True)
+    lines = []
     for col, (label, over) in enumerate(SETTINGS.items()):
         res = simulate({**over, "steps": 300 if quick else 1000, "log_every": 5, "test_n": 1000})
         tr, f = res.trajectory, res.final
+        i = tr["example_index"][1]
+        on_rel = (tr["selected_role"][:, i] == 0) & (
+            tr["step"] > 0
+        )  # noisy example selects its relevant token
+        until = tr["step"][on_rel][-1] if on_rel.any() else "never"
+        fits = tr["fit_step"][tr["y"] != tr["y_clean"]]
+        first_fit = int(fits[fits >= 0].min()) if np.any(fits >= 0) else "never"
+        lines.append(
+            f"{label} (d={over['d']}, |mu|={over['signal_norm']:g}): train accuracy {f['train_acc']:.3f}, "
+            f"test accuracy {f['test_acc']:.3f} (1000 fresh samples), population error "
+            f"{f['pop_error']:.2g} +- {f['pop_error_se']:.1g}, regime {f['regime']}, noisy samples fitted "
+            f"{f['n_fitted_noisy']} of {f['n_noisy']} (the first from step {first_fit}), memorized at step "
+            f"{res.theory['t_memorize']}; the noisy example last selects its relevant token at step {until}"
+        )
         for row, kind in enumerate(("clean", "noisy")):
             i = tr["example_index"][row]
             title = f"{label} (d={over['d']}, |mu|={over['signal_norm']:g}): {kind} sample {i}"
@@ -35,4 +51,4 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
             transform=axes[1, col].transAxes, va="top", fontsize=8,
         )  # fmt: skip
     fig.tight_layout()
-    return [save(fig, outdir / "fig2_dynamics.png")]
+    return [save(fig, outdir / "fig2_dynamics.png"), write_numbers(outdir, "fig2_dynamics", lines)]

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
-from .common import grid_of, save, sweep_records
+from .common import grid_of, save, sweep_records, write_numbers
 
 REGIME_COLORS = {"not_overfitting": "tab:blue", "partial": "tab:cyan", "benign": "tab:green",
                  "harmful": "tab:red", "underfit": "0.5", "fitted": "0.8"}  # fmt: skip
@@ -54,9 +54,34 @@ def plot_panels(axes, recs: list[dict]) -> None:
         ax.set_ylabel("d")
 
 
+def numbers(recs: list[dict]) -> list[str]:
+    """The regime counts and the loss levels the README quotes."""
+    from collections import Counter
+
+    count = Counter(r["final"]["regime"] for r in recs)
+    lines = [f"{len(recs)} cells: " + ", ".join(f"{k} {v}" for k, v in sorted(count.items()))]
+    unfit = [r for r in recs if r["final"]["n_fitted_noisy"] == 0]
+    if unfit:
+        tl = [r["final"]["train_loss"] for r in unfit]
+        d_max, mu_min = max(r["config"]["d"] for r in unfit), min(r["config"]["signal_norm"] for r in unfit)
+        lines.append(
+            f"noisy samples all unfitted in {len(unfit)} cells (d <= {d_max}, |mu| >= {mu_min:g}): "
+            f"train loss {min(tl):.3f}-{max(tl):.3f}"
+        )
+    for lo, hi in ((5, 10), (10, 15), (15, 100)):
+        pl = [r["final"]["pop_loss"] for r in recs if lo <= r["config"]["signal_norm"] < hi or hi == 100 and
+              r["config"]["signal_norm"] == 100]  # fmt: skip
+        if pl:
+            lines.append(f"test (population) loss for {lo} <= |mu| < {hi}: {min(pl):.3f}-{max(pl):.3f}")
+    harmful = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]
+    if harmful:
+        lines.append(f"harmful at |mu| <= {max(harmful):g}")
+    return lines
+
+
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     recs = records(quick, cache)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
     plot_panels(axes, recs)
     fig.tight_layout()
-    return [save(fig, outdir / "fig3_heatmaps.png")]
+    return [save(fig, outdir / "fig3_heatmaps.png"), write_numbers(outdir, "fig3_heatmaps", numbers(recs))]

@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import grid_of, save, sweep_records
+from .common import grid_of, save, sweep_records, write_numbers
 
 SAVE = ["frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"]
 
@@ -43,6 +43,7 @@ def ratio(rec: dict, num: str, den: str, counts: tuple[float, float]) -> float:
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     recs = records(quick, cache)
+    lines: list[str] = []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
     for ax, (num, den, title) in zip(
         axes,
@@ -61,6 +62,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax.set_title(f"cumulative frakS ratio: {title}", fontsize=10)
         ax.set_xlabel("|mu|")
         ax.set_ylabel("d")
+        for cols, where in ((xs <= xs[len(xs) // 4], "small |mu|"), (xs >= xs[-len(xs) // 4], "large |mu|")):
+            part = Z[:, cols]
+            lines.append(f"{title}, {where}: normalized ratio {np.nanmin(part):.3g}-{np.nanmax(part):.3g} "
+                         f"(median {np.nanmedian(part):.3g})")  # fmt: skip
     fig.suptitle("train p only, W = I, lr = 1e-4, 10^4 steps", fontsize=10)
     fig.tight_layout()
-    return [save(fig, outdir / "fig4_frak_s.png")]
+    return [save(fig, outdir / "fig4_frak_s.png"), write_numbers(outdir, "fig4_frak_s", lines)]

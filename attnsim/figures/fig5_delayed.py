@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..theory import g_inv
-from .common import save, sweep_records
+from .common import save, sweep_records, write_numbers
 
 SAVE = [
     "train_loss",
@@ -79,7 +79,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ax_pe.set_yscale("log")
     ax_tl.legend(fontsize=8)
     fig.tight_layout()
-    return [save(fig, outdir / "fig5_delayed.png")]
+    return [save(fig, outdir / "fig5_delayed.png"), write_numbers(outdir, "fig5_delayed", summary(recs))]
 
 
 def summary(recs: list[dict]) -> list[str]:

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..metrics import regime
-from .common import save, sweep_records
+from .common import save, sweep_records, write_numbers
 
 SAVE = ["n_fitted_clean", "n_fitted_noisy", "pop_error"]
 READINGS = (1000, 5000)
@@ -64,4 +64,12 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             if col == 0:
                 ax.set_ylabel("n")
     fig.colorbar(im, ax=axes, label="fraction of runs", shrink=0.8)
-    return [save(fig, outdir / "fig6_phase.png")]
+    lines = []
+    for step in READINGS:
+        for n in ns:
+            names = [regime_at(r, step) for r in recs if r["config"]["n"] == n]
+            frac = ", ".join(f"{k} {names.count(k) / len(names):.2f}" for k in SHOWN if names.count(k))
+            lines.append(f"after {step} steps, n = {n}: {frac}")
+        harm = [r["config"]["signal_norm"] for r in recs if regime_at(r, step) == "harmful"]
+        lines.append(f"after {step} steps: harmful runs at |mu| <= {max(harm) if harm else 'none'}")
+    return [save(fig, outdir / "fig6_phase.png"), write_numbers(outdir, "fig6_phase", lines)]

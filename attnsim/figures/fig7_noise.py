@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import save, sweep_records
+from .common import save, sweep_records, write_numbers
 from .fig2_dynamics import SETTINGS
 
 
@@ -47,4 +47,15 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[2].set_yscale("log")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    return [save(fig, outdir / "fig7_noise.png")]
+    lines = []
+    for label, recs in data.items():
+        for e in sorted({r["config"]["noise_rate"] for r in recs}):
+            fs = [r["final"] for r in recs if r["config"]["noise_rate"] == e]
+            err = [f["pop_error"] for f in fs]
+            fitted = [f["n_fitted_noisy"] / f["n_noisy"] for f in fs if f["n_noisy"]]
+            regimes = ", ".join(sorted({f["regime"] for f in fs}))
+            lines.append(
+                f"{label}, eta {e:g}: noisy fitted {np.mean(fitted) if fitted else float('nan'):.2f}, "
+                f"population error mean {np.mean(err):.2g} (max {max(err):.2g}), regimes {regimes}"
+            )
+    return [save(fig, outdir / "fig7_noise.png"), write_numbers(outdir, "fig7_noise", lines)]
