@@ -65,6 +65,11 @@ class Config:
     pop_points: int = 4096
     benign_error: float = 0.05
     gen_score: float = 0.5
+    model: str = "attention"
+    mlp_dim: int = 2000
+    skip: bool = True
+    init_cls_scale: float = 1.0
+    limit: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -119,6 +124,7 @@ _CHOICES = {
     "integrator": ("gd", "flow"),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
+    "model": ("attention", "encoder"),
 }
 
 
@@ -221,6 +227,10 @@ def _validate(c: Config) -> None:
         v = getattr(c, key)
         _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
     _check_scales(c)
+    _require(
+        not c.limit or c.train_set & {"W", "p"},
+        "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)",
+    )
     _require(
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",

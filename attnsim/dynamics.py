@@ -11,6 +11,7 @@ through :func:`run`.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,12 @@ class Stepper(Protocol):
     def relevant_increments(self, s: np.ndarray) -> np.ndarray:
         """(n,) s_rel (1 - s_rel) of scores ``s``."""
 
+    def snapshot(self):
+        """A copy of the current state, for :meth:`restore`."""
+
+    def restore(self, snap) -> None:
+        """Go back to a state saved by :meth:`snapshot`."""
+
 
 Evaluator = Callable[[dict], dict]  # parameters -> test-set and population metrics
 
@@ -86,6 +93,7 @@ class Trajectory:
     frozen_at: int | None = None
     warnings: list[str] = field(default_factory=list)
     state: dict[str, np.ndarray] = field(default_factory=dict)
+    refined: dict[str, float | None] = field(default_factory=dict)  # times located between log points
 
 
 # metrics that are NaN by design for an empty group (no noisy samples, say)
@@ -191,11 +199,17 @@ def run(
     evaluate: Evaluator | None = None,
     save_scores: bool = False,
     progress: bool | None = None,
+    watch: Callable[[dict], None] | None = None,
+    refine: bool = False,
 ) -> Trajectory:
     """Advance ``stepper`` along :func:`log_grid`, recording every log point;
-    ``evaluate`` runs at the :func:`pop_indices` points."""
+    ``evaluate`` runs at the :func:`pop_indices` points, ``watch`` (if given)
+    sees the parameters at every log point. With ``refine`` the times at which
+    the fresh relevant score last rises to ``gen_score`` and the population
+    loss settles are located between log points (:func:`refine_crossing`)."""
     grid = log_grid(cfg)
     at = set(pop_indices(len(grid), cfg.pop_log_points).tolist()) if evaluate is not None else set()
+    snaps: dict[int, object] = {}
     rec = Recorder(ds, grid, save_scores)
     bar = _progress_bar(cfg.steps, progress)
     traj_warnings: list[str] = []
@@ -227,6 +241,10 @@ def run(
             with np.errstate(over="ignore", invalid="ignore"):
                 evaluated = evaluate(stepper.state()) if j in at else {}
             rec.record(j, stepper.observe(), S, stepper.extra_metrics(), evaluated)
+            if watch is not None:
+                watch(stepper.state())
+            if refine and j in at:
+                snaps[int(target)] = stepper.snapshot()
     finally:
         if bar is not None:
             bar.close()
@@ -244,14 +262,75 @@ def run(
         )
         traj_warnings.append(msg)
         warnings.warn(msg, stacklevel=2)
+    arrays = rec.arrays()
+    state = {k: v.copy() for k, v in stepper.state().items()}
+    refined = {}
+    if refine and evaluate is not None and frozen_at is None and "pop_score_relevant" in arrays:
+        refined = refine_times(stepper, snaps, arrays, evaluate, cfg)
     return Trajectory(
-        arrays=rec.arrays(),
+        arrays=arrays,
         fit_step=fit,
         status="frozen" if frozen_at is not None else "ok",
         frozen_at=frozen_at,
         warnings=traj_warnings,
-        state={k: v.copy() for k, v in stepper.state().items()},
+        state=state,
+        refined=refined,
     )
+
+
+def refine_crossing(stepper, snap, a: float, b: float, g: Callable[[dict], float], integer: bool) -> float:
+    """The step in (a, b] where g(state) changes sign, g(a) < 0 <= g(b), by
+    bisection: the stepper restarts from ``snap`` (its state at step a) and
+    advances to each trial step. GD steps are integers (the exact first step
+    with g >= 0); flow steps are real (to a relative 1e-6)."""
+
+    def value(step: float) -> float:
+        stepper.restore(snap)
+        if step > a:
+            stepper.advance(a, step - a)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return g(stepper.state())
+
+    if integer:
+        a, b = int(a), int(b)
+    lo, hi = a, b
+    while (hi - lo > 1) if integer else (hi - lo > 1e-6 * hi):
+        mid = (lo + hi) // 2 if integer else math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        if integer:
+            mid = int(mid)
+        if value(mid) >= 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def refine_times(stepper, snaps: dict, arrays: dict, evaluate: Evaluator, cfg: Config) -> dict:
+    """t_generalize (the fresh relevant score reaches ``gen_score`` for good)
+    and t_pop_loss_settled (the population loss stays within 1% of its final
+    value) between the population log points that bracket them."""
+    steps = arrays["step"]
+    out: dict[str, float | None] = {}
+    integer = cfg.integrator == "gd"
+    ok = np.isfinite(arrays["pop_score_relevant"])
+    st, score, loss = steps[ok], arrays["pop_score_relevant"][ok], arrays["pop_loss"][ok]
+    final_loss = loss[-1]
+    checks = {
+        "t_generalize": (score - cfg.gen_score, lambda s: evaluate(s)["pop_score_relevant"] - cfg.gen_score),
+        "t_pop_loss_settled": (0.01 * abs(final_loss) - np.abs(loss - final_loss),
+                               lambda s: 0.01 * abs(final_loss) - abs(evaluate(s)["pop_loss"] - final_loss)),
+    }  # fmt: skip
+    for name, (vals, g) in checks.items():
+        if vals[-1] < 0:
+            out[name] = None  # not within the horizon
+            continue
+        below = np.flatnonzero(vals < 0)
+        if below.size == 0:
+            out[name] = float(st[0])
+            continue
+        a, b = st[below[-1]], st[below[-1] + 1]
+        out[name] = float(refine_crossing(stepper, snaps[int(a)], float(a), float(b), g, integer))
+    return out
 
 
 class GradientFlow:
@@ -273,34 +352,83 @@ class GradientFlow:
         self.field, self.lr = field, lr
         self.method, self.rtol, self.atol = method, rtol, atol
         self.theta = field.pack(field.W, field.p, field.nu, np.zeros(n))
-        self.fit_since = np.where(field.data.y * self.observe().f > 0, 0, -1).astype(np.int64)
+        self.fit_since = np.where(field.data.y * self.observe().f > 0, 0.0, -1.0)  # real steps (refined)
 
     @property
     def S_acc(self) -> np.ndarray:
         return self.field.unpack(self.theta)[3]
 
-    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+    def advance(self, step0: float, nsteps: float) -> tuple[int, float]:
+        """Integrate from step0 over nsteps (real numbers of steps). A sample
+        whose fit changes in the span gets the exact step of the change (a root
+        of its margin on the solver's dense output, from a second integration)."""
+        theta0 = self.theta
+        sol = self._integrate(step0, nsteps, theta0, dense=False)
+        self.theta = sol.y[:, -1]
+        end = step0 + nsteps
+        y = self.field.data.y
+        was = self.fit_since >= 0
+        fitted = y * self.observe().f > 0
+        changed = np.flatnonzero(fitted & ~was)
+        self.fit_since = np.where(fitted, self.fit_since, -1.0)
+        if changed.size:
+            dense = self._integrate(step0, nsteps, theta0, dense=True).sol
+            for i in changed:
+                self.fit_since[i] = self._last_rise(dense, i, step0, end)
+        return 0, end
+
+    def _integrate(self, step0: float, nsteps: float, theta0: np.ndarray, dense: bool):
         span = (self.lr * step0, self.lr * (step0 + nsteps))
         try:
             with np.errstate(over="ignore", invalid="ignore"):
                 sol = self._solve(
-                    self.field, span, self.theta, method=self.method, rtol=self.rtol, atol=self.atol
+                    self.field,
+                    span,
+                    theta0,
+                    method=self.method,
+                    rtol=self.rtol,
+                    atol=self.atol,
+                    dense_output=dense,
                 )
         except EvaluationBudgetExceeded as exc:
             raise SimulationError(
-                f"gradient flow stalled between steps {step0} and {step0 + nsteps} (at step "
+                f"gradient flow stalled between steps {step0:g} and {step0 + nsteps:g} (at step "
                 f"{exc.args[0] / self.lr:.4g}): {self.field.max_evals} evaluations of the vector field; the "
                 f"logits are too large for the step-size control (reduce lr={self.lr:g} or steps)"
             ) from None
         if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
             raise SimulationError(
-                f"diverged between steps {step0} and {step0 + nsteps}: gradient flow failed ({sol.message})"
+                f"diverged between steps {step0:g} and {step0 + nsteps:g}: the flow failed ({sol.message})"
             )
-        self.theta = sol.y[:, -1]
-        end = step0 + nsteps
-        fitted = self.field.data.y * self.observe().f > 0
-        self.fit_since = np.where(fitted, np.where(self.fit_since < 0, end, self.fit_since), -1)
-        return 0, end
+        return sol
+
+    def _last_rise(self, dense, i: int, a: float, b: float) -> float:
+        """The step in (a, b] after which sample i stays fitted: the last zero of
+        its margin y_i f_i on the dense output (scanned on 64 points, then
+        bisected to a relative 1e-9)."""
+        from scipy.optimize import brentq
+
+        y = self.field.data.y[i]
+
+        def margin(step: float) -> float:
+            W, p, nu, _ = self.field.unpack(dense(self.lr * step))
+            return float(y * self.field.observe(W, p, nu).f[i])
+
+        grid = np.linspace(a, b, 65)
+        vals = np.array([margin(t) for t in grid])
+        neg = np.flatnonzero(vals <= 0)
+        if neg.size == 0:
+            return a
+        lo = neg[-1]
+        if lo == grid.size - 1:
+            return b
+        return float(brentq(margin, grid[lo], grid[lo + 1], xtol=1e-9 * max(1.0, grid[lo + 1])))
+
+    def snapshot(self):
+        return self.theta.copy(), self.fit_since.copy()
+
+    def restore(self, snap) -> None:
+        self.theta, self.fit_since = snap[0].copy(), snap[1].copy()
 
     def state(self) -> dict[str, np.ndarray]:
         W, p, nu, _ = self.field.unpack(self.theta)

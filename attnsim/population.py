@@ -349,6 +349,43 @@ class Population:
         x = np.negative(ym, out=ym)
         return x, sd, t, score / 2
 
+    def hard_limit(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
+        """The population metrics as |q| -> infinity along q (softmax -> argmax):
+        a fresh sample selects its token of largest logit z_t = a_t.q + sigma |q| zeta_t,
+        and given zeta, f = u_{t*} is Gaussian with mean a_t*.nu + sigma (q^.nu) zeta_t*
+        and sd sigma sqrt(|nu|^2 - (q^.nu)^2). Returns the error (with its
+        standard error over scrambles), ``relevant_prob`` (the probability that
+        the selected token is a relevant one, with its standard error) and the
+        probability of each role being selected."""
+        sig = self.sigma
+        aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
+        qn = math.sqrt(max(qq, 0.0))
+        if not qn > 0.0:
+            raise ValueError("the hard-attention limit needs a direction q != 0")
+        qhat_nu = q_nu / qn
+        b, sdc = sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0))
+        zeta, N = self.zeta, self.zeta.shape[1]
+        cols = np.arange(N)
+        err = np.zeros(N)
+        roles = np.zeros((4, N))
+        for c, y in enumerate((1.0, -1.0)):
+            star = np.argmax(aq[c][:, None] + (sig * qn) * zeta, axis=0)  # the selected token of each point
+            ym = y * (anu[c][star] + b * zeta[star, cols])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                err += ndtr(-ym / sdc) if sdc > 0.0 else (ym < 0.0) + 0.5 * (ym == 0.0)
+            roles[self.roles[star], cols] += 1.0
+        err_r = err.reshape(self.R, -1).mean(axis=1) / 2
+        rel_r = roles[0].reshape(self.R, -1).mean(axis=1) / 2
+        se = lambda v: float(v.std(ddof=1) / math.sqrt(self.R))
+        out = {
+            "pop_error": float(err_r.mean()),
+            "pop_error_se": se(err_r),
+            "relevant_prob": float(rel_r.mean()),
+            "relevant_prob_se": se(rel_r),
+        }
+        out.update({f"prob_{name}": float(roles[code].mean() / 2) for code, name in enumerate(ROLE_NAMES)})
+        return out
+
     def evaluate_state(self, problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict:
         """:meth:`evaluate` for an engine-coordinate state of ``problem``."""
         qk, qq = problem.q_norm2(W, p)

@@ -95,9 +95,11 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import, before any threads)
 
 
-def atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write, durable: bool = True) -> None:
     """Write through a temporary file in the same folder, then rename; the file
-    gets the mode open() would give it (temporary files are created 0600)."""
+    gets the mode open() would give it (temporary files are created 0600).
+    ``durable``: fsync before the rename, so the file survives an OS crash too
+    (a killed process never leaves a partial file either way)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -105,7 +107,8 @@ def atomic_write(path: Path, write) -> None:
             write(fh)
             fh.flush()
             os.fchmod(fh.fileno(), FILE_MODE)
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,28 +110,29 @@ def simulate(
         problem, ds = build(cfg, ds if data is not None else None, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
     rel = np.zeros(ds.y.size * problem.T) if ds.roles is None else (ds.roles == 0).astype(np.float64).ravel()
+    watch = LimitWatch(problem) if cfg.limit else None
     # the step loop and metrics use small matrices: one BLAS thread
     with _blas().limit(limits=1, user_api="blas"):
         traj = dynamics.run(
-            problem.stepper(cfg, rel),
-            ds,
-            cfg,
-            problem.evaluator(cfg, pop),
-            save_scores=save_scores,
-            progress=progress,
-        )
+            problem.stepper(cfg, rel), ds, cfg, problem.evaluator(cfg, pop), save_scores=save_scores,
+            progress=progress, watch=watch, refine=cfg.integrator == "flow" or cfg.limit,
+        )  # fmt: skip
+        limit_section = watch.finish(cfg, traj, pop) if watch is not None else None
     arrays = traj.arrays
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean
     if ds.roles is not None:
         arrays["roles"] = ds.roles
     final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error)
+    theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
+    if limit_section is not None:
+        theory_section["gen_never"] = limit_section.get("gen_never")
     elapsed = time.perf_counter() - t0
     res = results.Result(
         config=cfg.to_dict(),
         trajectory=arrays,
         final=final,
-        theory=theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None),
+        theory=theory_section,
         engine={"used": problem.engine, "reason": problem.reason, **problem.info},
         versions=results.versions(),
         git=dict(results.git_revision()),
@@ -146,6 +148,74 @@ def simulate(
             "frozen_at": traj.frozen_at,
         },
     )
+    if limit_section is not None:
+        res.limit = limit_section
     # in-memory only (not saved): the engine problem and final state, for figures
     res.problem, res.state = problem, traj.state
     return res
+
+
+class LimitWatch:
+    """Keeps q (engine coordinates) and p at every log point, and after the run
+    solves the att-SVM of the final selection, adds ``mm_cos`` to the
+    trajectory and returns the "limit" section of the result (SPEC §13)."""
+
+    def __init__(self, problem):
+        self.pb = problem
+        self.q: list[np.ndarray] = []
+        self.p: list[np.ndarray] = []
+
+    def __call__(self, state: dict) -> None:
+        self.q.append(state["W"] @ state["p"])
+        self.p.append(state["p"].copy())
+
+    def finish(self, cfg: Config, traj, pop) -> dict:
+        from .limit import att_svm
+
+        pb, st = self.pb, traj.state
+        n = pb.y.size
+        X = pb.X2.reshape(n, pb.T, -1)
+        alpha = traj.arrays["selected"][-1]
+        q_only = "W" in cfg.train_set  # the logit direction q is the variable; else p, with W fixed
+        sol = att_svm(X, alpha) if q_only else att_svm(X, alpha, M=st["W"])
+        out = {"selection": alpha.tolist(), "variable": "q" if q_only else "p", "feasible": sol.feasible,
+               "message": sol.message}  # fmt: skip
+        if not sol.feasible:
+            traj.arrays["mm_cos"] = np.full(len(self.q), np.nan)
+            return out
+        U = pb.U_perp
+        if q_only:
+            q_mm, p_mm = sol.v, None
+            qq_mm = float(q_mm @ q_mm)
+        else:
+            p_mm = sol.v
+            q_mm = st["W"] @ p_mm
+            qq_mm = pb.q_norm2(st["W"], p_mm)[1]
+        cos = []
+        for q, p in zip(self.q, self.p):
+            dot = float(q @ q_mm)
+            if p_mm is not None and U is not None:  # the parts outside span(Q): H p . H p_mm
+                dot += float((U @ p) @ (U @ p_mm))
+            norm_q = math.sqrt(
+                max(float(q @ q) + (float(np.sum((U @ p) ** 2)) if U is not None else 0.0), 0.0)
+            )
+            cos.append(dot / (norm_q * math.sqrt(qq_mm)) if norm_q > 0 else np.nan)
+        traj.arrays["mm_cos"] = np.asarray(cos)
+        out.update(norm=math.sqrt(qq_mm), kkt=sol.kkt, support=sol.support, cos=cos[-1])
+        if pop is None:
+            out["population"] = "no population metrics for this data (see data.population)"
+            return out
+        nu = st["nu"]
+        scalars = (
+            q_mm @ pb.mu_pos,
+            q_mm @ pb.mu_neg,
+            q_mm @ nu,
+            qq_mm,
+            nu @ pb.mu_pos,
+            nu @ pb.mu_neg,
+            nu @ nu,
+        )
+        hard = pop.hard_limit(*scalars)
+        out.update(hard)
+        out["gen_never"] = hard["relevant_prob"] < cfg.gen_score
+        return out

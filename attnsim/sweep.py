@@ -303,8 +303,10 @@ class Store:
         return {p.stem for p in self.dir.glob("*.json") if (self.read(p.stem) or {}).get("status") == "ok"}
 
     def write(self, key: str, record: dict) -> None:
+        """Atomically; without fsync (a record lost to an OS crash is detected
+        as missing or damaged on the next run and recomputed)."""
         text = json.dumps(record, sort_keys=True)
-        atomic_write(self.path(key), lambda fh: fh.write(text.encode()))
+        atomic_write(self.path(key), lambda fh: fh.write(text.encode()), durable=False)
 
     def records(self, keys: list[str] | None = None) -> list[dict]:
         """Records of ``keys`` (all records when None), in that order; missing ones skipped."""

@@ -26,13 +26,15 @@ def snr(signal_norm: float, sigma: float, d: int) -> float:
     return signal_norm / (sigma * math.sqrt(d))
 
 
-def memorization_time(fit_step: np.ndarray) -> int | None:
+def memorization_time(fit_step: np.ndarray) -> int | float | None:
     """First step after which every training sample stays fitted (None if some
-    sample is not fitted at the end). ``fit_step`` comes from the in-loop record."""
+    sample is not fitted at the end). ``fit_step`` comes from the in-loop record
+    (integer GD steps; real steps for the gradient flow)."""
     fit_step = np.asarray(fit_step)
     if fit_step.size == 0 or np.any(fit_step < 0):
         return None
-    return int(fit_step.max())
+    t = fit_step.max()
+    return int(t) if float(t).is_integer() else float(t)
 
 
 def stays_above_time(steps: np.ndarray, values: np.ndarray, threshold: float) -> int | None:
@@ -70,6 +72,8 @@ def summary(cfg, traj, known_signal: bool = True) -> dict:
     if "pop_score_relevant" in a:
         out["t_generalize"] = stays_above_time(a["step"], a["pop_score_relevant"], cfg.gen_score)
         out["t_pop_loss_settled"] = settle_time(a["step"], a["pop_loss"])
+    out["times_refined"] = bool(traj.refined)  # False: these times have the population grid's resolution
+    out.update(traj.refined)
     fits = law_fits(a["step"], a, cfg.T)
     out["g_law_m"] = cfg.T - 1
     for group, fit in fits.items():

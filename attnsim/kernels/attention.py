@@ -440,6 +440,13 @@ class Segment(AttentionModel):
     def state(self) -> dict[str, np.ndarray]:
         return {"W": self.W, "p": self.p, "nu": self.nu}
 
+    def snapshot(self):
+        return self.W.copy(), self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
+
+    def restore(self, snap) -> None:
+        for dst, src in zip((self.W, self.p, self.nu, self.fit_since, self.S_acc), snap):
+            dst[...] = src
+
 
 class EvaluationBudgetExceeded(RuntimeError):
     """The flow solver evaluated the vector field more often than allowed."""
