@@ -52,7 +52,7 @@ class Config:
     init_p_scale: float | None = None
     loss: str = "logistic"
     seed: int = 0
-    test_n: int = 0
+    test_n: int | None = None  # 0 for the attention model (population metrics), 1000 for the encoder
     engine: str = "auto"
     integrator: str = "gd"
     flow_method: str = "RK45"
@@ -74,6 +74,8 @@ class Config:
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name)))
+        if self.test_n is None:
+            object.__setattr__(self, "test_n", 1000 if self.model == "encoder" else 0)
         _validate(self)
 
     # -- derived quantities -------------------------------------------------
@@ -139,7 +141,7 @@ def _kind(name: str) -> str:
 def _coerce(name: str, value: Any) -> Any:
     kind = _kind(name)
     if value is None:
-        if name in ("init_W_scale", "init_p_scale"):
+        if name in ("init_W_scale", "init_p_scale", "test_n"):
             return None
         raise ConfigError(f"{name}: a value is required")
     if kind == "bool":
@@ -227,6 +229,11 @@ def _validate(c: Config) -> None:
         v = getattr(c, key)
         _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
     _check_scales(c)
+    _require(c.mlp_dim >= 1, f"mlp_dim: must be an integer >= 1, got {c.mlp_dim}")
+    _require(c.init_cls_scale > 0, f"init_cls_scale: must be > 0, got {c.init_cls_scale}")
+    if c.model == "attention":
+        for key, default in (("mlp_dim", 2000), ("skip", True), ("init_cls_scale", 1.0)):
+            _require(getattr(c, key) == default, f"{key}: applies to model=encoder only")
     _require(
         not c.limit or c.train_set & {"W", "p"},
         "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)",

@@ -90,6 +90,7 @@ class Dataset:
     role_counts: tuple[int, int, int, int] | None = None
     source: str = "generated"
     warnings: list[str] = field(default_factory=list)
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # the encoder's initial parameters, by name
 
     @property
     def noisy(self) -> np.ndarray:
@@ -217,9 +218,18 @@ def assemble(
     signals in the same k coordinates (the means are added to X in place)."""
     add_means(X, y_clean, roles, cfg.rho, mu_pos, mu_neg)
     ds = Dataset(
-        X=X, y=y, y_clean=y_clean, roles=roles, mu_pos=mu_pos, mu_neg=mu_neg, sigma=cfg.sigma,
-        nu=head(mu_pos, mu_neg), rho=cfg.rho, role_counts=cfg.role_counts, source=source,
-    )  # fmt: skip
+        X=X,
+        y=y,
+        y_clean=y_clean,
+        roles=roles,
+        mu_pos=mu_pos,
+        mu_neg=mu_neg,
+        sigma=cfg.sigma,
+        nu=head(mu_pos, mu_neg),
+        rho=cfg.rho,
+        role_counts=cfg.role_counts,
+        source=source,
+    )
     expected = cfg.n * cfg.noise_rate
     if abs(ds.n_noisy - expected) > 1:
         msg = (
@@ -354,6 +364,23 @@ OPTIONAL_ARRAYS = (
     "X_test",
     "y_test",
 )
+# the encoder's parameters, in PyTorch's shapes (SPEC §12)
+ENCODER_ARRAYS = (
+    "cls",
+    "ln1_g",
+    "ln1_b",
+    "W_qkv",
+    "ln2_g",
+    "ln2_b",
+    "W1",
+    "b1",
+    "W2",
+    "b2",
+    "lnf_g",
+    "lnf_b",
+    "head_w",
+    "head_b",
+)
 
 
 def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray]:
@@ -372,8 +399,11 @@ def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray
                 name = info.filename.removesuffix(".npy")
                 with zf.open(info) as fh:
                     version = np.lib.format.read_magic(fh)
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else (
-                        np.lib.format.read_array_header_2_0)  # fmt: skip
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else (np.lib.format.read_array_header_2_0)
+                    )
                     shape, _, dtype = read(fh)
                 if dtype.hasobject:
                     raise DataError(
@@ -499,7 +529,8 @@ def load_npz(path: str | Path) -> Dataset:
     roles, role_counts = v.roles(n, T)
     mu_pos, mu_neg = v.optional("mu_pos", (d,)), v.optional("mu_neg", (d,))
     X_test, y_test = v.test_set(T, d)
-    unknown = sorted(set(v.arrays) - set(OPTIONAL_ARRAYS) - {"X", "y"})
+    unknown = sorted(set(v.arrays) - set(OPTIONAL_ARRAYS) - set(ENCODER_ARRAYS) - {"X", "y"})
+    extra = {name: v.numeric(name, v.arrays[name].shape) for name in ENCODER_ARRAYS if name in v.arrays}
     return Dataset(
         X=X,
         y=y,
@@ -517,16 +548,31 @@ def load_npz(path: str | Path) -> Dataset:
         role_counts=role_counts,
         source=str(path),
         warnings=[f"{path}: ignored arrays {unknown}"] if unknown else [],
+        extra=extra,
     )
 
 
 # config keys the data file decides, and what decides them
 _FROM_DATA = {
-    "n": "X", "T": "X", "d": "X", "signal_norm": "mu_pos", "sigma": "sigma", "rho": "rho",
-    "n_relevant": "roles", "n_weak_aligned": "roles", "n_weak_opposite": "roles", "shuffle_roles": "roles",
-    "noise_rate": "y", "label_noise": "y", "test_n": "X_test",
-    "init_W": "W0", "init_W_scale": "W0", "init_p": "p0", "init_p_scale": "p0",
-}  # fmt: skip
+    "n": "X",
+    "T": "X",
+    "d": "X",
+    "signal_norm": "mu_pos",
+    "sigma": "sigma",
+    "rho": "rho",
+    "n_relevant": "roles",
+    "n_weak_aligned": "roles",
+    "n_weak_opposite": "roles",
+    "shuffle_roles": "roles",
+    "noise_rate": "y",
+    "label_noise": "y",
+    "test_n": "X_test",
+    "init_W": "W0",
+    "init_W_scale": "W0",
+    "init_p": "p0",
+    "init_p_scale": "p0",
+    "mlp_dim": "W1",
+}
 
 
 def config_for_data(cfg: Config, ds: Dataset, explicit: set[str] | None = None) -> Config:
@@ -546,6 +592,8 @@ def config_for_data(cfg: Config, ds: Dataset, explicit: set[str] | None = None) 
         changes["sigma"] = ds.sigma
     if ds.rho is not None:
         changes["rho"] = ds.rho
+    if "W1" in ds.extra and ds.extra["W1"].ndim == 2:
+        changes["mlp_dim"] = int(ds.extra["W1"].shape[0])
     if explicit is None:
         explicit = {k for k, v in cfg.to_dict(resolved=False).items() if v != getattr(Config(), k)}
     decided = {k: src for k, src in _FROM_DATA.items() if k in explicit}

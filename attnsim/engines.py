@@ -177,6 +177,11 @@ class Problem:
 
 def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     """The engine to use and why (SPEC §4)."""
+    if cfg.model == "encoder":
+        from .encoder import check_config
+
+        check_config(cfg, user_data)
+        return "dense", "the encoder runs in d dimensions (only the CLS path is computed)"
     dense_bytes = 8.0 * cfg.d * cfg.d
     if cfg.engine == "implicit":
         _check_implicit(cfg, user_data)
@@ -215,6 +220,21 @@ def physical_memory() -> float:
 def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list[tuple[str, str, float]]:
     """(keys, what, bytes) of the large arrays a run allocates, a conservative estimate."""
     n, T, d, m = cfg.n, cfg.T, cfg.d, cfg.n * cfg.T
+    if cfg.model == "encoder":
+        params = 3.0 * d * d + 2.0 * d * cfg.mlp_dim
+        return [
+            (
+                "d, mlp_dim",
+                f"the encoder's parameters, gradients and a copy (3 x {params:.3g} floats)",
+                24 * params,
+            ),
+            ("n, T, d", "the training tokens and their LayerNorm (3 n*T*d floats)", 24.0 * n * T * d),
+            (
+                "test_n, T, d",
+                f"the test set (test_n*T*d = {cfg.test_n:.3g}*{T}*{d} floats)",
+                8.0 * cfg.test_n * T * d,
+            ),
+        ]
     k = d if engine == "dense" else min(m + 2, d)
     r = k + 1
     f = 8.0
@@ -257,6 +277,8 @@ def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None
     if cfg.integrator == "gd":
         k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
         seconds = cfg.steps * (6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k) / GD_FLOPS_PER_S
+        if cfg.model == "encoder":
+            seconds = cfg.steps * 12.0 * cfg.n * cfg.d * (cfg.d + cfg.mlp_dim) / GD_FLOPS_PER_S
         if seconds > MAX_GD_SECONDS:
             raise ConfigError(
                 f"steps: {cfg.steps:.3g} GD steps would take about {seconds / 3.15e7:.3g} years here; "

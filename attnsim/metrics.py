@@ -16,16 +16,44 @@ GAP_KEYS = tuple(f"gap_{g}_{kind}" for g in GROUPS for kind in ("min", "mean", "
 # Every scalar metric logged at each log point, in result.json order. ``final``
 # holds their values at the last log point; nothing else enters it.
 LOG_METRICS = (
-    "train_loss", "train_acc", "train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", *COUNT_KEYS,
-    *TEST_KEYS, *SCORE_KEYS, "frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg", "p_norm", "W_dev",
-    *POP_KEYS, *GAP_KEYS,
-)  # fmt: skip
+    "train_loss",
+    "train_acc",
+    "train_acc_clean",
+    "train_acc_noisy",
+    "train_acc_noisy_true",
+    *COUNT_KEYS,
+    *TEST_KEYS,
+    *SCORE_KEYS,
+    "score_cls",
+    "frakS_clean",
+    "frakS_noisy",
+    "frakS_pos",
+    "frakS_neg",
+    "p_norm",
+    "W_dev",
+    *POP_KEYS,
+    *GAP_KEYS,
+)
 # every array trajectory.npz can hold: the log grid, the metrics, per-sample
 # records, and (with --save-scores) the full per-sample histories
 TRAJECTORY_KEYS = (
-    "step", *LOG_METRICS, "selected", "selected_role", "example_scores", "example_index", "fit_step", "y",
-    "y_clean", "roles", "scores", "logits", "gaps", "gap_eff", "gap_token",
-)  # fmt: skip
+    "step",
+    *LOG_METRICS,
+    "selected",
+    "selected_role",
+    "example_scores",
+    "example_index",
+    "fit_step",
+    "y",
+    "y_clean",
+    "roles",
+    "scores",
+    "logits",
+    "gaps",
+    "gap_eff",
+    "gap_token",
+    "mm_cos",
+)
 
 
 class StateMetrics:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 2  # 2: regimes from counts, n_clean and fitted counts in "final"
+SCHEMA_VERSION = 3  # 2: regimes from counts; 3: refined times, the limit section, new config keys
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Result:
     startup_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    limit: dict[str, Any] | None = None  # the max-margin limit (config limit = true)
     schema_version: int = SCHEMA_VERSION
     path: Path | None = None
     problem: Any = field(default=None, repr=False)  # engine Problem (not saved)
@@ -47,6 +48,7 @@ class Result:
                 "data": self.data,
                 "final": self.final,
                 "theory": self.theory,
+                **({"limit": self.limit} if self.limit is not None else {}),
                 "warnings": self.warnings,
                 "versions": self.versions,
                 "git": self.git,
@@ -173,6 +175,7 @@ def load(outdir: str | Path) -> Result:
         startup_s=meta.get("startup_s", 0.0),
         warnings=meta.get("warnings", []),
         data=meta.get("data", {}),
+        limit=meta.get("limit"),
         schema_version=meta.get("schema_version", 0),
         path=outdir,
     )

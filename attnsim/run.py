@@ -13,7 +13,7 @@ import numpy as np
 
 from . import dynamics, metrics, results, theory
 from .config import Config, as_config
-from .data import Dataset, config_for_data, load_npz, make_streams
+from .data import Dataset, config_for_data, generate, load_npz, make_streams
 from .engines import build, check_resources, choose_engine
 from .population import HERMITE_NODES, Population, cached_sobol_normals, hermite_rule
 
@@ -67,7 +67,7 @@ def _warm_up(integrator: str) -> float:
 
 
 def make_population(cfg: Config, ds: Dataset, rng) -> Population | None:
-    if ds.population_reason is not None:
+    if ds.population_reason is not None or cfg.model == "encoder":
         return None
     roles = np.repeat(np.arange(4), ds.role_counts)
     zeta = cached_sobol_normals(cfg.seed, roles.size, cfg.pop_points, rng)
@@ -107,11 +107,20 @@ def simulate(
     # elsewhere its threads keep spinning after each call and slow Numba's.
     setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1
     with _blas().limit(limits=setup_threads, user_api="blas"):
-        problem, ds = build(cfg, ds if data is not None else None, streams, engine, reason)
+        if cfg.model == "encoder":
+            from .encoder import EncoderProblem
+
+            if data is None:
+                ds = generate(cfg, streams)
+            problem = EncoderProblem(cfg, ds, streams, reason)
+        else:
+            problem, ds = build(cfg, ds if data is not None else None, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
     rel = np.zeros(ds.y.size * problem.T) if ds.roles is None else (ds.roles == 0).astype(np.float64).ravel()
     watch = LimitWatch(problem) if cfg.limit else None
-    # the step loop and metrics use small matrices: one BLAS thread
+    # one BLAS thread in the step loop and the metrics: the attention model's
+    # matrices are small, and the encoder's rank-n products are bound by memory
+    # bandwidth (measured: 70 ms per step at d = mlp_dim = 2000 on one thread, 80-140 on two)
     with _blas().limit(limits=1, user_api="blas"):
         traj = dynamics.run(
             problem.stepper(cfg, rel), ds, cfg, problem.evaluator(cfg, pop), save_scores=save_scores,
@@ -143,13 +152,17 @@ def simulate(
             "source": ds.source,
             "n_noisy": ds.n_noisy,
             "noisy_index": np.flatnonzero(ds.noisy).tolist(),
-            "population": ds.population_reason or "exact (see the README, 'Population metrics')",
+            "population": (
+                "none for the encoder (no closed form): test metrics come from a finite test set of "
+                f"{problem.info.get('test_n')} independent samples"
+                if cfg.model == "encoder"
+                else ds.population_reason or "exact (see the README, 'Population metrics')"
+            ),
             "status": traj.status,
             "frozen_at": traj.frozen_at,
         },
     )
-    if limit_section is not None:
-        res.limit = limit_section
+    res.limit = limit_section
     # in-memory only (not saved): the engine problem and final state, for figures
     res.problem, res.state = problem, traj.state
     return res

@@ -252,6 +252,7 @@ def run_point(cfg_dict: dict, save: list[str]) -> dict:
         "engine": res.engine,
         "final": res.final,
         "theory": res.theory,
+        **({"limit": res.limit} if res.limit is not None else {}),
         "warnings": res.warnings,
         "versions": res.versions,
         "git": res.git,
@@ -346,6 +347,9 @@ def _flat(rec: dict) -> dict:
     for k, v in rec.get("theory", {}).items():
         if not isinstance(v, dict):
             row[f"theory.{k}"] = v
+    for k, v in (rec.get("limit") or {}).items():
+        if not isinstance(v, (dict, list)):
+            row[f"limit.{k}"] = v
     row["engine"] = rec.get("engine", {}).get("used")
     row["elapsed_s"] = rec.get("elapsed_s")
     row["error"] = rec.get("error")

@@ -182,12 +182,13 @@ def selected_tokens(roles, final_s, final_u, y, noisy) -> np.ndarray:
     """Per sample the token whose gaps are tracked (-1 if none): for a clean
     sample its relevant token (the highest-scoring one if several); for a
     noisy sample the highest-final-score token whose value agrees with the
-    observed label (y_i u_it > 0), held fixed over the trajectory."""
+    observed label (y_i u_it > 0), held fixed over the trajectory; without
+    token values (the encoder) the highest-final-score token."""
     n, T = final_s.shape
     sel = -np.ones(n, dtype=np.int64)
     for i in range(n):
         if noisy[i]:
-            cand = y[i] * final_u[i] > 0
+            cand = y[i] * final_u[i] > 0 if final_u is not None else np.ones(T, dtype=bool)
         else:
             cand = roles[i] == RELEVANT if roles is not None else np.zeros(T, dtype=bool)
         if cand.any():

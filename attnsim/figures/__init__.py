@@ -19,6 +19,8 @@ NAMES = {
     "delayed": "fig5_delayed",
     "phase": "fig6_phase",
     "noise": "fig7_noise",
+    "generalization_time": "fig8_generalization_time",
+    "limit": "fig9_limit",
 }
 
 

@@ -1,0 +1,69 @@
+"""Figure 9: where training ends. The cosine between the logit direction
+q(tau) = W p and the max-margin direction of the final selection (the
+att-SVM) up to 10^14 steps by gradient flow, for p trained with W = I and for
+W and p trained; and the population error and fresh relevant score over time
+against their hard-attention limits (dashed), at d = 2000."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..run import simulate
+from .common import save, write_numbers
+from .fig8_generalization_time import HORIZON, records
+
+P_ONLY = {"train": "p", "init_W": "identity", "d": 200, "lr": 0.05, "integrator": "flow", "log_scale": "log",
+          "log_points": 80, "pop_log_points": 80, "limit": True}  # fmt: skip
+
+
+def _arr(tr: dict, key: str) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in tr[key]], dtype=float)
+
+
+def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
+    recs = [r for r in records(quick, cache)[2000] if r["config"]["seed"] == 0]
+    recs.sort(key=lambda r: r["config"]["signal_norm"])
+    pick = recs[2::3][:4] if len(recs) > 4 else recs
+    p_only = simulate({**P_ONLY, "steps": 10**9 if quick else HORIZON})
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    tr = p_only.trajectory
+    st = np.maximum(tr["step"], 0.5)
+    axes[0].plot(st, tr["mm_cos"], "k-", label="p trained, W = I (d=200, lr=0.05)")
+    lines = ["p trained, W = I, d=200: mm_cos " + ", ".join(
+        f"{tr['mm_cos'][np.searchsorted(tr['step'], t)]:.4f} at 1e{int(np.log10(t))}"
+        for t in (10**4, 10**6, 10**9, 10**12, 10**14) if t <= tr["step"][-1])]  # fmt: skip
+    for i, r in enumerate(pick):
+        t, L, color = r["trajectory"], r["limit"], f"C{i}"
+        steps = np.maximum(np.asarray(t["step"], dtype=float), 0.5)
+        mu = r["config"]["signal_norm"]
+        axes[0].plot(steps, _arr(t, "mm_cos"), color=color, label=f"W, p trained, |mu|={mu:g}")
+        err, score = _arr(t, "pop_error"), _arr(t, "pop_score_relevant")
+        ok = np.isfinite(err)
+        axes[1].plot(steps[ok], err[ok], color=color, label=f"|mu|={mu:g}")
+        axes[1].axhline(L["pop_error"], color=color, ls="--", lw=0.8)
+        axes[2].plot(steps[ok], score[ok], color=color)
+        axes[2].axhline(L["relevant_prob"], color=color, ls="--", lw=0.8)
+        in_limit = "harmful" if L["pop_error"] > r["config"]["benign_error"] else "benign"
+        never = " (never reaches 1/2)" if L["gen_never"] else ""
+        lines.append(
+            f"W, p trained, d=2000, |mu|={mu:g}: mm_cos {t['mm_cos'][-1]:.4f} at the horizon; population "
+            f"error {err[ok][-1]:.3g} there against {L['pop_error']:.3g} +- {L['pop_error_se']:.1g} in the "
+            f"limit; fresh relevant score {score[ok][-1]:.3f} against limit probability "
+            f"{L['relevant_prob']:.3f}{never}; regime at the horizon {r['final']['regime']}, "
+            f"in the limit {in_limit}"
+        )
+    axes[2].axhline(0.5, color="0.5", lw=0.7)
+    titles = ("cos(q(tau), q_mm)", "population error (dashed: hard-attention limit)",
+              "fresh relevant score (dashed: limit probability of selecting it)")  # fmt: skip
+    for ax, title in zip(axes, titles):
+        ax.set_xscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(title, fontsize=10)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return [save(fig, outdir / "fig9_limit.png"), write_numbers(outdir, "fig9_limit", lines)]
