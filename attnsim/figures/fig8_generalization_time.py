@@ -52,19 +52,19 @@ def critical_norm(recs: list[dict]) -> float | None:
     return None
 
 
-def law(recs: list[dict], mu_c: float, d: int) -> dict | None:
-    """Fit log10 t_generalize = a + b / (SNR - SNR_c) over the runs that generalize."""
-    pts = [(r["config"]["signal_norm"], r["theory"]["t_generalize"]) for r in recs
-           if r["theory"]["t_generalize"] is not None and r["config"]["signal_norm"] > mu_c]  # fmt: skip
+def law(recs: list[dict]) -> dict | None:
+    """Fit t_generalize = A (p - 1/2)^(-gamma) over the runs that generalize, p
+    each run's hard-attention relevant probability: the time diverges as the
+    limit's probability of selecting the relevant token comes down to 1/2."""
+    pts = [(r["limit"]["relevant_prob"] - 0.5, r["theory"]["t_generalize"]) for r in recs
+           if r["theory"]["t_generalize"] is not None and r["limit"]["relevant_prob"] > 0.5]  # fmt: skip
     if len(pts) < 3:
         return None
-    snr_c = mu_c / math.sqrt(d)
-    x = np.array([1.0 / (m / math.sqrt(d) - snr_c) for m, _ in pts])
+    x = np.log10([g for g, _ in pts])
     y = np.log10([t for _, t in pts])
-    b, a = np.polyfit(x, y, 1)
-    pred = a + b * x
-    return {"a": float(a), "b": float(b), "rms": float(np.sqrt(np.mean((pred - y) ** 2))), "points": len(pts),
-            "snr_c": snr_c}  # fmt: skip
+    slope, a = np.polyfit(x, y, 1)
+    rms = float(np.sqrt(np.mean((a + slope * x - y) ** 2)))
+    return {"log10_A": float(a), "gamma": float(-slope), "rms": rms, "points": len(pts)}
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
@@ -88,38 +88,37 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             axes[1].plot(d / mus**2, mean, ls, color=color)
         if mu_c is not None:
             axes[0].axvline(mu_c, color=color, ls="--", lw=0.8)
-            fit = law(recs, mu_c, d)
             never = sorted({r["config"]["signal_norm"] for r in recs if r["limit"].get("gen_never")})
             beyond = sorted({r["config"]["signal_norm"] for r in recs if r["theory"]["t_generalize"] is None})
             lines.append(
                 f"d={d}: critical |mu| from the limit {mu_c:.2f} (SNR {mu_c / math.sqrt(d):.3f}); "
                 f"gen_never at |mu| in {never}; no generalization within {recs[0]['config']['steps']:.0e} "
-                "steps "
-                f"at |mu| in {beyond}"
+                f"steps at |mu| in {beyond}"
             )
-            if fit is not None:
-                lines.append(
-                    f"d={d}: log10 t_generalize = {fit['a']:.2f} + {fit['b']:.3f} / (SNR - "
-                    f"{fit['snr_c']:.3f}) (rms {fit['rms']:.2f} decades over {fit['points']} runs)"
-                )
-                snr = np.linspace(fit["snr_c"] * 1.02, max(mus) / math.sqrt(d), 100)
-                x = 1 / (snr - fit["snr_c"])
-                axes[2].plot(x, 10 ** (fit["a"] + fit["b"] * x), "--", color=color, lw=0.8)
-            for r in recs:
-                t = r["theory"]["t_generalize"]
-                snr_r = r["config"]["signal_norm"] / math.sqrt(d)
-                if t is not None and snr_r > mu_c / math.sqrt(d):
-                    axes[2].plot(1 / (snr_r - mu_c / math.sqrt(d)), t, "o", color=color, ms=3)
+        fit = law(recs)
+        if fit is not None:
+            lines.append(
+                f"d={d}: t_generalize = 10^{fit['log10_A']:.2f} (p_limit - 1/2)^-{fit['gamma']:.2f} "
+                f"(rms {fit['rms']:.2f} decades over {fit['points']} runs)"
+            )
+            lo = min(r["limit"]["relevant_prob"] for r in recs if r["limit"]["relevant_prob"] > 0.5) - 0.5
+            g = np.logspace(np.log10(lo), np.log10(0.5), 50)
+            axes[2].plot(g, 10 ** fit["log10_A"] * g ** -fit["gamma"], "--", color=color, lw=0.8)
+        for r in recs:
+            t, prob = r["theory"]["t_generalize"], r["limit"]["relevant_prob"]
+            if t is not None and prob > 0.5:
+                axes[2].plot(prob - 0.5, t, "o", color=color, ms=3)
     axes[0].set_xlabel("|mu| (dashed: critical |mu| of the max-margin limit)")
     axes[1].set_xlabel("1 / SNR^2 = d / |mu|^2")
-    axes[2].set_xlabel("1 / (SNR - SNR_c)")
+    axes[2].set_xlabel("p_limit - 1/2 (hard-attention relevant probability of the run)")
+    axes[2].set_xscale("log")
     for ax in axes:
         ax.set_yscale("log")
         ax.set_ylabel("step")
     axes[0].legend(fontsize=7)
     axes[0].set_title("memorization (squares) and generalization (dots), 3 seeds", fontsize=10)
     axes[1].set_title("against 1/SNR^2: faster than exponential", fontsize=10)
-    axes[2].set_title("log t_generalize linear in 1/(SNR - SNR_c)", fontsize=10)
+    axes[2].set_title("t_generalize diverges as the limit's relevant probability -> 1/2", fontsize=10)
     fig.tight_layout()
     return [
         save(fig, outdir / "fig8_generalization_time.png"),
