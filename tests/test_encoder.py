@@ -1,0 +1,171 @@
+"""The one-layer Transformer encoder: parity with the official run, gradients
+against central differences of the all-positions reference, the CLS-path
+forward against the reference, initialization, refusals and the run path."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnsim
+from attnsim.cli import main
+from attnsim.config import Config
+from attnsim.encoder import init_params, param_shapes
+from attnsim.kernels import encoder as K
+from attnsim.model import (
+    ENCODER_PARAMS,
+    encoder_forward,
+    encoder_loss,
+    finite_difference_errors,
+    random_encoder,
+)
+
+SMALL = {"model": "encoder", "n": 6, "T": 4, "d": 16, "mlp_dim": 8, "steps": 20, "log_every": 5, "test_n": 50}
+
+
+def test_encoder_parity_with_the_official_run(encoder_fixture_path, tmp_path):
+    f = np.load(encoder_fixture_path)
+    sets = ["model=encoder", "mlp_dim=32", "lr=0.02", "steps=300", "log_every=1"]
+    args = [
+        "run",
+        *sum((["--set", s] for s in sets), []),
+        "--data",
+        str(encoder_fixture_path),
+        "--save-scores",
+    ]
+    args += ["--out", str(tmp_path / "r"), "--quiet"]
+    assert main(args) == 0
+    tr = np.load(tmp_path / "r" / "trajectory.npz")
+    loss = tr["train_loss"]
+    np.testing.assert_allclose(loss[:-1], f["loss_before_step"], rtol=1e-9)
+    assert loss[-1] == pytest.approx(float(f["loss_final"]), rel=1e-9)
+    np.testing.assert_allclose(tr["scores"][:-1], f["scores_before_step"], atol=1e-9)
+    np.testing.assert_allclose(tr["scores"][-1], f["scores_final"], atol=1e-9)
+    meta = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert meta["config"]["mlp_dim"] == 32 and meta["engine"]["used"] == "dense"
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cls_path_forward_equals_the_all_positions_reference(skip, seed):
+    X, y, P = random_encoder(seed, n=5, T=4, d=7, m=6)
+    n, T, d = X.shape
+    cache = K.forward(np.ascontiguousarray(X.reshape(n * T, d)), n, T, P, skip)
+    ref = encoder_forward(X, P, skip)
+    np.testing.assert_allclose(cache["f"], ref["f"], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(cache["a"], ref["attn"][:, 0, :], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "linear"])
+@pytest.mark.parametrize("skip", [True, False])
+def test_encoder_gradients_match_central_differences_per_block(skip, loss):
+    X, y, P = random_encoder(3)
+    names = list(ENCODER_PARAMS)
+    errs = finite_difference_errors(
+        lambda *v: encoder_loss(X, y, dict(zip(names, v)), skip, loss),
+        lambda *v: [K.loss_and_grads(X, y, dict(zip(names, v)), skip, loss)[1][k] for k in names],
+        {k: P[k] for k in names},
+    )
+    assert set(errs) == set(names)
+    for block, e in errs.items():
+        assert e["rel"] < 1e-6 and e["mean_abs"] < 1e-8, (block, e)
+
+
+def test_check_grad_command_for_the_encoder(capsys):
+    assert main(["check-grad", "--set", "model=encoder"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert float(last.split()[-1]) < 1e-6
+
+
+def test_in_place_updates_equal_dense_gradient_steps():
+    X, y, P = random_encoder(4)
+    n, T, d = X.shape
+    X2 = np.ascontiguousarray(X.reshape(n * T, d))
+    cache = K.forward(X2, n, T, P, True)
+    _, df = K.loss_coefficients(cache["f"], y, "logistic")
+    G = K.backward(X2, n, T, P, True, cache, df)
+    dense = K.dense_grads(G)
+    Q = {k: v.copy() for k, v in P.items()}
+    K.update(Q, G, 0.3)
+    for k in P:
+        np.testing.assert_allclose(Q[k], P[k] - 0.3 * dense[k], rtol=1e-13, atol=1e-15, err_msg=k)
+
+
+def test_pytorch_default_initialization():
+    cfg = Config(model="encoder", d=300, mlp_dim=200, init_cls_scale=0.5)
+    P = init_params(cfg, np.random.default_rng(0))
+    assert {k: v.shape for k, v in P.items()} == param_shapes(300, 200)
+    for name, fan_in in (("W_qkv", 300), ("W1", 300), ("b1", 300), ("W2", 200), ("b2", 200), ("head_w", 300)):
+        bound = 1 / np.sqrt(fan_in)
+        assert np.abs(P[name]).max() <= bound and np.abs(P[name]).max() > 0.9 * bound, name
+        assert P[name].std() == pytest.approx(bound / np.sqrt(3), rel=0.15), name
+    assert P["cls"].std() == pytest.approx(0.5, rel=0.15)
+    for g in ("ln1_g", "ln2_g", "lnf_g"):
+        assert np.all(P[g] == 1) and np.all(P[g.replace("_g", "_b")] == 0)
+
+
+def test_encoder_run_records_scores_tests_and_regime(tmp_path):
+    r = attnsim.simulate(SMALL, save_scores=True)
+    tr, f = r.trajectory, r.final
+    assert r.engine["used"] == "dense" and r.config["test_n"] == 50
+    assert np.isfinite(f["test_loss"]) and 0 <= f["test_acc"] <= 1 and np.isnan(f["pop_error"])
+    assert "finite test set of 50" in r.data["population"]
+    assert f["regime"] in ("not_overfitting", "partial", "benign", "harmful", "underfit")
+    assert 0 < f["score_cls"] < 1 and np.all(tr["scores"].sum(axis=2) < 1)  # the CLS token takes the rest
+    np.testing.assert_allclose(tr["scores"].sum(axis=2) + tr["score_cls"][:, None], 1.0, atol=0.5)
+    assert tr["scores"].shape == (len(tr["step"]), 6, 4)
+    r.save(tmp_path / "r")
+    assert attnsim.load(tmp_path / "r").final["regime"] == f["regime"]
+    assert Config(model="encoder").test_n == 1000 and Config().test_n == 0
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [({"engine": "reduced"}, "engine:"), ({"engine": "implicit"}, "engine:"),
+     ({"integrator": "flow"}, "integrator:"), ({"train": "p"}, "train:"), ({"init_W": "gaussian"}, "init_W:"),
+     ({"init_p": "gaussian"}, "init_p:"), ({"limit": True}, "limit:")],
+)  # fmt: skip
+def test_keys_that_cannot_apply_to_the_encoder_exit_2(over, needle, capsys, tmp_path):
+    args = [
+        "run",
+        "--set",
+        "model=encoder",
+        *sum((["--set", f"{k}={str(v).lower()}"] for k, v in over.items()), []),
+    ]
+    assert main([*args, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+
+
+def test_encoder_data_with_a_mismatched_parameter_names_it(encoder_fixture_path, tmp_path, capsys):
+    f = dict(np.load(encoder_fixture_path))
+    f["W2"] = f["W2"][:, :5]  # (d, m) with the wrong m
+    path = tmp_path / "bad.npz"
+    np.savez(path, **f)
+    assert main(["run", "--set", "model=encoder", "--data", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "'W2'" in err and "expected (64, 32)" in err
+
+
+def test_encoder_data_draws_the_parameters_it_lacks(encoder_fixture_path, tmp_path):
+    f = dict(np.load(encoder_fixture_path))
+    for k in ("W1", "b1", "W2", "b2", "cls"):
+        f.pop(k)
+    path = tmp_path / "partial.npz"
+    np.savez(path, **f)
+    r = attnsim.simulate({"model": "encoder", "mlp_dim": 16, "steps": 5, "test_n": 20}, data=path)
+    assert np.isfinite(r.final["train_loss"]) and r.config["mlp_dim"] == 16
+
+
+def test_encoder_sweep_and_scores_plot(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[sweep]\nname = "enc"\n[base]\nmodel = "encoder"\nn = 6\nT = 4\nd = 16\nmlp_dim = 8\n'
+                     'steps = 10\ntest_n = 20\n[grid]\nsignal_norm = [3.0, 6.0]\n')  # fmt: skip
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--workers", "1"]) == 0
+    csv = (tmp_path / "sw" / "enc" / "records.csv").read_text()
+    assert csv.count("\n") == 3 and "score_cls" in csv
+    args = ["run", *sum((["--set", f"{k}={v}"] for k, v in SMALL.items()), []), "--plot", "scores"]
+    assert main([*args, "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert (tmp_path / "r" / "scores.png").stat().st_size > 10_000
+    assert Path(tmp_path / "r" / "result.json").exists()
