@@ -21,6 +21,8 @@ NAMES = {
     "noise": "fig7_noise",
     "generalization_time": "fig8_generalization_time",
     "limit": "fig9_limit",
+    "encoder_dynamics": "fig10_encoder_dynamics",
+    "encoder_heatmaps": "fig11_encoder_heatmaps",
 }
 
 

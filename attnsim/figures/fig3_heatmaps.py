@@ -28,11 +28,13 @@ def records(quick: bool, cache: Path) -> list[dict]:
     return sweep_records(cache, "fig3_heatmap", base, grid, seeds=[0])
 
 
-def plot_panels(axes, recs: list[dict]) -> None:
+def plot_panels(
+    axes, recs: list[dict], test_key: str = "pop_loss", test_title: str = "test (population) loss"
+) -> None:
     snr = lambda r: r["theory"]["snr"]
     for ax, key, title in (
         (axes[0], "train_loss", "train loss"),
-        (axes[1], "pop_loss", "test (population) loss"),
+        (axes[1], test_key, test_title),
     ):
         xs, ys, Z = grid_of(recs, "signal_norm", "d", lambda r, k=key: r["final"][k])
         im = ax.pcolormesh(xs, ys, Z, shading="nearest", cmap="viridis")
