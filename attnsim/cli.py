@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--engine", help="shorthand for --set engine=NAME")
     r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>)")
-    r.add_argument("--data", help=".npz file with X (n,T,d), y (n,) and optional arrays")
+    r.add_argument("--data", help=".npz file with X (n,T,d), y (n,) and more, or 'digits' (real data)")
     r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
     r.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
@@ -113,8 +113,10 @@ def cmd_run(args, t_start: float) -> int:
     sets = list(args.sets) + ([f"engine={args.engine}"] if args.engine else [])
     values = config_values(args.config, sets)  # the keys the user set (--data warns when it overrides them)
     cfg = from_mapping(values)
-    if args.data is not None and not Path(args.data).is_file():
-        raise UsageError(f"--data: {args.data}: no such file")
+    from .realdata import BUILTIN
+
+    if args.data is not None and args.data not in BUILTIN and not Path(args.data).is_file():
+        raise UsageError(f"--data: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
     outdir = Path(args.out) if args.out else _default_outdir(cfg)
     check_output_dir(outdir)  # before the run: a finished run is never thrown away
     quiet = args.quiet

@@ -188,6 +188,13 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
         return "implicit", "requested"
     if cfg.engine != "auto":
         return cfg.engine, "requested"
+    dense_step, reduced_step = step_flops(cfg, "dense"), step_flops(cfg, "reduced")
+    if dense_bytes <= DENSE_MAX_BYTES and dense_step <= reduced_step:
+        return "dense", (
+            f"auto: the reduced coordinates would not be smaller (n*T + 2 = {cfg.n * cfg.T + 2} >= "
+            f"d = {cfg.d}): "
+            f"dense costs {dense_step:.3g} flops per step, reduced {reduced_step:.3g}"
+        )
     if dense_bytes <= DENSE_MAX_BYTES:
         return "reduced", "auto: exact reduced coordinates (cost independent of d)"
     why = f"auto: a {cfg.d} x {cfg.d} W(0) would need {dense_bytes / 1e9:.3g} GB"
@@ -200,6 +207,16 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
 
 GD_FLOPS_PER_S = 1e10  # optimistic, so only hopeless runs are refused
 MAX_GD_SECONDS = 30 * 86400
+
+
+def step_flops(cfg: Config, engine: str) -> float:
+    """Flops of one GD step of the attention model: the W pass and q = W p
+    (4 k r) and the token products (4 n T k), k = r = d (dense) or about
+    n T + 2 (reduced)."""
+    m = cfg.n * cfg.T
+    k = cfg.d if engine == "dense" else min(m + 2, cfg.d)
+    r = k + (cfg.init_p != "zeros")
+    return 4.0 * k * r + 4.0 * m * k
 
 
 def n_log_points(cfg: Config) -> int:

@@ -16,6 +16,7 @@ from .config import Config, as_config
 from .data import Dataset, config_for_data, generate, load_npz, make_streams
 from .engines import build, check_resources, choose_engine
 from .population import HERMITE_NODES, Population, cached_sobol_normals, hermite_rule
+from .realdata import BUILTIN, builtin_dataset
 
 _warm: set[str] = set()
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -99,8 +100,13 @@ def simulate(
     t0 = time.perf_counter()
     streams = make_streams(cfg.seed)
     if data is not None:
-        ds = data if isinstance(data, Dataset) else load_npz(data)
-        cfg = config_for_data(cfg, ds, explicit=set(config) if isinstance(config, Mapping) else None)
+        explicit = set(config) if isinstance(config, Mapping) else None
+        if isinstance(data, str) and data in BUILTIN:  # a built-in real dataset: one run of the protocol
+            ds = builtin_dataset(data, cfg, streams.data)
+            explicit = None if explicit is None else explicit - {"n", "noise_rate", "d"}
+        else:
+            ds = data if isinstance(data, Dataset) else load_npz(data)
+        cfg = config_for_data(cfg, ds, explicit=explicit)
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
