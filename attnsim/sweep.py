@@ -15,6 +15,9 @@ A sweep file (TOML)::
     signal_norm = {start = 5, stop = 100, num = 39}     # inclusive linspace
     d = {start = 250, stop = 5000, step = 125}           # inclusive arange
 
+Instead of a grid, explicit points: ``[[point]]`` tables of config keys (each
+with the base keys, for every seed), e.g. the three settings of figure 2.
+
 Everything is validated before anything runs, each point included (a point
 that could never run is refused up front).
 
@@ -74,19 +77,22 @@ class SweepSpec:
     base: dict[str, Any]
     grid: dict[str, list]
     save: list[str] = field(default_factory=list)
+    extra: list[dict[str, Any]] = field(default_factory=list)  # explicit points ([[point]] tables)
 
     def points(self) -> list[Config]:
-        """Every (grid point, seed) as a validated Config, in grid order."""
+        """Every (grid point, seed) as a validated Config, in grid order, then
+        every explicit point (with the base keys) for every seed."""
         keys = list(self.grid)
+        combos = [dict(zip(keys, c)) for c in itertools.product(*(self.grid[k] for k in keys))]
         out = []
-        for combo in itertools.product(*(self.grid[k] for k in keys)):
+        for point in self.extra or combos:
             for seed in self.seeds:
-                values = {**self.base, **dict(zip(keys, combo)), "seed": seed}
+                values = {**self.base, **point, "seed": seed}
                 try:
                     out.append(from_mapping(values))
                 except ConfigError as exc:
-                    at = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
-                    raise ConfigError(f"{exc} (grid point {at or 'base'}, seed {seed})") from None
+                    at = ", ".join(f"{k}={v}" for k, v in point.items())
+                    raise ConfigError(f"{exc} (point {at or 'base'}, seed {seed})") from None
         return out
 
     def to_dict(self) -> dict:
@@ -181,9 +187,13 @@ def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
     """Validate a sweep mapping (as read from TOML), every point included."""
     from .engines import check_resources, choose_engine
 
-    unknown = set(data) - {"sweep", "base", "grid"}
+    unknown = set(data) - {"sweep", "base", "grid", "point"}
     if unknown:
-        raise ConfigError(f"sweep file: unknown table(s) {sorted(unknown)}; use [sweep], [base], [grid]")
+        tables = "[sweep], [base], [grid], [[point]]"
+        raise ConfigError(f"sweep file: unknown table(s) {sorted(unknown)}; use {tables}")
+    extra = data.get("point", [])
+    if not isinstance(extra, list) or not all(isinstance(p, dict) for p in extra):
+        raise ConfigError("sweep file: [[point]] must be tables of config keys")
     meta, base, grid = (dict(_table(data, t)) for t in ("sweep", "base", "grid"))
     for key in meta:
         if key not in META_KEYS:
@@ -195,7 +205,7 @@ def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
         raise ConfigError(
             f"sweep.name: {sweep_name!r} must be a plain folder name (letters, digits, '_', '-', '.')"
         )
-    for key in list(base) + list(grid):
+    for key in list(base) + list(grid) + [k for p in extra for k in p]:
         if key == "seed":
             raise ConfigError("seed: set seeds in [sweep] seeds, not as a config key")
         if key not in KEYS:
@@ -209,8 +219,11 @@ def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
         base=base,
         grid={k: _axis(k, v) for k, v in grid.items()},
         save=_save(meta.get("save", [])),
+        extra=[dict(p) for p in extra],
     )
-    total = math.prod(len(v) for v in spec.grid.values()) * len(spec.seeds)
+    if spec.extra and spec.grid:
+        raise ConfigError("sweep file: use either [grid] or [[point]] tables, not both")
+    total = (len(spec.extra) or math.prod(len(v) for v in spec.grid.values())) * len(spec.seeds)
     if total > MAX_POINTS:
         raise ConfigError(f"sweep: {total:.3g} points (grid x seeds); at most {MAX_POINTS}")
     for cfg in spec.points():  # every point now, before anything runs

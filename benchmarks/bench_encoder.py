@@ -129,8 +129,9 @@ def main() -> int:
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[var] = str(args.threads)
-    print(f"encoder, n={args.n}, T=8, mlp_dim=d, {args.steps} timed steps after one warm-up, threads "
-          f"{args.threads}; seconds per step, median (min-max) of {args.reps}; peak resident memory")  # fmt: skip
+    what = f"{args.steps} timed steps after one warm-up, threads {args.threads}"
+    print(f"encoder, n={args.n}, T=8, mlp_dim=d, {what}; seconds per step, median (min-max) of {args.reps}; "
+          "peak resident memory")  # fmt: skip
     head = f"{'d':>6} {'PyTorch (official)':>26} {'attnsim':>26} {'ratio':>7}"
     print(head + f" {'memory torch / attnsim':>24}")
     for d in (int(v) for v in args.d_list.split(",")):

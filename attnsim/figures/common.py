@@ -10,10 +10,13 @@ from ..results import atomic_write
 from ..sweep import parse_sweep, run_sweep
 
 
-def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=()) -> list[dict]:
-    """Run (or reuse) a sweep under ``cache`` and return its successful records."""
-    spec = parse_sweep({"sweep": {"name": name, "seeds": list(seeds), "save": list(save)},
-                        "base": base, "grid": grid})  # fmt: skip
+def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=(), points=()) -> list[dict]:
+    """Run (or reuse) a sweep under ``cache`` (a grid, or explicit ``points``)
+    and return its successful records."""
+    data = {"sweep": {"name": name, "seeds": list(seeds), "save": list(save)}, "base": base, "grid": grid}
+    if points:
+        data["point"] = list(points)
+    spec = parse_sweep(data)
     return [r for r in run_sweep(spec, cache, progress=None).records() if r.get("status") == "ok"]
 
 

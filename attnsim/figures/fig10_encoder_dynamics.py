@@ -21,12 +21,11 @@ def records(quick: bool, cache: Path) -> dict[str, dict]:
     base = {"model": "encoder", "steps": 100 if quick else 1000, "log_every": 5, "pop_log_points": 2}
     if quick:
         base.update(mlp_dim=64, test_n=200)
-    out = {}
-    for i, (label, over) in enumerate(SETTINGS.items()):
-        over = {**over, "d": min(over["d"], 300)} if quick else over
-        (rec,) = sweep_records(cache, f"fig10_encoder_{i}", {**base, **over}, {}, [0], SAVE)
-        out[label] = rec
-    return out
+    points = [{**over, "d": min(over["d"], 300)} if quick else over for over in SETTINGS.values()]
+    recs = sweep_records(cache, "fig10_encoder", base, {}, [0], SAVE, points=points)  # one worker per setting
+    key = lambda c: (c["d"], c["signal_norm"])
+    by = {key(r["config"]): r for r in recs}
+    return {label: by[key(p)] for label, p in zip(SETTINGS, points)}
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
