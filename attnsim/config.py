@@ -75,7 +75,7 @@ class Config:
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name)))
         if self.test_n is None:
-            object.__setattr__(self, "test_n", 1000 if self.model == "encoder" else 0)
+            object.__setattr__(self, "test_n", _default_test_n(self.model))
         _validate(self)
 
     # -- derived quantities -------------------------------------------------
@@ -99,6 +99,9 @@ class Config:
         return (self.n_relevant, self.n_weak_aligned, self.n_weak_opposite, self.T - used)
 
     def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes``; a defaulted ``test_n`` follows a change of model."""
+        if "model" in changes and "test_n" not in changes and self.test_n == _default_test_n(self.model):
+            changes["test_n"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, resolved: bool = True) -> dict[str, Any]:
@@ -113,6 +116,10 @@ class Config:
         """Short stable hash of the resolved configuration."""
         text = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _default_test_n(model: str) -> int:
+    return 1000 if model == "encoder" else 0
 
 
 KEYS = tuple(f.name for f in fields(Config))
@@ -326,7 +333,7 @@ def from_mapping(values: Mapping[str, Any], base: Config | None = None) -> Confi
     for key in values:
         if key not in KEYS:
             raise ConfigError(unknown_key_message(key))
-    return dataclasses.replace(base or Config(), **dict(values))
+    return (base or Config()).replace(**dict(values))
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

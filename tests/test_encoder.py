@@ -20,6 +20,7 @@ from attnsim.model import (
     finite_difference_errors,
     random_encoder,
 )
+from attnsim.sweep import load_sweep
 
 SMALL = {"model": "encoder", "n": 6, "T": 4, "d": 16, "mlp_dim": 8, "steps": 20, "log_every": 5, "test_n": 50}
 
@@ -169,3 +170,14 @@ def test_encoder_sweep_and_scores_plot(tmp_path):
     assert main([*args, "--out", str(tmp_path / "r"), "--quiet"]) == 0
     assert (tmp_path / "r" / "scores.png").stat().st_size > 10_000
     assert Path(tmp_path / "r" / "result.json").exists()
+
+
+def test_the_default_test_set_follows_a_change_of_model(tmp_path):
+    assert Config().replace(model="encoder").test_n == 1000
+    assert Config(model="encoder").replace(model="attention").test_n == 0
+    assert Config(test_n=7).replace(model="encoder").test_n == 7
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[sweep]\nname = "enc"\n[base]\nn = 6\nT = 4\nd = 16\nmlp_dim = 8\nsteps = 2\n'
+                     '[[point]]\nmodel = "encoder"\n')  # fmt: skip
+    (cfg,) = load_sweep(sweep).points()
+    assert cfg.model == "encoder" and cfg.test_n == 1000
