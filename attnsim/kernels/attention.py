@@ -54,6 +54,7 @@ from ._flags import CACHE, FASTMATH
 
 N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
 PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
+CHUNK_FLOATS = 1 << 16  # token block of the forward-backward pass (512 kB: stays in a core's L2 cache)
 LOGISTIC, LINEAR = 0, 1
 OK, DIVERGED, FROZEN = 0, 1, 2
 
@@ -82,11 +83,12 @@ class Work(NamedTuple):
     gnu: np.ndarray  # (k,) dL/dnu
     gp: np.ndarray  # (r,) W^T g
     part: np.ndarray  # (N_CHUNKS, r) per-chunk partial sums of the parallel W pass
+    tmp: np.ndarray  # (k,) one block's gradient terms
 
 
 def work_for(nT: int, n: int, k: int, r: int) -> Work:
     e = np.empty
-    return Work(e(k), e(nT), e(nT), e(nT), e(n), e(nT), e(nT), e(k), e(k), e(r), e((N_CHUNKS, r)))
+    return Work(e(k), e(nT), e(nT), e(nT), e(n), e(nT), e(nT), e(k), e(k), e(r), e((N_CHUNKS, r)), e(k))
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -132,21 +134,6 @@ def _outputs(z, u, y, T, loss_kind, s, f):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
-def _token_coeffs(y, s, u, f, T, loss_kind, c, w):
-    """c_it = a_i s_it (u_it - f_i) = dL/dz_it and w_it = a_i s_it (see docstring)."""
-    n = f.size
-    for i in range(n):
-        if loss_kind == LINEAR:
-            a = -y[i] / n
-        else:
-            a = -(y[i] / n) * _sigmoid(-y[i] * f[i])
-        base = i * T
-        for t in range(T):
-            w[base + t] = a * s[base + t]
-            c[base + t] = w[base + t] * (u[base + t] - f[i])
-
-
-@njit(cache=CACHE, fastmath=FASTMATH)
 def _relevant_increment(s, rel, T, i):
     """s_rel (1 - s_rel) of sample i, s_rel its score mass on relevant tokens."""
     sr = 0.0
@@ -166,6 +153,79 @@ def _forward(data, W, p, nu, work, values_stale):
         np.dot(data.X2, nu, work.u)
     np.dot(data.X2, work.q, work.z)
     return _outputs(work.z, work.u, data.y, data.T, data.loss_kind, work.s, work.f)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _forward_backward(data, W, p, nu, work, values_stale, want_gnu):
+    """The loss with g = dL/dq (and dL/dnu when ``want_gnu``) in one pass over
+    the tokens: blocks of whole samples of about ``CHUNK_FLOATS`` numbers are
+    multiplied by q (BLAS) and, while still in cache, their gradient terms
+    c^T X are added to g (BLAS). Two passes over all of X2 would stream it
+    from memory twice when it does not fit in cache (e.g. n T = 16 000
+    real-data tokens). Fills z, u (when ``values_stale``), s, f, c = dL/dz and
+    w_it = a_i s_it; returns NaN when |q|^2 or |p|^2 overflows."""
+    np.dot(W, p, work.q)
+    if not (math.isfinite(_sumsq(work.q)) and math.isfinite(_sumsq(p))):
+        return math.nan
+    X2, y, T = data.X2, data.y, data.T
+    n, k = y.size, X2.shape[1]
+    per = max(1, CHUNK_FLOATS // (T * k))  # samples per block
+    for j in range(k):
+        work.g[j] = 0.0
+        if want_gnu:
+            work.gnu[j] = 0.0
+    total = 0.0
+    for i0 in range(0, n, per):
+        i1 = min(n, i0 + per)
+        r0, r1 = i0 * T, i1 * T
+        X = X2[r0:r1]
+        np.dot(X, work.q, work.z[r0:r1])
+        if values_stale:
+            np.dot(X, nu, work.u[r0:r1])
+        total += _block_coeffs(data, i0, i1, work)
+        np.dot(work.c[r0:r1], X, work.tmp)
+        for j in range(k):
+            work.g[j] += work.tmp[j]
+        if want_gnu:
+            np.dot(work.w[r0:r1], X, work.tmp)
+            for j in range(k):
+                work.gnu[j] += work.tmp[j]
+    return total / n
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _block_coeffs(data, i0, i1, work):
+    """Samples i0..i1-1: stable softmax s, outputs f, c_it = a_i s_it (u_it - f_i)
+    = dL/dz_it and w_it = a_i s_it, with a_i = dL/df_i; returns their summed loss."""
+    y, T, n = data.y, data.T, data.y.size
+    z, u, s, c, w = work.z, work.u, work.s, work.c, work.w
+    total = 0.0
+    for i in range(i0, i1):
+        base = i * T
+        zmax = z[base]
+        for t in range(base + 1, base + T):
+            if z[t] > zmax:
+                zmax = z[t]
+        ssum = 0.0
+        for t in range(base, base + T):
+            s[t] = math.exp(z[t] - zmax)
+            ssum += s[t]
+        fi = 0.0
+        for t in range(base, base + T):
+            s[t] /= ssum
+            fi += s[t] * u[t]
+        work.f[i] = fi
+        m = y[i] * fi
+        if data.loss_kind == LINEAR:
+            total += -m
+            a = -y[i] / n
+        else:
+            total += _softplus(-m)
+            a = -(y[i] / n) * _sigmoid(-m)
+        for t in range(base, base + T):
+            w[t] = a * s[t]
+            c[t] = w[t] * (u[t] - fi)
+    return total
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, parallel=True)
@@ -237,10 +297,10 @@ def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc
     gradient at state tau is exactly zero (a fixed point of GD in float64).
     """
     train_W, train_p, train_nu = train
-    y, X2, T = data.y, data.X2, data.T
+    y, T = data.y, data.T
     for k in range(nsteps):
         step = step0 + k
-        L = _forward(data, W, p, nu, work, train_nu or k == 0)
+        L = _forward_backward(data, W, p, nu, work, train_nu or k == 0, train_nu)
         if not math.isfinite(L):
             return DIVERGED, step
         for i in range(y.size):
@@ -250,10 +310,6 @@ def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc
             else:
                 fit_since[i] = -1
             S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
-        _token_coeffs(y, work.s, work.u, work.f, T, data.loss_kind, work.c, work.w)
-        np.dot(work.c, X2, work.g)
-        if train_nu:
-            np.dot(work.w, X2, work.gnu)
         if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
             return FROZEN, step
         if train_W:
@@ -293,9 +349,7 @@ def _flow_rhs(data, theta, W_fix, p_fix, nu_fix, train, lr, work, out):
     if train_nu:
         nu = theta[o : o + k]
         o += k
-    L = _forward(data, W, p, nu, work, True)
-    _token_coeffs(data.y, work.s, work.u, work.f, data.T, data.loss_kind, work.c, work.w)
-    np.dot(work.c, data.X2, work.g)
+    L = _forward_backward(data, W, p, nu, work, True, train_nu)
     j = 0
     if train_W:
         for a in range(k):
@@ -308,7 +362,6 @@ def _flow_rhs(data, theta, W_fix, p_fix, nu_fix, train, lr, work, out):
             out[j] = -work.gp[b]
             j += 1
     if train_nu:
-        np.dot(work.w, data.X2, work.gnu)
         for a in range(k):
             out[j] = -work.gnu[a]
             j += 1
@@ -366,10 +419,9 @@ def loss_and_grads(X, y, W, p, nu, loss: str = "logistic"):
         raise ValueError(f"shapes X {X.shape}, W {W.shape}, p {p.shape}, nu {nu.shape} do not match")
     data = Data(np.ascontiguousarray(X.reshape(n * T, k)), y, np.zeros(n * T), T, loss_kind_code(loss))
     work = work_for(n * T, n, k, p.size)
-    L = _forward(data, W, p, nu, work, True)
-    _token_coeffs(y, work.s, work.u, work.f, T, data.loss_kind, work.c, work.w)
-    g = work.c @ data.X2
-    return L, np.outer(g, p), W.T @ g, work.w @ data.X2
+    L = _forward_backward(data, W, p, nu, work, True, True)
+    g = work.g.copy()
+    return L, np.outer(g, p), W.T @ g, work.gnu.copy()
 
 
 class AttentionModel:
