@@ -1,7 +1,11 @@
 """Figure 10: attention dynamics of the one-layer Transformer encoder (the
 paper's appendix): every data token's score under the CLS query, for one clean
-and one noisy training sample, in the three settings of figure 2, 1000 steps
-of gradient descent on every parameter."""
+and one noisy training sample, in the three settings of figure 2 with the
+paper's d = 5000 for large noise, 1000 steps of gradient descent on every
+parameter.
+
+Figures 10 and 11 share one sweep (:func:`encoder_records`): the long
+d = 5000 run goes first and the heatmap's grid fills the other worker."""
 
 from __future__ import annotations
 
@@ -17,19 +21,33 @@ from .fig2_dynamics import SETTINGS
 SAVE = ["example_scores", "example_index", "roles", "score_cls", "train_loss"]
 
 
-def records(quick: bool, cache: Path) -> dict[str, dict]:
-    base = {"model": "encoder", "steps": 100 if quick else 1000, "log_every": 5, "pop_log_points": 2}
+# the heatmap's grid (figure 11): as large as the ten-minute budget of both figures allows
+GRID = {"signal_norm": [5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0], "d": [250, 500, 750, 1000]}
+QUICK_GRID = {"signal_norm": [5.0, 20.0, 100.0], "d": [64, 128]}
+ENCODER_SETTINGS = {**SETTINGS, "large noise": {"d": 5000, "signal_norm": 5.0}}  # the issue's (5000, 5)
+
+
+def encoder_records(quick: bool, cache: Path) -> tuple[dict[str, dict], list[dict]]:
+    """(figure 10's records by setting, figure 11's grid records), from one sweep."""
+    base = {"model": "encoder", "steps": 100 if quick else 1000, "pop_log_points": 2}
     if quick:
         base.update(mlp_dim=64, test_n=200)
-    points = [{**over, "d": min(over["d"], 300)} if quick else over for over in SETTINGS.values()]
-    recs = sweep_records(cache, "fig10_encoder", base, {}, [0], SAVE, points=points)  # one worker per setting
-    key = lambda c: (c["d"], c["signal_norm"])
+    settings = {k: ENCODER_SETTINGS[k] for k in ("large noise", "balanced", "large signal")}  # longest first
+    dyn = [
+        {**over, "d": min(over["d"], 300) if quick else over["d"], "log_every": 5}
+        for over in settings.values()
+    ]
+    grid = QUICK_GRID if quick else GRID
+    cells = [{"signal_norm": m, "d": d, "log_every": 1000} for d in grid["d"] for m in grid["signal_norm"]]
+    recs = sweep_records(cache, "encoder", base, {}, [0], SAVE, points=dyn + cells)
+    key = lambda c: (c["d"], c["signal_norm"], c["log_every"])
     by = {key(r["config"]): r for r in recs}
-    return {label: by[key(p)] for label, p in zip(SETTINGS, points)}
+    dynamics = {label: by[key(p)] for label, p in zip(settings, dyn)}
+    return {k: dynamics[k] for k in ENCODER_SETTINGS}, [by[key(c)] for c in cells if key(c) in by]
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    data = records(quick, cache)
+    data, _ = encoder_records(quick, cache)
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), sharey=True)
     lines = []
     for col, (label, r) in enumerate(data.items()):
