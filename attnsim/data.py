@@ -508,7 +508,7 @@ class _Arrays:
         return X_test, self.labels("y_test", X_test.shape[0])
 
 
-def load_npz(path: str | Path) -> Dataset:
+def load_npz(path: str | Path, arrays: dict[str, np.ndarray] | None = None) -> Dataset:
     """Read and validate ``--data FILE.npz`` (SPEC §2); raises DataError.
 
     Required: X (n, T, d), y (n,) and a head: nu (d,), or mu_pos and mu_neg
@@ -516,7 +516,7 @@ def load_npz(path: str | Path) -> Dataset:
     X_test with y_test.
     """
     path = Path(path)
-    v = _Arrays(path, read_npz(path))
+    v = _Arrays(path, read_npz(path) if arrays is None else arrays)
     for key in ("X", "y"):
         if key not in v.arrays:
             v.fail(f"missing required array {key!r} (need X (n,T,d), y (n,) and nu (d,) or mu_pos, mu_neg)")
@@ -575,6 +575,11 @@ _FROM_DATA = {
 }
 
 
+def changed_keys(cfg: Config) -> set[str]:
+    """The keys of ``cfg`` that differ from their defaults."""
+    return {k for k, v in cfg.to_dict(resolved=False).items() if v != getattr(Config(), k)}
+
+
 def config_for_data(cfg: Config, ds: Dataset, explicit: set[str] | None = None) -> Config:
     """The config with what the arrays decide (n, T, d, and |mu|, sigma, rho,
     role counts when given), and a warning for every key in ``explicit`` (the
@@ -592,10 +597,12 @@ def config_for_data(cfg: Config, ds: Dataset, explicit: set[str] | None = None) 
         changes["sigma"] = ds.sigma
     if ds.rho is not None:
         changes["rho"] = ds.rho
+    if ds.X_test is not None:
+        changes["test_n"] = int(ds.X_test.shape[0])
     if "W1" in ds.extra and ds.extra["W1"].ndim == 2:
         changes["mlp_dim"] = int(ds.extra["W1"].shape[0])
     if explicit is None:
-        explicit = {k for k, v in cfg.to_dict(resolved=False).items() if v != getattr(Config(), k)}
+        explicit = changed_keys(cfg)
     decided = {k: src for k, src in _FROM_DATA.items() if k in explicit}
     overridden = []
     for key, src in decided.items():

@@ -593,6 +593,7 @@ def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> Non
         pb.X2_test, pb.O_test, pb.y_test = draw_test_set(
             cfg, streams.test, pb.k, pb.mu_pos, pb.mu_neg, pb.U_perp
         )
+    pb.info["test_n"] = 0 if pb.y_test is None else int(pb.y_test.size)
 
 
 def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem, Dataset]:
@@ -611,4 +612,5 @@ def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem,
                  info={"k": k, "r": k})  # fmt: skip
     if cfg.test_n > 0:
         pb.X2_test, pb.O_test, pb.y_test = draw_test_set(cfg, streams.test, k, mu_pos, mu_neg, U_perp)
+    pb.info["test_n"] = cfg.test_n
     return pb, ds

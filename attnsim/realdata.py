@@ -33,12 +33,14 @@ for a frozen pre-trained backbone; the binary task is digits 0-4 against 5-9
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .config import Config, ConfigError
-from .data import DataError, Dataset
+from .data import DataError, Dataset, _Arrays, load_npz, read_npz
 
 HEAD_L2 = 1e-2
 FEATURE_SEED = 20240917  # the digits feature map: fixed, the same for every run
@@ -109,7 +111,10 @@ def fit_head(X: np.ndarray, y: np.ndarray, l2: float = HEAD_L2) -> np.ndarray:
         grad = -(xbar.T @ (y * sig)) / y.size + l2 * nu
         return loss, grad
 
-    res = minimize(objective, np.zeros(X.shape[2]), jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+    opts = {"maxiter": 10_000, "gtol": 1e-10, "ftol": 1e-15}
+    res = minimize(objective, np.zeros(X.shape[2]), jac=True, method="L-BFGS-B", options=opts)
+    if np.max(np.abs(res.jac)) > 1e-6:
+        raise DataError(f"real data: the head's logistic regression did not converge ({res.message})")
     return res.x
 
 
@@ -141,7 +146,167 @@ def protocol_dataset(X: np.ndarray, labels: np.ndarray, cfg: Config, rng: np.ran
 BUILTIN = {"digits": load_digits_tokens}
 
 
-def builtin_dataset(name: str, cfg: Config, rng: np.random.Generator) -> Dataset:
-    """``--data NAME`` for a built-in dataset: one run of the protocol."""
-    X, labels = BUILTIN[name](cfg.d)
-    return protocol_dataset(X, labels, cfg, rng, source=f"{name} (real data, attnsim.realdata)")
+@dataclass
+class Source:
+    """Token features and labels for the protocol: a built-in dataset (its
+    features depend on the config's d) or a features file (d is the file's)."""
+
+    name: str
+    load: Callable[[int], tuple[np.ndarray, np.ndarray]]  # d -> (X (N, T, d), labels (N,))
+    n_pretrain: int = DIGITS_PRETRAIN
+    n_test: int = DIGITS_TEST
+    builtin: bool = False
+
+    def dataset(self, cfg: Config, rng: np.random.Generator) -> Dataset:
+        """One run of the protocol (``rng``: the run's data stream)."""
+        X, labels = self.load(cfg.d)
+        return protocol_dataset(X, labels, cfg, rng, self.name, self.n_pretrain, self.n_test)
+
+    def pool_size(self, d: int) -> int:
+        return self.load(d)[0].shape[0] - self.n_pretrain - self.n_test
+
+
+def features_source(path: Path, arrays: dict[str, np.ndarray]) -> Source:
+    """A features file: arrays ``features`` (N, T, d) and ``labels`` (N,) of
+    -1/+1, optional scalars ``n_pretrain`` and ``n_test`` (default 400 each)."""
+    v = _Arrays(path, arrays)
+    if "labels" not in arrays:
+        v.fail("a features file needs arrays 'features' (N, T, d) and 'labels' (N,)")
+    X = v.numeric("features", (None, None, None))
+    v.magnitudes(X.shape[2])
+    labels = v.labels("labels", X.shape[0])
+    sizes = []
+    for key, default in (("n_pretrain", DIGITS_PRETRAIN), ("n_test", DIGITS_TEST)):
+        value = v.scalar(key, positive=True)
+        if value is not None and not float(value).is_integer():
+            v.fail(f"array {key!r} must be a whole number, got {value}")
+        sizes.append(default if value is None else int(value))
+    unknown = sorted(set(arrays) - {"features", "labels", "n_pretrain", "n_test"})
+    if unknown:
+        v.fail(f"a features file holds only features, labels, n_pretrain and n_test; got also {unknown}")
+    return Source(f"{path} (token features, attnsim.realdata protocol)", lambda d: (X, labels), *sizes)
+
+
+def open_data(data: str | Path | Dataset) -> Source | Dataset:
+    """What ``--data`` names: a built-in dataset or a features file (a
+    :class:`Source`, one run of the protocol per seed), or a data file (SPEC §2)."""
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, str) and data in BUILTIN:
+        return Source(f"{data} (real data, attnsim.realdata)", BUILTIN[data], builtin=True)
+    path = Path(data)
+    arrays = read_npz(path)
+    return features_source(path, arrays) if "features" in arrays else load_npz(path, arrays)
+
+
+# -- the protocol's table (the paper's Table 2) ----------------------------------
+
+PROTOCOL_SAVE = ["train_loss", "train_acc_noisy", "test_acc", "test_loss"]
+TABLE_COLUMNS = (
+    "n", "eta", "seeds", "train_loss", "train_acc", "noisy_fitted", "test_acc", "test_acc_sd",
+    "test_loss", "baseline_acc", "baseline_acc_sd",
+)  # fmt: skip
+
+
+def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict,
+                   name: str | None = None) -> tuple[dict, list[str]]:  # fmt: skip
+    """The sweep mapping of the protocol (n x eta x seeds on ``data``) and
+    messages about n values the pool cannot give (those are capped to the pool).
+    Logging on a log grid, so delayed generalization shows at any horizon."""
+    from .sweep import NAME_RE
+
+    opened = open_data(data)
+    if not isinstance(opened, Source):
+        raise DataError(
+            f"{data}: the protocol needs token features ('digits' or an .npz with features, labels)"
+        )
+    pool = opened.pool_size(int(base.get("d", Config().d)))
+    if pool < 1:
+        raise DataError(f"{data}: no samples left for training after {opened.n_pretrain} + {opened.n_test}")
+    messages, kept = [], []
+    for n in ns:
+        if n > pool:
+            messages.append(f"n={n}: the pool has {pool} samples; using n={pool}")
+        if min(n, pool) not in kept:
+            kept.append(min(n, pool))
+    stem = Path(data).stem if not opened.builtin else data
+    name = name or "real_" + "".join(c if NAME_RE.fullmatch(c) else "_" for c in stem)
+    mapping = {
+        "sweep": {"name": name, "seeds": list(seeds), "save": PROTOCOL_SAVE, "data": data},
+        "base": {"log_scale": "log", "log_points": 60, **base},
+        "grid": {"n": kept, "noise_rate": [float(e) for e in etas]},
+    }
+    return mapping, messages
+
+
+def protocol_table(records: list[dict]) -> list[dict]:
+    """One row per (n, eta): means over seeds (test accuracy and the head-only
+    baseline, the test accuracy at step 0, also their standard deviations);
+    ``noisy_fitted`` is the fraction of flipped labels the model fits."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            groups.setdefault((r["config"]["n"], r["config"]["noise_rate"]), []).append(r)
+    rows = []
+    for (n, eta), recs in sorted(groups.items()):
+        f = [r["final"] for r in recs]
+        base = [r["trajectory"]["test_acc"][0] for r in recs]
+        noisy = [x["train_acc_noisy"] for x in f if x["n_noisy"]]
+        rows.append({
+            "n": n, "eta": eta, "seeds": len(recs),
+            "train_loss": float(np.mean([x["train_loss"] for x in f])),
+            "train_acc": float(np.mean([x["train_acc"] for x in f])),
+            "noisy_fitted": float(np.mean(noisy)) if noisy else float("nan"),
+            "test_acc": float(np.mean([x["test_acc"] for x in f])),
+            "test_acc_sd": float(np.std([x["test_acc"] for x in f], ddof=1)) if len(f) > 1 else float("nan"),
+            "test_loss": float(np.mean([x["test_loss"] for x in f])),
+            "baseline_acc": float(np.mean(base)),
+            "baseline_acc_sd": float(np.std(base, ddof=1)) if len(base) > 1 else float("nan"),
+        })  # fmt: skip
+    return rows
+
+
+def write_table(rows: list[dict], path: Path) -> Path:
+    """The table as CSV (atomically)."""
+    import csv
+    import io
+
+    from .results import atomic_write
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
+    return path
+
+
+def format_table(rows: list[dict]) -> str:
+    """The table as Markdown (the README's and the command's)."""
+    head = (
+        "| n | eta | seeds | train loss | train acc | noisy fitted | test acc (± sd) | head-only baseline |"
+    )
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        noisy = "–" if r["noisy_fitted"] != r["noisy_fitted"] else f"{r['noisy_fitted']:.2f}"
+        test = f"{r['test_acc']:.3f} ± {r['test_acc_sd']:.3f}"
+        baseline = f"{r['baseline_acc']:.3f} ± {r['baseline_acc_sd']:.3f}"
+        lines.append(
+            f"| {r['n']} | {r['eta']:g} | {r['seeds']} | {r['train_loss']:.3g} | {r['train_acc']:.3f} "
+            f"| {noisy} | {test} | {baseline} |"
+        )
+    return "\n".join(lines)
+
+
+def run_protocol(data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict,
+                 out: str | Path, workers: int | None = None, progress: bool | None = None,
+                 name: str | None = None):  # fmt: skip
+    """The protocol on ``data`` as a resumable sweep under ``out``: returns
+    (sweep report, table rows, messages) and writes ``table.csv`` beside the records."""
+    from .sweep import parse_sweep, run_sweep
+
+    mapping, messages = protocol_sweep(data, ns, etas, seeds, base, name)
+    report = run_sweep(parse_sweep(mapping), out, workers=workers, progress=progress)
+    rows = protocol_table(report.records())
+    write_table(rows, report.root / "table.csv")
+    return report, rows, messages + report.messages

@@ -13,10 +13,10 @@ import numpy as np
 
 from . import dynamics, metrics, results, theory
 from .config import Config, as_config
-from .data import Dataset, config_for_data, generate, load_npz, make_streams
+from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine
 from .population import HERMITE_NODES, Population, cached_sobol_normals, hermite_rule
-from .realdata import BUILTIN, builtin_dataset
+from .realdata import Source, open_data
 
 _warm: set[str] = set()
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -101,11 +101,13 @@ def simulate(
     streams = make_streams(cfg.seed)
     if data is not None:
         explicit = set(config) if isinstance(config, Mapping) else None
-        if isinstance(data, str) and data in BUILTIN:  # a built-in real dataset: one run of the protocol
-            ds = builtin_dataset(data, cfg, streams.data)
-            explicit = None if explicit is None else explicit - {"n", "noise_rate", "d"}
+        opened = open_data(data)
+        if isinstance(opened, Source):  # real data: one run of the protocol
+            ds = opened.dataset(cfg, streams.data)
+            keep = {"n", "noise_rate", "d"} if opened.builtin else {"n", "noise_rate"}
+            explicit = (changed_keys(cfg) if explicit is None else explicit) - keep
         else:
-            ds = data if isinstance(data, Dataset) else load_npz(data)
+            ds = opened
         cfg = config_for_data(cfg, ds, explicit=explicit)
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)

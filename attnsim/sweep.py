@@ -7,6 +7,7 @@ A sweep file (TOML)::
     name = "heatmap"           # records go to <out>/<name>/ (default out: sweeps/)
     seeds = [0]                # a list, or an int n meaning 0..n-1
     save = ["train_loss"]      # optional trajectory arrays kept in each record
+    data = "digits"            # optional: what run --data takes, for every point
 
     [base]                     # config keys shared by every point
     steps = 1000
@@ -55,14 +56,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .config import KEYS, Config, ConfigError, from_mapping, read_toml, suggest, unknown_key_message
 from .results import SCHEMA_VERSION, atomic_write, json_safe
 
-META_KEYS = ("name", "seeds", "save")
+META_KEYS = ("name", "seeds", "save", "data")
 MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
 MAX_DEATHS = 2  # workers a point may take down with it before it is recorded as failed
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -78,6 +79,8 @@ class SweepSpec:
     grid: dict[str, list]
     save: list[str] = field(default_factory=list)
     extra: list[dict[str, Any]] = field(default_factory=list)  # explicit points ([[point]] tables)
+    data: str | None = None  # a built-in dataset name or an absolute path (run --data)
+    data_id: str | None = None  # what the records' keys know of the data: the name or the file's hash
 
     def points(self) -> list[Config]:
         """Every (grid point, seed) as a validated Config, in grid order, then
@@ -183,8 +186,9 @@ def _save(value: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
-    """Validate a sweep mapping (as read from TOML), every point included."""
+def parse_sweep(data: dict, name: str = "sweep", base_dir: Path = Path(".")) -> SweepSpec:
+    """Validate a sweep mapping (as read from TOML), every point included
+    (``base_dir``: where a relative ``[sweep] data`` file is)."""
     from .engines import check_resources, choose_engine
 
     unknown = set(data) - {"sweep", "base", "grid", "point"}
@@ -221,25 +225,55 @@ def parse_sweep(data: dict, name: str = "sweep") -> SweepSpec:
         save=_save(meta.get("save", [])),
         extra=[dict(p) for p in extra],
     )
+    if "data" in meta:
+        spec.data, spec.data_id = _data(meta["data"], base_dir)
     if spec.extra and spec.grid:
         raise ConfigError("sweep file: use either [grid] or [[point]] tables, not both")
     total = (len(spec.extra) or math.prod(len(v) for v in spec.grid.values())) * len(spec.seeds)
     if total > MAX_POINTS:
         raise ConfigError(f"sweep: {total:.3g} points (grid x seeds); at most {MAX_POINTS}")
-    for cfg in spec.points():  # every point now, before anything runs
-        engine, _ = choose_engine(cfg, user_data=False)
-        check_resources(cfg, engine)
+    for cfg in spec.points():  # every point now, before anything runs (with data, n, T, d come from it)
+        if spec.data is None:
+            engine, _ = choose_engine(cfg, user_data=False)
+            check_resources(cfg, engine)
     return spec
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
-    return parse_sweep(read_toml(path, "sweep"), name=Path(path).stem)
+    return parse_sweep(read_toml(path, "sweep"), name=Path(path).stem, base_dir=Path(path).parent)
 
 
-def record_key(cfg: Config) -> str:
-    """Hash of the full resolved config plus the schema version."""
-    text = json.dumps({"schema": SCHEMA_VERSION, "config": cfg.to_dict()}, sort_keys=True)
+def record_key(cfg: Config, data_id: str | None = None) -> str:
+    """Hash of the full resolved config, the data (when given) and the schema version."""
+    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": cfg.to_dict()}
+    if data_id is not None:
+        ident["data"] = data_id
+    text = json.dumps(ident, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Task(NamedTuple):
+    """One point to compute: its record key, config (unresolved keys), saved arrays and data."""
+
+    key: str
+    config: dict
+    save: list[str]
+    data: str | None = None
+
+
+def _data(value: Any, base_dir: Path) -> tuple[str, str]:
+    """(what to pass as data, its identity) for ``[sweep] data``: a built-in
+    dataset name, or a file (relative to the sweep file's folder) and its hash."""
+    from .realdata import BUILTIN
+
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"sweep.data: expected a file name or a built-in dataset ({', '.join(BUILTIN)})")
+    if value in BUILTIN:
+        return value, value
+    path = (base_dir / value).resolve()
+    if not path.is_file():
+        raise ConfigError(f"sweep.data: {path}: no such file (built-in datasets: {', '.join(BUILTIN)})")
+    return str(path), "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def setup_group(cfg: Config) -> tuple:
@@ -249,13 +283,14 @@ def setup_group(cfg: Config) -> tuple:
     return (*setup_key(cfg), cfg.engine)
 
 
-def run_point(cfg_dict: dict, save: list[str]) -> dict:
+def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
     """Simulate one point and return its record."""
     from .run import simulate
 
     t = time.perf_counter()
     try:
-        res = simulate(cfg_dict)
+        # a Config, not the mapping: with data, warn only about keys set away from their defaults
+        res = simulate(from_mapping(cfg_dict), data=data)
     except Exception as exc:  # a failed point is recorded, the sweep goes on
         return json_safe({"config": cfg_dict, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
     rec = {
@@ -267,6 +302,7 @@ def run_point(cfg_dict: dict, save: list[str]) -> dict:
         "theory": res.theory,
         **({"limit": res.limit} if res.limit is not None else {}),
         "warnings": res.warnings,
+        **({"data": {"source": res.data["source"], "n_noisy": res.data["n_noisy"]}} if data else {}),
         "versions": res.versions,
         "git": res.git,
         "elapsed_s": res.elapsed_s,
@@ -342,14 +378,14 @@ class Store:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def compute(self, key: str, cfg: dict, save: list[str]) -> bool:
+    def compute(self, task: Task) -> bool:
         """Compute and write one record unless it is done (maybe by another
         sweep in the same folder); True when it was computed here."""
-        with self.lock(key):
-            rec = self.read(key)
+        with self.lock(task.key):
+            rec = self.read(task.key)
             if rec is not None and rec.get("status") == "ok":
                 return False
-            self.write(key, run_point(cfg, save))
+            self.write(task.key, run_point(task.config, task.save, task.data))
             return True
 
 
@@ -430,7 +466,7 @@ def run_sweep(
         store = Store(Path(out) / spec.name)
         _write_spec(store, spec)
         points = spec.points()
-        keys = [record_key(c) for c in points]
+        keys = [record_key(c, spec.data_id) for c in points]
         report = SweepReport(store, keys)
         before = {k: store.read(k) for k in keys}
         report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
@@ -438,7 +474,8 @@ def run_sweep(
         for key, cfg in zip(keys, points):
             rec = before[key]
             if rec is None or rec.get("status") != "ok":
-                groups.setdefault(setup_group(cfg), []).append((key, cfg.to_dict(resolved=False), spec.save))
+                task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data)
+                groups.setdefault(setup_group(cfg), []).append(task)
         tasks = [t for g in groups.values() for t in _chunks(g, len(keys), workers or os.cpu_count() or 1)]
         report.scheduled = sum(len(t) for t in tasks)
         bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
@@ -524,8 +561,8 @@ def _worker_main(conn, root: str) -> None:
             return
         if task is None:
             return
-        for key, cfg, save in task:
-            conn.send(("done", key, store.compute(key, cfg, save)))
+        for point in task:
+            conn.send(("done", point.key, store.compute(point)))
         conn.send(("idle",))
 
 
@@ -555,8 +592,8 @@ def _spawn(ctx, root: Path, report: SweepReport) -> _Worker:
 def _run_local(tasks: list[list], store: Store, bar, workers: int, report: SweepReport) -> None:
     if workers <= 1:
         for task in tasks:
-            for key, cfg, save in task:
-                report.computed += store.compute(key, cfg, save)
+            for point in task:
+                report.computed += store.compute(point)
                 bar.update(1)
         return
     ctx = mp.get_context("spawn")  # Numba's threads do not survive fork
@@ -578,7 +615,7 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
                     alive.append(w)
                     continue
                 if w.task:  # died with unfinished points; the first was being computed
-                    key, cfg, _ = w.task[0]
+                    key, cfg = w.task[0].key, w.task[0].config
                     deaths[key] = deaths.get(key, 0) + 1
                     rest = w.task
                     if deaths[key] >= MAX_DEATHS:
@@ -649,9 +686,9 @@ def _stop(pool: list[_Worker]) -> None:
 # -- Dask -------------------------------------------------------------------------
 
 
-def run_group(items: list[tuple[str, dict, list[str]]]) -> list[tuple[str, dict]]:
+def run_group(items: list[Task]) -> list[tuple[str, dict]]:
     """Run the points of one setup group in order (they share the setup)."""
-    return [(key, run_point(cfg, save)) for key, cfg, save in items]
+    return [(t.key, run_point(t.config, t.save, t.data)) for t in items]
 
 
 def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:

@@ -122,10 +122,10 @@ _KILLER = """
 import os, signal
 import attnsim.sweep as sweep
 _run = sweep.run_point
-def run_point(cfg, save):
+def run_point(cfg, save, data=None):
     if cfg.get("signal_norm") == 13.0:
         os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
-    return _run(cfg, save)
+    return _run(cfg, save, data)
 sweep.run_point = run_point
 """
 

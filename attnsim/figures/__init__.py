@@ -23,6 +23,7 @@ NAMES = {
     "limit": "fig9_limit",
     "encoder_dynamics": "fig10_encoder_dynamics",
     "encoder_heatmaps": "fig11_encoder_heatmaps",
+    "real": "fig12_real",
 }
 
 
