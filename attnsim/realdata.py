@@ -233,7 +233,7 @@ def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int]
     name = name or "real_" + "".join(c if NAME_RE.fullmatch(c) else "_" for c in stem)
     mapping = {
         "sweep": {"name": name, "seeds": list(seeds), "save": PROTOCOL_SAVE, "data": data},
-        "base": {"log_scale": "log", "log_points": 60, **base},
+        "base": {"log_scale": "log", "log_points": 60, "pop_log_points": 60, **base},
         "grid": {"n": kept, "noise_rate": [float(e) for e in etas]},
     }
     return mapping, messages
