@@ -7,7 +7,10 @@ Each contender runs in its own process (so the peak resident memory is its
 own), takes one warm-up step and then ``--steps`` timed steps; repetitions
 alternate between contenders. BLAS, OpenMP, Numba and torch threads are pinned
 to ``--threads``. Prints seconds per step (median and min-max over
-repetitions), the ratio and the peak memory, for each d (mlp_dim = d).
+repetitions), the ratios and the peak memory, for each d (mlp_dim = d), and
+draws seconds per step against d (``--plot``). Contenders: the official form in
+float32 (what the paper ran), the same in float64 (attnsim's numerics), and
+attnsim with one BLAS thread in the step loop, as ``attnsim run`` steps.
 
 Usage::
 
@@ -40,20 +43,25 @@ def problem(d: int, n: int, T: int = 8):
 
 
 def run_attnsim(d: int, n: int, steps: int) -> float:
+    """attnsim's step as ``attnsim run`` takes it: one BLAS thread in the step loop."""
+    from threadpoolctl import threadpool_limits
+
     from attnsim.encoder import EncoderStepper
 
     cfg, ds, P = problem(d, n)
     stepper = EncoderStepper(ds.X, ds.y, P, cfg, np.zeros((n, 8)))
-    stepper.advance(0, 1)
-    t = time.perf_counter()
-    stepper.advance(1, steps)
+    with threadpool_limits(limits=1, user_api="blas"):
+        stepper.advance(0, 1)
+        t = time.perf_counter()
+        stepper.advance(1, steps)
     return (time.perf_counter() - t) / steps
 
 
-def run_torch(d: int, n: int, steps: int) -> float:
+def run_torch(d: int, n: int, steps: int, dtype: str = "float32") -> float:
     import torch
     from torch import nn
 
+    torch.set_default_dtype(getattr(torch, dtype))
     cfg, ds, P = problem(d, n)
 
     class Encoder(nn.Module):
@@ -85,9 +93,9 @@ def run_torch(d: int, n: int, steps: int) -> float:
     }
     with torch.no_grad():
         for k, p in names.items():
-            p.copy_(torch.tensor(P[k], dtype=torch.float32))
-    x = torch.tensor(ds.X, dtype=torch.float32)
-    y = torch.tensor(ds.y, dtype=torch.float32)
+            p.copy_(torch.tensor(P[k]))
+    x = torch.tensor(ds.X, dtype=torch.get_default_dtype())
+    y = torch.tensor(ds.y, dtype=torch.get_default_dtype())
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
 
     def step():
@@ -103,12 +111,32 @@ def run_torch(d: int, n: int, steps: int) -> float:
     return (time.perf_counter() - t) / steps
 
 
+def macs(d: int, m: int, n: int, T: int = 8) -> tuple[float, float]:
+    """Multiply-adds per GD step in the weight products (the bulk of the work):
+    (every position, as the official loop: forward, two backward products per
+    weight; the CLS path: the shared query and W_k^T q, n value, MLP and
+    backward products, rank-n updates of W_v, W1, W2, rank-one of W_q, W_k)."""
+    per_row = 3 * d * d + 2 * d * m
+    every = 3.0 * n * (T + 1) * per_row
+    cls_path = 2.0 * d * d + 3.0 * n * (d * d + 2 * d * m) + 2.0 * d * d
+    return every, cls_path
+
+
+CONTENDERS = {
+    "torch32": "PyTorch, official (float32)",
+    "torch64": "PyTorch, float64",
+    "attnsim": "attnsim (float64, 1 thread)",
+}
+
+
 def worker(which: str, d: int, n: int, steps: int) -> None:
-    if which == "torch":
+    if which.startswith("torch"):
         import torch
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    sec = run_torch(d, n, steps) if which == "torch" else run_attnsim(d, n, steps)
+        sec = run_torch(d, n, steps, "float32" if which == "torch32" else "float64")
+    else:
+        sec = run_attnsim(d, n, steps)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"sec": sec, "peak_mb": peak_mb}))
 
@@ -120,6 +148,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plot", default="runs/bench_encoder.png")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -131,23 +160,48 @@ def main() -> int:
         env[var] = str(args.threads)
     what = f"{args.steps} timed steps after one warm-up, threads {args.threads}"
     print(f"encoder, n={args.n}, T=8, mlp_dim=d, {what}; seconds per step, median (min-max) of {args.reps}; "
-          "peak resident memory")  # fmt: skip
-    head = f"{'d':>6} {'PyTorch (official)':>26} {'attnsim':>26} {'ratio':>7}"
-    print(head + f" {'memory torch / attnsim':>24}")
+          "peak resident memory in MB")  # fmt: skip
+    print(f"{'d':>6}" + "".join(f" {CONTENDERS[k]:>30}" for k in CONTENDERS) + "   x float32   x float64")
+    ds, meds = [], {k: [] for k in CONTENDERS}
     for d in (int(v) for v in args.d_list.split(",")):
-        res: dict[str, list] = {"torch": [], "attnsim": []}
+        res: dict[str, list] = {k: [] for k in CONTENDERS}
         for _ in range(args.reps):
-            for which in res:
+            for which in res:  # interleaved repetitions
                 cmd = [sys.executable, __file__, "--worker", which, str(d), str(args.n), str(args.steps)]
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 res[which].append(json.loads(out.stdout.strip().splitlines()[-1]))
         sec = {k: [r["sec"] for r in v] for k, v in res.items()}
         mem = {k: max(r["peak_mb"] for r in v) for k, v in res.items()}
-        med = {k: np.median(v) for k, v in sec.items()}
-        cells = [f"{med[k]:10.4f} ({min(sec[k]):.4f}-{max(sec[k]):.4f})" for k in ("torch", "attnsim")]
-        print(f"{d:6d} {cells[0]:>26} {cells[1]:>26} {med['torch'] / med['attnsim']:6.1f}x "
-              f"{mem['torch']:10.0f} / {mem['attnsim']:.0f} MB")  # fmt: skip
+        med = {k: float(np.median(v)) for k, v in sec.items()}
+        cells = [f"{med[k]:.4f} ({min(sec[k]):.4f}-{max(sec[k]):.4f}) {mem[k]:.0f}MB" for k in CONTENDERS]
+        ratios = f"{med['torch32'] / med['attnsim']:10.1f}x {med['torch64'] / med['attnsim']:10.1f}x"
+        print(f"{d:6d}" + "".join(f" {c:>30}" for c in cells) + "  " + ratios)
+        every, cls_path = macs(d, d, args.n)
+        print(f"{'':6} multiply-adds per step: every position {every:.3g}, CLS path {cls_path:.3g} "
+              f"(ratio {every / cls_path:.1f})")  # fmt: skip
+        ds.append(d)
+        for k in CONTENDERS:
+            meds[k].append(med[k])
+    _plot(ds, meds, args)
     return 0
+
+
+def _plot(ds, meds, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for k, label in CONTENDERS.items():
+        ax.plot(ds, meds[k], "o-", label=label)
+    ax.set(xscale="log", yscale="log", xlabel="d = mlp_dim", ylabel="seconds per step",
+           title=f"one-layer encoder, n = {args.n}, T = 8 ({args.threads} threads for PyTorch)")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
+    fig.savefig(args.plot, dpi=110)
+    print(f"wrote {args.plot}")
 
 
 if __name__ == "__main__":
