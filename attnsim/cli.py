@@ -352,8 +352,9 @@ def cmd_check_grad(args) -> int:
 
 
 def _check_grad_encoder(args, cfg) -> int:
+    from .data import ENCODER_ARRAYS
     from .kernels import encoder
-    from .model import ENCODER_PARAMS, encoder_loss, finite_difference_errors, random_encoder
+    from .model import encoder_loss, finite_difference_errors, random_encoder
 
     X, y, P = random_encoder(args.seed)
     n, T, d = X.shape
@@ -361,7 +362,7 @@ def _check_grad_encoder(args, cfg) -> int:
     print(f"encoder (skip={cfg.skip}): central differences of the all-positions reference loss against the")
     print(f"CLS-path gradients, h = {args.h:g}, n={n} T={T} d={d} mlp_dim={m}, parameters away from init")
     worst = 0.0
-    names = list(ENCODER_PARAMS)
+    names = list(ENCODER_ARRAYS)
     for loss in ("logistic", "linear"):
         errs = finite_difference_errors(
             lambda *v, loss=loss: encoder_loss(X, y, dict(zip(names, v)), cfg.skip, loss),

@@ -383,6 +383,26 @@ ENCODER_ARRAYS = (
 )
 
 
+def encoder_shapes(d: int, m: int) -> dict[str, tuple]:
+    """Every encoder parameter's shape, as PyTorch stores it (d width, m MLP width)."""
+    return {
+        "cls": (1, 1, d),
+        "ln1_g": (d,),
+        "ln1_b": (d,),
+        "W_qkv": (3 * d, d),
+        "ln2_g": (d,),
+        "ln2_b": (d,),
+        "W1": (m, d),
+        "b1": (m,),
+        "W2": (d, m),
+        "b2": (d,),
+        "lnf_g": (d,),
+        "lnf_b": (d,),
+        "head_w": (1, d),
+        "head_b": (1,),
+    }
+
+
 def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray]:
     """Every array of an .npz file, after checking each member's declared shape
     and dtype (no object arrays; the total size fits in memory) from its header,

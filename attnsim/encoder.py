@@ -14,31 +14,11 @@ import math
 import numpy as np
 
 from .config import Config, ConfigError
+from .data import ENCODER_ARRAYS as PARAMS
 from .data import DataError, Dataset, Streams, clean_labels, draw_tokens
+from .data import encoder_shapes as param_shapes
 from .kernels import DIVERGED, FROZEN, OK, Observation
 from .kernels import encoder as K
-
-PARAMS = K.PARAMS
-
-
-def param_shapes(d: int, m: int) -> dict[str, tuple]:
-    """Every parameter's shape, as PyTorch stores it (d width, m MLP width)."""
-    return {
-        "cls": (1, 1, d),
-        "ln1_g": (d,),
-        "ln1_b": (d,),
-        "W_qkv": (3 * d, d),
-        "ln2_g": (d,),
-        "ln2_b": (d,),
-        "W1": (m, d),
-        "b1": (m,),
-        "W2": (d, m),
-        "b2": (d,),
-        "lnf_g": (d,),
-        "lnf_b": (d,),
-        "head_w": (1, d),
-        "head_b": (1,),
-    }
 
 
 def check_config(cfg: Config, user_data: bool = False) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from .data import encoder_shapes
+
 Array = np.ndarray
 
 
@@ -121,22 +123,6 @@ def finite_difference_errors(
 
 # -- the one-layer Transformer encoder (SPEC §12), every position computed ------
 
-ENCODER_PARAMS = (
-    "cls",
-    "ln1_g",
-    "ln1_b",
-    "W_qkv",
-    "ln2_g",
-    "ln2_b",
-    "W1",
-    "b1",
-    "W2",
-    "b2",
-    "lnf_g",
-    "lnf_b",
-    "head_w",
-    "head_b",
-)
 LN_EPS = 1e-5
 
 
@@ -196,23 +182,7 @@ def random_encoder(
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, T, d))
     y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
-    shapes = {
-        "cls": (1, 1, d),
-        "ln1_g": (d,),
-        "ln1_b": (d,),
-        "W_qkv": (3 * d, d),
-        "ln2_g": (d,),
-        "ln2_b": (d,),
-        "W1": (m, d),
-        "b1": (m,),
-        "W2": (d, m),
-        "b2": (d,),
-        "lnf_g": (d,),
-        "lnf_b": (d,),
-        "head_w": (1, d),
-        "head_b": (1,),
-    }
-    P = {k: 0.5 * rng.standard_normal(s) for k, s in shapes.items()}
+    P = {k: 0.5 * rng.standard_normal(s) for k, s in encoder_shapes(d, m).items()}
     for g in ("ln1_g", "ln2_g", "lnf_g"):
         P[g] += 1.0
     return X, y, P

@@ -215,11 +215,16 @@ def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int]
     Logging on a log grid, so delayed generalization shows at any horizon."""
     from .sweep import NAME_RE
 
-    opened = open_data(data)
-    if not isinstance(opened, Source):
-        raise DataError(
-            f"{data}: the protocol needs token features ('digits' or an .npz with features, labels)"
-        )
+    if isinstance(data, str) and data in BUILTIN:
+        opened = open_data(data)
+    else:
+        arrays = read_npz(Path(data))
+        if "features" not in arrays:
+            raise DataError(
+                f"{data}: the protocol needs token features: 'digits', or an .npz with arrays "
+                "features (N, T, d) and labels (N,)"
+            )
+        opened = features_source(Path(data), arrays)
     pool = opened.pool_size(int(base.get("d", Config().d)))
     if pool < 1:
         raise DataError(f"{data}: no samples left for training after {opened.n_pretrain} + {opened.n_test}")

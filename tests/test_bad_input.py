@@ -147,6 +147,22 @@ CASES = {
     "sweep-save-unknown": (lambda t: ["sweep", _sweep(t, '[sweep]\nsave = ["train_los"]\n')], "'train_loss'"),
     "sweep-save-not-names": (lambda t: ["sweep", _sweep(t, "[sweep]\nsave = [1]\n")], "sweep.save"),
     "sweep-duplicate-values": (lambda t: ["sweep", _sweep(t, "[grid]\nd = [60, 60]\n")], "duplicate values"),
+    "sweep-data-missing": (
+        lambda t: ["sweep", _sweep(t, '[sweep]\ndata = "nope.npz"\n')],
+        "nope.npz: no such file",
+    ),
+    "sweep-data-not-name": (lambda t: ["sweep", _sweep(t, "[sweep]\ndata = 5\n")], "sweep.data"),
+    # the real-data protocol
+    "real-missing-file": (
+        lambda t: ["real", str(t / "nope.npz")],
+        "no such file (built-in datasets: digits)",
+    ),
+    "real-eta-too-large": (lambda t: ["real", "digits", "--eta", "0.6"], "every --eta in [0, 0.5)"),
+    "real-n-by-set": (lambda t: ["real", "digits", "--set", "n=5"], "set n with --n"),
+    "real-not-features": (
+        lambda t: ["real", _npz(t / "d.npz", X=np.zeros((4, 2, 3)), y=np.ones(4))],
+        "features",
+    ),
     "sweep-name-escapes": (lambda t: ["sweep", _sweep(t, '[sweep]\nname = "../escaped"\n')], "sweep.name"),
     "sweep-name-absolute": (lambda t: ["sweep", _sweep(t, '[sweep]\nname = "/tmp/x"\n')], "sweep.name"),
     "sweep-point-never-runs": (

@@ -11,10 +11,10 @@ import pytest
 import attnsim
 from attnsim.cli import main
 from attnsim.config import Config
+from attnsim.data import ENCODER_ARRAYS
 from attnsim.encoder import init_params, param_shapes
 from attnsim.kernels import encoder as K
 from attnsim.model import (
-    ENCODER_PARAMS,
     encoder_forward,
     encoder_loss,
     finite_difference_errors,
@@ -62,7 +62,7 @@ def test_cls_path_forward_equals_the_all_positions_reference(skip, seed):
 @pytest.mark.parametrize("skip", [True, False])
 def test_encoder_gradients_match_central_differences_per_block(skip, loss):
     X, y, P = random_encoder(3)
-    names = list(ENCODER_PARAMS)
+    names = list(ENCODER_ARRAYS)
     errs = finite_difference_errors(
         lambda *v: encoder_loss(X, y, dict(zip(names, v)), skip, loss),
         lambda *v: [K.loss_and_grads(X, y, dict(zip(names, v)), skip, loss)[1][k] for k in names],

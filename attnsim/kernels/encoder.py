@@ -49,25 +49,10 @@ from numba import njit
 from scipy.linalg import blas
 from scipy.special import ndtr
 
+from ..data import encoder_shapes
 from ._flags import CACHE, FASTMATH
 
 LN_EPS = 1e-5
-PARAMS = (
-    "cls",
-    "ln1_g",
-    "ln1_b",
-    "W_qkv",
-    "ln2_g",
-    "ln2_b",
-    "W1",
-    "b1",
-    "W2",
-    "b2",
-    "lnf_g",
-    "lnf_b",
-    "head_w",
-    "head_b",
-)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -301,12 +286,6 @@ def loss_and_grads(X: np.ndarray, y: np.ndarray, P: dict, skip: bool = True, los
 
 def warmup() -> None:
     X, y = np.zeros((2, 2, 3)), np.array([1.0, -1.0])
-    P = {
-        k: np.ones(s)
-        for k, s in zip(
-            PARAMS,
-            [(1, 1, 3), (3,), (3,), (9, 3), (3,), (3,), (2, 3), (2,), (3, 2), (3,), (3,), (3,), (1, 3), (1,)],
-        )
-    }
+    P = {k: np.ones(s) for k, s in encoder_shapes(3, 2).items()}
     X[0, 0, 0] = 1.0
     loss_and_grads(X, y, P)
