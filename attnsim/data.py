@@ -445,7 +445,7 @@ def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray
         raise DataError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
 
 
-class _Arrays:
+class ArrayChecks:
     """Validators of the arrays of one data file; each raises DataError naming
     the file and the array."""
 
@@ -536,7 +536,7 @@ def load_npz(path: str | Path, arrays: dict[str, np.ndarray] | None = None) -> D
     X_test with y_test.
     """
     path = Path(path)
-    v = _Arrays(path, read_npz(path) if arrays is None else arrays)
+    v = ArrayChecks(path, read_npz(path) if arrays is None else arrays)
     for key in ("X", "y"):
         if key not in v.arrays:
             v.fail(f"missing required array {key!r} (need X (n,T,d), y (n,) and nu (d,) or mu_pos, mu_neg)")

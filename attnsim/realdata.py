@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import Config, ConfigError
-from .data import DataError, Dataset, _Arrays, load_npz, read_npz
+from .data import ArrayChecks, DataError, Dataset, load_npz, read_npz
 
 HEAD_L2 = 1e-2
 FEATURE_SEED = 20240917  # the digits feature map: fixed, the same for every run
@@ -169,7 +169,7 @@ class Source:
 def features_source(path: Path, arrays: dict[str, np.ndarray]) -> Source:
     """A features file: arrays ``features`` (N, T, d) and ``labels`` (N,) of
     -1/+1, optional scalars ``n_pretrain`` and ``n_test`` (default 400 each)."""
-    v = _Arrays(path, arrays)
+    v = ArrayChecks(path, arrays)
     if "labels" not in arrays:
         v.fail("a features file needs arrays 'features' (N, T, d) and 'labels' (N,)")
     X = v.numeric("features", (None, None, None))
