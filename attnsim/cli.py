@@ -124,7 +124,7 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
 def cmd_run(args, t_start: float) -> int:
     from .config import config_values, from_mapping
     from .results import check_output_dir
-    from .run import ensure_compiled, simulate
+    from .run import simulate
 
     sets = list(args.sets) + ([f"engine={args.engine}"] if args.engine else [])
     values = config_values(args.config, sets)  # the keys the user set (--data warns when it overrides them)
@@ -135,15 +135,16 @@ def cmd_run(args, t_start: float) -> int:
         raise UsageError(f"--data: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
     outdir = Path(args.out) if args.out else _default_outdir(cfg)
     check_output_dir(outdir)  # before the run: a finished run is never thrown away
-    if args.data is None:  # keys that cannot apply are refused before any compiling
-        from .engines import choose_engine
-
-        choose_engine(cfg, user_data=False)
     quiet = args.quiet
-    ensure_compiled(cfg.integrator, announce=None if quiet else _announce_compiling)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = simulate(values, data=args.data, save_scores=args.save_scores, progress=None)
+        res = simulate(
+            values,
+            data=args.data,
+            save_scores=args.save_scores,
+            progress=None,
+            announce=None if quiet else _announce_compiling,
+        )
     for w in caught:
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
     res.save(outdir)

@@ -81,6 +81,7 @@ def simulate(
     *,
     save_scores: bool = False,
     progress: bool | None = False,
+    announce=None,
     _warmup: bool = False,
 ) -> results.Result:
     """Simulate one training run.
@@ -92,11 +93,12 @@ def simulate(
         then come from the arrays.
     save_scores : keep every sample's token scores at every log point.
     progress : show a progress bar for long runs (None: only on a terminal).
+    announce : called if loading the kernels takes more than a second (the first
+        run on a machine compiles them); bad input is refused before that.
     """
     from . import IMPORT_S
 
     cfg = as_config(config)
-    startup = 0.0 if _warmup else ensure_compiled(cfg.integrator)
     t0 = time.perf_counter()
     streams = make_streams(cfg.seed)
     if data is not None:
@@ -111,6 +113,7 @@ def simulate(
         cfg = config_for_data(cfg, ds, explicit=explicit)
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)
+    startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce)
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
     # elsewhere its threads keep spinning after each call and slow Numba's.
     setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1
@@ -144,7 +147,7 @@ def simulate(
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if limit_section is not None:
         theory_section["gen_never"] = limit_section.get("gen_never")
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0 - startup
     res = results.Result(
         config=cfg.to_dict(),
         trajectory=arrays,

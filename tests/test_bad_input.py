@@ -196,6 +196,21 @@ def _tree(root: Path) -> dict:
     return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
 
 
+def _as_if_compiling(monkeypatch):
+    """Every load of the kernels announces itself, as on a fresh machine whose
+    cache is empty: bad input must be refused before that line is printed."""
+    import attnsim.run
+
+    real = attnsim.run.ensure_compiled
+
+    def announcing(integrator="gd", announce=None):
+        if announce is not None:
+            announce()
+        return real(integrator)
+
+    monkeypatch.setattr(attnsim.run, "ensure_compiled", announcing)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
     build, needle = CASES[case]
@@ -204,6 +219,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monk
     monkeypatch.chdir(work)
     argv = build(tmp_path)
     before = _tree(tmp_path)
+    _as_if_compiling(monkeypatch)
     assert main(argv) == 2
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
