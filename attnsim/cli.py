@@ -312,6 +312,10 @@ def cmd_figures(args) -> int:
     )  # quick never overwrites figures/
     check_output_dir(outdir, "--outdir")
     check_output_dir(args.cache, "--cache")
+    if "real" in (args.names or NAMES):  # before hours of other figures, not after
+        from .realdata import require_sklearn
+
+        require_sklearn("figures real")
     t = time.perf_counter()
     make(args.names or None, outdir=outdir, quick=args.quick, cache=args.cache)
     print(f"figures done in {time.perf_counter() - t:.1f} s")

@@ -48,12 +48,19 @@ DIGITS_PRETRAIN, DIGITS_TEST = 400, 400
 PATCH = 2
 
 
+def require_sklearn(what: str = "--data digits") -> None:
+    """Refuse, with the install command, when the optional scikit-learn is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("sklearn") is None:
+        raise DataError(f"{what}: needs scikit-learn; pip install 'attnsim[real]'")
+
+
 def load_digits_tokens(d: int) -> tuple[np.ndarray, np.ndarray]:
     """The digits as tokens (1797, 16, d) and labels (+1: digits 0-4, -1: 5-9)."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        raise DataError("--data digits: needs scikit-learn; pip install 'attnsim[real]'") from None
+    require_sklearn()
+    from sklearn.datasets import load_digits
+
     digits = load_digits()
     images, target = digits.images / 16.0, digits.target
     N, side = images.shape[0], images.shape[1]

@@ -137,6 +137,16 @@ def test_digits_without_scikit_learn_exit_2_with_the_install_command(tmp_path, m
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("names", [[], ["selection", "real"]])
+def test_figures_without_scikit_learn_refuse_before_any_figure(names, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    out = tmp_path / "figs"
+    assert main(["figures", *names, "--quick", "--outdir", str(out), "--cache", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "figures real" in err[0] and "pip install 'attnsim[real]'" in err[0]
+    assert not out.exists()
+
+
 def test_digits_tokens_are_fixed_and_balanced():
     pytest.importorskip("sklearn")
     X, labels = realdata.load_digits_tokens(24)
