@@ -9,7 +9,11 @@ kernel cache is warm, as after the first run):
 * ``attnsim run --quiet --out DIR`` (the default experiment), whose
   result.json also gives ``elapsed_s`` (the simulation) and ``startup_s``.
 
-Prints medians with min-max spread and the ratios to the floor. BLAS and
+Prints medians with min-max spread and the ratios to the floor, and, as the
+floor of ``elapsed_s``, the seconds a fresh process needs only to draw the
+default run's W(0) (d = 2000: 4e6 normals from the run's init stream; the
+reduced engine must draw the same W(0) as the dense one, then multiply it
+twice by a d x k basis). BLAS and
 OpenMP threads are pinned to ``--threads`` (the CLI pins BLAS itself inside a
 run). Targets (SPEC §9): run <= 1.8x the floor, --version <= 0.6x, elapsed_s
 of a fresh default run <= 0.12 s.
@@ -34,6 +38,18 @@ from pathlib import Path
 import numpy as np
 
 
+DRAW_W0 = """
+import time
+from attnsim.config import Config
+from attnsim.data import W0_blocks, make_streams
+cfg = Config()
+t = time.perf_counter()
+for _ in W0_blocks(cfg, make_streams(cfg.seed).init, cfg.d):
+    pass
+print(time.perf_counter() - t)
+"""
+
+
 def timed(cmd: list[str], env: dict) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -56,17 +72,20 @@ def main() -> int:
         "attnsim --version": [exe, "--version"],
         "attnsim run (default experiment)": [exe, "run", "--quiet", "--out", str(out / "run")],
     }  # fmt: skip
+    draw = [sys.executable, "-c", DRAW_W0]
     times: dict[str, list[float]] = {k: [] for k in cmds}
-    elapsed, startup = [], []
+    elapsed, startup, draws = [], [], []
     for rep in range(args.reps + 1):  # the first round warms the caches and is not counted
         for name, cmd in cmds.items():
             t = timed(cmd, env)
             if rep:
                 times[name].append(t)
         meta = json.loads((out / "run" / "result.json").read_text())
+        drawn = float(subprocess.run(draw, env=env, check=True, capture_output=True, text=True).stdout)
         if rep:
             elapsed.append(meta["elapsed_s"])
             startup.append(meta["startup_s"])
+            draws.append(drawn)
     shutil.rmtree(out, ignore_errors=True)
     floor = np.median(times[next(iter(cmds))])
     print(f"whole-process seconds, median (min-max) of {args.reps}, BLAS/OpenMP threads {args.threads}")
@@ -76,6 +95,8 @@ def main() -> int:
         )
     print(f"{'fresh default run: elapsed_s (simulation)':52s} {np.median(elapsed):6.3f} "
           f"({min(elapsed):.3f}-{max(elapsed):.3f})")  # fmt: skip
+    print(f"{'fresh process: draw W(0) alone (d = 2000)':52s} {np.median(draws):6.3f} "
+          f"({min(draws):.3f}-{max(draws):.3f})")  # fmt: skip
     print(f"{'fresh default run: startup_s (imports, kernel loads)':52s} {np.median(startup):6.3f} "
           f"({min(startup):.3f}-{max(startup):.3f})")  # fmt: skip
     return 0

@@ -24,7 +24,7 @@ SAVE = ["example_scores", "example_index", "roles", "score_cls", "train_loss"]
 # the heatmap's grid (figure 11): as large as the ten-minute budget of both figures allows
 GRID = {"signal_norm": [5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0], "d": [250, 500, 750, 1000]}
 QUICK_GRID = {"signal_norm": [5.0, 20.0, 100.0], "d": [64, 128]}
-ENCODER_SETTINGS = {**SETTINGS, "large noise": {"d": 5000, "signal_norm": 5.0}}  # the issue's (5000, 5)
+ENCODER_SETTINGS = {**SETTINGS, "large noise": {"d": 5000, "signal_norm": 5.0}}  # figure 2's (5000, 5)
 
 
 def encoder_records(quick: bool, cache: Path) -> tuple[dict[str, dict], list[dict]]:
