@@ -180,8 +180,9 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
     sd <= TAYLOR_SD: the eighth-order Taylor series in sd^2
     (:func:`attnsim.kernels.population._taylor`); sd <= HERMITE_SD:
-    Gauss-Hermite with the nodes of :data:`HERMITE_NODES`; larger sd: the
-    closed-form series of :func:`attnsim.kernels.population._expected_softplus_series`
+    Gauss-Hermite, with the nodes :data:`HERMITE_NODES` gives for the largest
+    sd among these points; larger sd: the closed-form series of
+    :func:`attnsim.kernels.population._expected_softplus_series`
     (a fixed rule would lose accuracy there: 1e-3 relative at sd = 5 with 32 nodes).
     """
     x, sd = np.asarray(x, dtype=np.float64), np.asarray(sd, dtype=np.float64)
@@ -190,12 +191,11 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     shape = x.shape
     x, sd = x.ravel(), sd.ravel()
     out = np.empty(x.shape)
-    bands = [(-math.inf, TAYLOR_SD, kpop.taylor)]
-    lo = TAYLOR_SD
-    for top, nodes in HERMITE_NODES:
-        bands.append((lo, top, lambda xs, ss, n=nodes: _hermite(xs, ss, n)))
-        lo = top
-    bands.append((HERMITE_SD, math.inf, expected_softplus_series))
+    bands = [
+        (-math.inf, TAYLOR_SD, kpop.taylor),
+        (TAYLOR_SD, HERMITE_SD, lambda xs, ss: kpop.hermite(xs, ss, *hermite_rule(hermite_nodes(ss.max())))),
+        (HERMITE_SD, math.inf, expected_softplus_series),
+    ]
     for lo, top, rule in bands:
         sel = (sd > lo) & (sd <= top)
         if sel.all():
@@ -203,26 +203,6 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
         if sel.any():
             out[sel] = rule(x[sel], sd[sel])
     return out.reshape(shape)
-
-
-def _hermite(x: np.ndarray, sd: np.ndarray, nodes: int) -> np.ndarray:
-    """sum_h w_h softplus(x - sqrt(2) sd x_h), in place over two work arrays."""
-    gx, gw = hermite_rule(nodes)
-    a = math.sqrt(2.0) * sd
-    acc = np.zeros_like(x)
-    v, e = np.empty_like(x), np.empty_like(x)
-    for xh, w in zip(gx, gw):
-        np.multiply(a, -xh, out=v)
-        v += x  # the node's argument
-        np.abs(v, out=e)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        np.log1p(e, out=e)
-        np.maximum(v, 0.0, out=v)
-        v += e  # softplus
-        v *= w
-        acc += v
-    return acc
 
 
 # -- the population metrics -----------------------------------------------------------
@@ -251,9 +231,9 @@ class Population:
         # each point's largest coordinate subtracted once: sigma |q| >= 0 times it is
         # the largest random logit part, so e^{sigma |q| D} never overflows
         self._D = self.zeta - self.zeta.max(axis=0)
-        # reused (T, N) work arrays: fresh temporaries of this size are mapped
+        # a reused (T, N) work array: fresh temporaries of this size are mapped
         # from the OS on every call, and the page faults cost more than the math
-        self._E, self._tmp = np.empty_like(self.zeta), np.empty_like(self.zeta)
+        self._E = np.empty_like(self.zeta)
         # token mean a_t = c_own * mu_y + c_other * mu_{-y}: as (class, token, [mu+, mu-]) coefficients
         self.c_own, self.c_other = role_coefficients(self.roles, rho)
         self._coef = np.stack(
@@ -296,48 +276,28 @@ class Population:
         M = self.M if points is None else points
         cols = slice(r0 * self.M, r0 * self.M + (r1 - r0) * M)
         x, sd, t, score = self._conditional(cols, aq, anu, sq, b, sdc)
-        near = np.abs(t) < 40.0
-        tail = ndtr(-t[near])
         linear = self.loss == "linear"
-        if linear or sd.max() <= TAYLOR_SD:
-            exact = np.empty(0)
-        else:
+        err, loss = kpop.point_terms(t, x, sd, linear)
+        if not linear and sd.max() > TAYLOR_SD:
             hard = sd > TAYLOR_SD
-            exact = expected_softplus(x[hard], sd[hard])
-        ex = np.exp(-np.abs(x))
-        lg = np.log1p(ex)
-        err_r, loss_r = kpop.scramble_sums(t, tail, x, sd, ex, lg, exact, linear, TAYLOR_SD, r1 - r0)
-        return err_r, loss_r, score / M
+            loss[hard] = expected_softplus(x[hard], sd[hard])
+        per = lambda v: v.reshape(2, r1 - r0, M).mean(axis=(0, 2))  # per scramble: both classes, its points
+        return per(err), per(loss), score / M
 
     def _conditional(self, cols: slice, aq, anu, sq, b, sdc):
         """For the points ``cols``, per class and point (2, N): the loss argument
         x = -y mean, the sd of f and t = y mean / sd given zeta; and each
         token's score (T,) summed over points, averaged over classes."""
-        zeta, E, tmp = self.zeta[:, cols], self._E[:, cols], self._tmp[:, cols]
+        zeta, E = self.zeta[:, cols], self._E[:, cols]
         np.multiply(self._D[:, cols], sq, out=E)  # the logits' random part, shifted
         np.exp(E, out=E)  # (T, N) per point, shared by both classes
         wa = np.exp(aq - aq.max(axis=1, keepdims=True))  # (2, T) per class
-        S = wa @ E  # (2, N) softmax normalizers
-        num = (wa * anu) @ E
-        if b != 0.0:
-            num += b * (wa @ np.multiply(E, zeta, out=tmp))
-        sq_sum = (wa * wa) @ np.multiply(E, E, out=tmp)
-        ok = S > UNDERFLOW
-        all_ok = ok.all()
-        inv = 1.0 / S if all_ok else np.divide(1.0, S, out=np.zeros_like(S), where=ok)
-        ym = np.multiply(num, inv, out=num)
-        ym[1] *= -1.0  # y mean: class -1 flips the sign
-        sd = np.sqrt(sq_sum, out=sq_sum)
-        sd *= inv
-        sd *= sdc
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = ym / sd  # +-inf where sd = 0 (f is exact given zeta); 0/0 below
+        # (2, N): 1 / softmax normalizer, y mean, sd of f and t (+-inf where sd = 0: f is exact given zeta)
+        inv, ym, sd, t, bad = kpop.conditional_moments(E, zeta, wa, anu, b, sdc, UNDERFLOW)
         if sdc == 0.0:
             t[ym == 0.0] = 0.0  # Phi(0) = 1/2: a tie
         score = ((E @ inv.T) * wa.T).sum(axis=1)
-        for c, col in (
-            [] if all_ok else zip(*np.nonzero(~ok))
-        ):  # the factored weights underflowed: direct softmax
+        for c, col in zip(*np.nonzero(inv == 0.0)) if bad else ():  # underflowed: direct softmax
             z = aq[c] + sq * zeta[:, col]
             e = np.exp(z - z.max())
             se = e.sum()

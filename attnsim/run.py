@@ -15,7 +15,7 @@ from . import dynamics, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine
-from .population import HERMITE_NODES, Population, cached_sobol_normals, hermite_rule
+from .population import HERMITE_NODES, Population, cached_sobol_normals, expected_softplus, hermite_rule
 from .realdata import Source, open_data
 
 _warm: set[str] = set()
@@ -59,6 +59,7 @@ def _warm_up(integrator: str) -> float:
         _blas()
         for _, nodes in HERMITE_NODES:
             hermite_rule(nodes)
+        expected_softplus(np.zeros(3), np.array([0.1, 0.5, 2.0]))  # each rule's kernels
         simulate({"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "test_n": 2}, _warmup=True)
         _warm.add("gd")
     if integrator == "flow":

@@ -37,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 DRAW_W0 = """
 import time
 from attnsim.config import Config

@@ -3,7 +3,8 @@
 - :mod:`.attention` - the attention model: forward pass, hand-derived
   gradients (derivation in its docstring), the many-step GD kernel and the
   gradient-flow vector field.
-- :mod:`.population` - the expected softplus of a Gaussian for large sd.
+- :mod:`.population` - the per-point terms of the population metrics: the
+  normal tail and the expected softplus of a Gaussian.
 
 A numba function and everything it calls live in one file: numba's on-disk
 cache only notices edits to the file of the function it loads.

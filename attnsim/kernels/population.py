@@ -1,6 +1,12 @@
-"""Numba kernels of the population metrics: the expected softplus of a
-Gaussian for large standard deviations (everything else there is vectorized
-NumPy in :mod:`attnsim.population`).
+"""Numba kernels of the population metrics: the normal tail, the expected
+softplus of a Gaussian (Taylor series, Gauss-Hermite terms, and a closed-form
+series for large standard deviations) and the per-point terms of the error
+and loss (the softmax sums are vectorized NumPy in :mod:`attnsim.population`).
+
+The per-point kernels use arithmetic only (no libm call: the exponentials come
+in from NumPy, whose exp is vectorized) and ``error_model="numpy"`` (no
+division-by-zero checks), so their loops compile to SIMD instructions: the
+normal tail costs about a fifth of scipy.special.ndtr here.
 
 Every ``@njit`` function here calls only functions of this file.
 """
@@ -19,6 +25,91 @@ _SQRT2 = math.sqrt(2.0)
 _SQRTPI = math.sqrt(math.pi)
 _SQRTPI_2 = math.sqrt(math.pi / 2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_INV_SQRTPI = 1.0 / math.sqrt(math.pi)
+_SQRT1_2 = math.sqrt(0.5)
+N_ATANH = 16  # terms s^3 .. s^33 of the atanh series (s <= 1/3: error below 2e-18 relative)
+
+# W. J. Cody's rational Chebyshev approximations of erf and erfc (Math. Comp. 23,
+# 631-638, 1969; the coefficients of his CALERF): erf(a) = a P1(a^2) / Q1(a^2) for
+# a < 0.46875; erfc(a) = e^{-a^2} P2(a) / Q2(a) for a <= 4; and
+# erfc(a) = e^{-a^2} (1/sqrt(pi) - w P3(w) / Q3(w)) / a, w = 1 / a^2, beyond.
+# Highest power first; Q polynomials are monic.
+_P1 = (1.85777706184603153e-1, 3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+       3.20937758913846947e03)  # fmt: skip
+_Q1 = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03, 2.84423683343917062e03)
+_P2 = (2.15311535474403846e-8, 5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+       2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03, 2.05107837782607147e03,
+       1.23033935479799725e03)  # fmt: skip
+_Q2 = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02, 1.62138957456669019e03,
+       3.29079923573345963e03, 4.36261909014324716e03, 3.43936767414372164e03,
+       1.23033935480374942e03)  # fmt: skip
+_P3 = (1.63153871373020978e-2, 3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+       1.60837851487422766e-2, 6.58749161529837803e-4)  # fmt: skip
+_Q3 = (2.56852019228982242e00, 1.87295284992346047e00, 5.27905102951428412e-1, 6.05183413124413191e-2,
+       2.33520497626869185e-3)  # fmt: skip
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _horner(c, x):
+    acc = c[0]
+    for j in range(1, len(c)):
+        acc = acc * x + c[j]
+    return acc
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _horner_monic(c, x):
+    acc = x + c[0]
+    for j in range(1, len(c)):
+        acc = acc * x + c[j]
+    return acc
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _upper_tail(t, g):
+    """Phi(-t) = erfc(t / sqrt 2) / 2 from g = e^{-t^2 / 2}, by Cody's rational
+    approximations (1e-15 relative, as scipy.special.ndtr; both lose t^2 eps to
+    the rounding of t). |t| >= 40 (and NaN) gives exactly 0 or 1."""
+    a = math.fabs(t) * _SQRT1_2
+    z = a * a
+    small = 0.5 - 0.5 * a * _horner(_P1, z) / _horner_monic(_Q1, z)
+    w = 1.0 / max(z, 16.0)
+    p3 = w * _horner(_P3, w)
+    q3 = _horner_monic(_Q3, w)
+    mid = a <= 4.0  # selects, not branches: the loops over points stay SIMD
+    num = _horner(_P2, a) if mid else _INV_SQRTPI * q3 - p3
+    den = _horner_monic(_Q2, a) if mid else a * q3
+    v = small if a < 0.46875 else 0.5 * g * num / den
+    v = v if t >= 0.0 else 1.0 - v
+    far = 1.0 if t < 0.0 else 0.0
+    return v if math.fabs(t) < 40.0 else far
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _log1p_unit(e):
+    """log(1 + e) for 0 <= e <= 1 in arithmetic only: 2 atanh(s), s = e / (2 + e)
+    <= 1/3, by its series (``N_ATANH`` terms; a few ulp, as log1p)."""
+    s = e / (2.0 + e)
+    s2 = s * s
+    acc = 1.0 / (2 * N_ATANH + 1)
+    for j in range(N_ATANH - 1, -1, -1):
+        acc = acc * s2 + 1.0 / (2 * j + 1)
+    return 2.0 * s * acc
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+def _upper_tails(t, g, out):
+    for i in range(t.size):
+        out[i] = _upper_tail(t[i], g[i])
+
+
+def upper_tail(t: np.ndarray) -> np.ndarray:
+    """Phi(-t) elementwise (1-d), as scipy.special.ndtr(-t)."""
+    t = np.ascontiguousarray(t, dtype=np.float64)
+    out = np.empty_like(t)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _upper_tails(t, np.exp(-0.5 * t * t), out)
+    return out
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -106,10 +197,10 @@ def expected_softplus_series(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
-def _taylor(x, sd, ex, lg):
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _taylor(x, sd, ex):
     """E softplus(x + sd Z) by its Taylor series in sd^2 to eighth order, from
-    ex = e^{-|x|} and lg = log(1 + ex) (computed by vectorized NumPy):
+    ex = e^{-|x|} (computed by vectorized NumPy) and lg = log(1 + ex):
 
         sp(x) + sum_{k=1..4} sd^{2k} / (2^k k!) sp^(2k)(x),   sp(x) = max(x, 0) + lg,
 
@@ -119,6 +210,7 @@ def _taylor(x, sd, ex, lg):
     v' = v (1 - 2 sigma), (1 - 2 sigma)^2 = 1 - 4v). Within 2.2e-11 relative
     for sd <= 0.15 (tests/test_population.py).
     """
+    lg = _log1p_unit(ex)
     v = ex / ((1.0 + ex) * (1.0 + ex))
     s2 = sd * sd
     t4 = s2 * s2 / 384.0 * (1.0 - 126.0 * v + 1680.0 * v * v - 5040.0 * v * v * v)
@@ -127,65 +219,118 @@ def _taylor(x, sd, ex, lg):
     return max(x, 0.0) + lg + s2 * v * (0.5 + t2)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
-def _taylor_all(x, sd, ex, lg, out):
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+def _taylor_all(x, sd, ex, out):
     for i in range(x.size):
-        out[i] = _taylor(x[i], sd[i], ex[i], lg[i])
+        out[i] = _taylor(x[i], sd[i], ex[i])
 
 
 def taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """:func:`_taylor` elementwise on 1-d arrays (sd <= 0.15 for 2e-11 relative)."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     sd = np.ascontiguousarray(sd, dtype=np.float64)
-    ex = np.exp(-np.abs(x))
-    lg = np.log1p(ex)
     out = np.empty_like(x)
-    _taylor_all(x, sd, ex, lg, out)
+    _taylor_all(x, sd, np.exp(-np.abs(x)), out)
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
-def _scramble_sums(t, tail, x, sd, ex, lg, exact_loss, linear, taylor_sd, R, err, loss):
-    """Per scramble r (points r*M .. (r+1)*M - 1): the mean over points and
-    classes of the error Phi(-t) (``tail`` holds Phi(-t) for the points with
-    |t| < 40, in order; beyond, 0 or 1) and of the expected loss: x itself
-    for the linear loss; else :func:`_taylor` (from ex = e^{-|x|} and
-    lg = log(1 + ex)) where sd <= ``taylor_sd``, and the next value of
-    ``exact_loss`` where it is larger."""
-    N = t.shape[1]
-    M = N // R
-    j = 0  # tail and exact_loss were taken from (2, N) arrays in row-major order:
-    h = 0  # walk the points in that order (class, then point), scramble r = n // M
-    for r in range(R):
-        err[r] = 0.0
-        loss[r] = 0.0
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+def _add_softplus(v, e, w, out):
+    """out += w softplus(v), given e = e^{-|v|}."""
+    for i in range(v.size):
+        out[i] += w * (max(v[i], 0.0) + _log1p_unit(e[i]))
+
+
+def hermite(x: np.ndarray, sd: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """sum_h weights[h] softplus(x - sqrt(2) sd nodes[h]) elementwise on 1-d arrays
+    (Gauss-Hermite nodes and weights of E g(Z) = sum_h w_h g(sqrt(2) x_h)), a
+    node at a time through two reused work arrays (temporaries of every node
+    at once would be mapped from the OS on every call)."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    a = math.sqrt(2.0) * np.ascontiguousarray(sd, dtype=np.float64)
+    out = np.zeros_like(x)
+    v, e = np.empty_like(x), np.empty_like(x)
+    for xh, w in zip(nodes.tolist(), weights.tolist()):
+        np.multiply(a, xh, out=v)
+        np.subtract(x, v, out=v)  # the node's argument
+        np.abs(v, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        _add_softplus(v, e, w, out)
+    return out
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+def _point_terms(t, g, x, sd, ex, linear, err, loss):
+    """Per point: the error Phi(-t) (from g = e^{-t^2/2}) and the expected loss,
+    x itself for the linear loss, else :func:`_taylor` (from ex = e^{-|x|};
+    meaningful where sd <= TAYLOR_SD, the caller replaces the rest)."""
+    for i in range(t.size):
+        err[i] = _upper_tail(t[i], g[i])
+    if linear:
+        for i in range(t.size):
+            loss[i] = x[i]
+    else:
+        for i in range(t.size):
+            loss[i] = _taylor(x[i], sd[i], ex[i])
+
+
+def point_terms(t: np.ndarray, x: np.ndarray, sd: np.ndarray, linear: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_point_terms` on arrays of one shape: (error, loss) per point."""
+    shape = t.shape
+    t, x, sd = (np.ascontiguousarray(a, dtype=np.float64).reshape(-1) for a in (t, x, sd))
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = np.exp(-0.5 * t * t)
+    ex = np.exp(-np.abs(x))
+    err, loss = np.empty_like(t), np.empty_like(t)
+    _point_terms(t, g, x, sd, ex, bool(linear), err, loss)
+    return err.reshape(shape), loss.reshape(shape)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, inv, ym, sd, t):
+    """Per class c and point n, with the softmax weights factored as
+    wa[c, v] E[v, n]: inv = 1/S (0 where S <= ``underflow``), y times the
+    mean of f given zeta, its sd and their ratio t (IEEE: +-inf where sd = 0,
+    NaN for 0/0). Every loop runs along the points (SIMD, no reductions).
+    Returns how many (c, n) underflowed."""
+    T, N = E.shape
     for c in range(2):
-        for r in range(R):
-            e_acc = 0.0
-            l_acc = 0.0
-            for n in range(r * M, (r + 1) * M):
-                tv = t[c, n]
-                if abs(tv) < 40.0:
-                    e_acc += tail[j]
-                    j += 1
-                elif tv < 0.0:
-                    e_acc += 1.0
-                if linear:
-                    l_acc += x[c, n]
-                elif sd[c, n] <= taylor_sd:
-                    l_acc += _taylor(x[c, n], sd[c, n], ex[c, n], lg[c, n])
-                else:
-                    l_acc += exact_loss[h]
-                    h += 1
-            err[r] += e_acc
-            loss[r] += l_acc
-    for r in range(R):
-        err[r] /= 2 * M
-        loss[r] /= 2 * M
+        for n in range(N):
+            inv[c, n] = 0.0  # the normalizer S, then 1 / S
+            ym[c, n] = 0.0  # the weighted sum of values, then y times the mean
+            sd[c, n] = 0.0  # the weighted sum of squared weights, then the sd
+    for v in range(T):
+        for c in range(2):
+            w = wa[c, v]
+            wu, wb, w2 = w * anu[c, v], w * b, w * w
+            for n in range(N):
+                e = E[v, n]
+                inv[c, n] += w * e
+                ym[c, n] += (wu + wb * zeta[v, n]) * e
+                sd[c, n] += w2 * (e * e)
+    bad = 0
+    for c in range(2):
+        sign = 1.0 - 2.0 * c
+        for n in range(N):
+            S = inv[c, n]
+            ok = S > underflow
+            r = 1.0 / S if ok else 0.0
+            bad += 0 if ok else 1
+            m = sign * (ym[c, n] * r)
+            s = math.sqrt(sd[c, n]) * r * sdc
+            inv[c, n] = r
+            ym[c, n] = m
+            sd[c, n] = s
+            t[c, n] = m / s
+    return bad
 
 
-def scramble_sums(t, tail, x, sd, ex, lg, exact_loss, linear: bool, taylor_sd: float, R: int):
-    """:func:`_scramble_sums`: per-scramble (error, loss) means, each (R,)."""
-    err, loss = np.empty(R), np.empty(R)
-    _scramble_sums(t, tail, x, sd, ex, lg, exact_loss, linear, float(taylor_sd), R, err, loss)
-    return err, loss
+def conditional_moments(E, zeta, wa, anu, b: float, sdc: float, underflow: float):
+    """:func:`_conditional_moments`: (inv, y mean, sd, t), each (2, N), and the
+    number of underflowed normalizers."""
+    N = E.shape[1]
+    inv, ym, sd, t = (np.empty((2, N)) for _ in range(4))
+    bad = _conditional_moments(E, zeta, np.ascontiguousarray(wa), np.ascontiguousarray(anu), float(b),
+                               float(sdc), float(underflow), inv, ym, sd, t)  # fmt: skip
+    return inv, ym, sd, t, bad
