@@ -402,17 +402,6 @@ def orthonormal_basis(A: np.ndarray, rtol: float = 1e-10, with_factor: bool = Fa
     return (Q, sv[keep, None] * Vt[keep]) if with_factor else Q
 
 
-def gram_factor(H: np.ndarray) -> np.ndarray:
-    """An upper-triangular U with U^T U = H^T H (Cholesky of the Gram matrix;
-    QR when H has fewer rows than columns or is rank deficient)."""
-    if H.shape[0] >= H.shape[1]:
-        try:
-            return np.ascontiguousarray(np.linalg.cholesky(H.T @ H).T)
-        except np.linalg.LinAlgError:
-            pass
-    return np.ascontiguousarray(np.linalg.qr(H, mode="r"))
-
-
 def psd_factor(G: np.ndarray) -> np.ndarray:
     """A factor U with U^T U = G for a symmetric positive semi-definite G
     known up to rounding (Cholesky; eigenvalues clipped at 0 when G is

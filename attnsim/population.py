@@ -18,9 +18,10 @@ score of each role comes from the same points.
 
 Evaluation is vectorized over the points: the softmax weights factor into
 e^{a_t.q - max} (per class) times e^{sigma |q| zeta_t - max} (per point,
-shared by both classes), so one exponential per point and token and three
-small matrix products give every class's normalizer, mean and sum of squared
-scores. Irrelevant tokens (mean zero in both classes) need nothing per class.
+shared by both classes), so one exponential per point and token (NumPy) and
+one pass of multiply-adds (:func:`attnsim.kernels.population.conditional_moments`)
+give every class's normalizer, mean and sum of squared scores; the normal tail
+and the expected loss per point follow in SIMD Numba loops.
 At q = 0 attention is uniform and the integrand is constant: the closed form
 Phi(-|mu| / (sigma sqrt(2T))) (default roles) comes out exactly with error 0.
 """

@@ -1,7 +1,7 @@
-"""Numba kernels of the population metrics: the normal tail, the expected
-softplus of a Gaussian (Taylor series, Gauss-Hermite terms, and a closed-form
-series for large standard deviations) and the per-point terms of the error
-and loss (the softmax sums are vectorized NumPy in :mod:`attnsim.population`).
+"""Numba kernels of the population metrics (driven by :mod:`attnsim.population`):
+the factored softmax sums per point, the normal tail, the expected softplus of
+a Gaussian (Taylor series, Gauss-Hermite terms, and a closed-form series for
+large standard deviations) and the per-point terms of the error and loss.
 
 The per-point kernels use arithmetic only (no libm call: the exponentials come
 in from NumPy, whose exp is vectorized) and ``error_model="numpy"`` (no
