@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -82,11 +84,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
+    previous = _interruptible()
     try:
         return _dispatch(argv, t_start)
     except KeyboardInterrupt:
         print("attnsim: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interruptible():
+    """Ctrl-C raises KeyboardInterrupt, also while Numba compiles (see
+    parallel.on_signal); returns the handler replaced (None off the main thread)."""
+    from .parallel import on_signal
+
+    def _interrupt():
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return on_signal(signal.SIGINT, _interrupt)
 
 
 def _dispatch(argv: list[str] | None, t_start: float) -> int:

@@ -1,5 +1,6 @@
 """Two-way splits of NumPy and BLAS work that releases the GIL (the reduced
-engine's setup products, the population metrics).
+engine's setup products, the population metrics), and the signal handlers of
+attnsim's processes.
 
 The work is always cut into the same fixed pieces and the pieces are combined
 in a fixed order, so results do not depend on how many cores run them; the
@@ -10,19 +11,23 @@ that, one process per core).
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-_POOL: ThreadPoolExecutor | None = None
+_POOL = None
+_LLVM = f"{os.sep}llvmlite{os.sep}"
 
 
 def threads() -> int:
     return 1 if os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1 else 2
 
 
-def _pool() -> ThreadPoolExecutor:
+def _pool():
     global _POOL
     if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="attnsim")
     return _POOL
 
@@ -48,3 +53,26 @@ def halves(fn: Callable, n: int):
     h = n // 2
     second = submit(fn, h, n)
     return fn(0, h), second.result()
+
+
+def on_signal(signum: int, action: Callable[[], None]):
+    """Make ``action()`` (which raises, to unwind) the handler of ``signum``;
+    returns the handler it replaces.
+
+    Python runs a handler wherever the main thread is, and while Numba compiles
+    a kernel that can be inside a callback from LLVM, where an exception is
+    printed and dropped and the process carries on as if never signalled. There
+    the signal is instead sent again 50 ms later, once compilation has moved on."""
+
+    def handler(sig, frame):
+        f = frame
+        while f is not None:
+            if _LLVM in f.f_code.co_filename:
+                retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
+                retry.daemon = True
+                retry.start()
+                return
+            f = f.f_back
+        action()
+
+    return signal.signal(signum, handler)

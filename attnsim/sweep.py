@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .config import KEYS, Config, ConfigError, from_mapping, read_toml, suggest, unknown_key_message
+from .parallel import on_signal
 from .results import SCHEMA_VERSION, atomic_write, json_safe
 
 META_KEYS = ("name", "seeds", "save", "data")
@@ -549,10 +550,10 @@ def _worker_main(conn, root: str) -> None:
     record, and reports ("done", key, status) per point and ("idle",) per task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
 
-    def _term(*_):
+    def _term():
         raise SystemExit(143)  # unwinds: temporary files are removed, locks released
 
-    signal.signal(signal.SIGTERM, _term)
+    on_signal(signal.SIGTERM, _term)
     store = Store(Path(root))
     while True:
         try:

@@ -294,3 +294,61 @@ def test_ctrl_c_during_a_sweep_exits_130_and_leaves_no_partial_files(tmp_path):
     assert "Traceback" not in err
     leftovers = [p.name for p in recdir.iterdir() if not p.name.endswith(".json")]
     assert leftovers == [], leftovers  # no temporary files, no locks
+
+
+# A signal that arrives while Numba compiles can find Python inside a callback
+# from LLVM, where a raised exception is printed and dropped: the sweep worker
+# would carry on after SIGTERM (and be SIGKILLed, its lock left behind), and
+# Ctrl-C would be lost. The script raises the signal from inside such a callback.
+_IN_LLVM_CALLBACK = """
+import os, signal, sys
+import llvmlite.binding as llvm
+{install}
+llvm.initialize_native_target()
+llvm.initialize_native_asmprinter()
+module = llvm.parse_assembly("define i32 @f(i32 %x) {{ ret i32 %x }}")
+engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+
+def notify(mod, buf):
+    os.kill(os.getpid(), signal.{sig})
+    sum(range(100))  # Python runs the handler here, inside the callback
+
+engine.set_object_cache(notify_func=notify)
+try:
+    engine.finalize_object()
+    import time
+    time.sleep(5)
+except KeyboardInterrupt:
+    sys.exit(130)
+print("carried on after the signal", file=sys.stderr)
+"""
+
+_HANDLERS = {
+    "worker SIGTERM": (
+        "SIGTERM",
+        "from attnsim.parallel import on_signal\n"
+        "def stop():\n    raise SystemExit(143)\non_signal(signal.SIGTERM, stop)",
+        143,
+    ),
+    "cli Ctrl-C": ("SIGINT", "from attnsim.cli import _interruptible\n_interruptible()", 130),
+}
+
+
+@pytest.mark.parametrize("case", list(_HANDLERS))
+def test_a_signal_during_kernel_compilation_still_stops_the_process_cleanly(case):
+    sig, install, code = _HANDLERS[case]
+    script = _IN_LLVM_CALLBACK.format(install=install, sig=sig)
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert done.stderr == "" and time.time() - t0 < 4.5, done.stderr
+
+
+def test_the_compilation_signal_test_can_fail():
+    """Without the deferral the same script carries on after SIGTERM."""
+    install = "def stop(*_):\n    raise SystemExit(143)\nsignal.signal(signal.SIGTERM, stop)"
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_LLVM_CALLBACK.format(install=install, sig="SIGTERM")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and "carried on after the signal" in done.stderr, done.stderr
