@@ -279,7 +279,10 @@ def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
     args = ["run", "--set", "steps=3e6", "--set", "log_scale=log", "--out", "r"]
     t0 = time.time()
     code, err = _interrupt(args, tmp_path, lambda: time.time() > t0 + 4)
-    assert code == 130 and err.strip().splitlines() == ["attnsim: interrupted"], err
+    lines = err.strip().splitlines()
+    assert code == 130 and lines[-1] == "attnsim: interrupted", err
+    # the only other line allowed: the compiling notice (a cold or slow kernel cache)
+    assert all(line.startswith("attnsim: compiling kernels") for line in lines[:-1]), err
     assert not (tmp_path / "r").exists() and not list(tmp_path.rglob("*.tmp"))
 
 
