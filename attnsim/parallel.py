@@ -14,8 +14,12 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-_POOL = None
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+_POOL: ThreadPoolExecutor | None = None  # made on first use: the CLI imports this module at start-up
 _LLVM = f"{os.sep}llvmlite{os.sep}"
 
 
@@ -23,7 +27,7 @@ def threads() -> int:
     return 1 if os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1 else 2
 
 
-def _pool():
+def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
         from concurrent.futures import ThreadPoolExecutor

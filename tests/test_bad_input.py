@@ -304,7 +304,7 @@ def test_ctrl_c_during_a_sweep_exits_130_and_leaves_no_partial_files(tmp_path):
 # would carry on after SIGTERM (and be SIGKILLed, its lock left behind), and
 # Ctrl-C would be lost. The script raises the signal from inside such a callback.
 _IN_LLVM_CALLBACK = """
-import os, signal, sys
+import os, signal, sys, time
 import llvmlite.binding as llvm
 {install}
 llvm.initialize_native_target()
@@ -319,7 +319,6 @@ def notify(mod, buf):
 engine.set_object_cache(notify_func=notify)
 try:
     engine.finalize_object()
-    import time
     time.sleep(5)
 except KeyboardInterrupt:
     sys.exit(130)
