@@ -79,7 +79,9 @@ def test_bit_identical_reruns_in_fresh_processes(tmp_path):
 
 
 def test_runs_in_one_process_match_a_fresh_process(small_cfg, tmp_path):
-    """The per-process caches (reduced setup, Sobol points) do not change results."""
+    """The per-process caches (reduced setup, Sobol points) do not change
+    results, nor does the first run's setup on a second thread while the
+    kernels load (the fresh process)."""
     subprocess.run([sys.executable, "-c", _RERUN, str(tmp_path / "fresh")], check=True)
     cfg = {**small_cfg, "test_n": 30}
     attnsim.simulate({**cfg, "signal_norm": 9.0})  # fills the caches with this seed and setup
