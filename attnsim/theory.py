@@ -211,14 +211,17 @@ def gap_summaries(logits, roles, final_s, final_u, y, noisy, per_sample: bool = 
     out = {}
     gaps = np.full((L, n, T), np.nan)
     eff = np.full((L, n), np.nan)
-    for i in np.flatnonzero(sel >= 0):
-        z = logits[:, i, :]
-        zs = z[:, sel[i]]
-        others = np.delete(z, sel[i], axis=1)
-        gaps[:, i, :] = zs[:, None] - z
-        gaps[:, i, sel[i]] = np.nan
-        top = others.max(axis=1)
-        eff[:, i] = zs - top - np.log(np.exp(others - top[:, None]).sum(axis=1)) + math.log(m)
+    idx = np.flatnonzero(sel >= 0)
+    if idx.size and T >= 2:
+        z = logits[:, idx, :]  # (L, tracked samples, T)
+        tracked = np.zeros((idx.size, T), dtype=bool)
+        tracked[np.arange(idx.size), sel[idx]] = True
+        zs = z[:, tracked]  # (L, tracked samples): the tracked token's logit
+        others = z[:, ~tracked].reshape(L, idx.size, m)  # the other tokens, in order
+        gaps[:, idx, :] = zs[:, :, None] - z
+        gaps[:, idx, sel[idx]] = np.nan
+        top = others.max(axis=2)
+        eff[:, idx] = zs - top - np.log(np.exp(others - top[:, :, None]).sum(axis=2)) + math.log(m)
     for group, mask in (("clean", ~noisy), ("noisy", noisy)):
         members = mask & (sel >= 0)
         if not members.any() or T < 2:
