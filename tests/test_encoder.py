@@ -155,7 +155,8 @@ def test_encoder_data_draws_the_parameters_it_lacks(encoder_fixture_path, tmp_pa
         f.pop(k)
     path = tmp_path / "partial.npz"
     np.savez(path, **f)
-    r = attnsim.simulate({"model": "encoder", "mlp_dim": 16, "steps": 5, "test_n": 20}, data=path)
+    with pytest.warns(UserWarning, match="test_n .ignored: the data file's X_test decides"):
+        r = attnsim.simulate({"model": "encoder", "mlp_dim": 16, "steps": 5, "test_n": 20}, data=path)
     assert np.isfinite(r.final["train_loss"]) and r.config["mlp_dim"] == 16
 
 

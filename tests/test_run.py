@@ -91,6 +91,29 @@ def test_runs_in_one_process_match_a_fresh_process(small_cfg, tmp_path):
         np.testing.assert_array_equal(r.trajectory[k], fresh[k], err_msg=k)
 
 
+_OVERLAP = """
+import threading, attnsim, attnsim.run as R
+from attnsim.parallel import threads
+where = []
+build = R.build
+def spy(cfg, *args):
+    where.append((cfg.d, threading.current_thread() is threading.main_thread()))
+    return build(cfg, *args)
+R.build = spy
+for _ in range(2):
+    attnsim.simulate({"n": 8, "T": 6, "d": 100, "steps": 5, "pop_points": 64})
+print(threads(), [main for d, main in where if d == 100])
+"""
+
+
+def test_a_processes_first_setup_runs_while_the_kernels_load():
+    """The first run of a process builds its problem on the second thread
+    (while the main thread loads the kernels); later runs build it in turn."""
+    out = subprocess.run([sys.executable, "-c", _OVERLAP], check=True, capture_output=True, text=True).stdout
+    threads, where = out.split(maxsplit=1)
+    assert where.strip() == ("[False, True]" if threads == "2" else "[True, True]")
+
+
 _THREAD_SCRIPT = """
 import sys, numpy as np, attnsim
 r = attnsim.simulate({"engine": sys.argv[1], "d": 700, "steps": 60, "log_every": 20, "pop_points": 256})
