@@ -15,7 +15,6 @@ from . import dynamics, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine
-from .parallel import submit, threads
 from .population import HERMITE_NODES, Population, cached_sobol_normals, expected_softplus, hermite_rule
 from .realdata import Source, open_data
 
@@ -115,37 +114,19 @@ def simulate(
         cfg = config_for_data(cfg, ds, explicit=explicit)
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)
+    startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce)
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
     # elsewhere its threads keep spinning after each call and slow Numba's.
     setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1
+    with _blas().limit(limits=setup_threads, user_api="blas"):
+        if cfg.model == "encoder":
+            from .encoder import EncoderProblem
 
-    def setup():
-        t = time.perf_counter()
-        with _blas().limit(limits=setup_threads, user_api="blas"):
-            if cfg.model == "encoder":
-                from .encoder import EncoderProblem
-
-                enc_ds = generate(cfg, streams) if data is None else ds
-                return EncoderProblem(cfg, enc_ds, streams, reason), enc_ds, time.perf_counter() - t
-            problem, built_ds = build(cfg, ds if data is not None else None, streams, engine, reason)
-            return problem, built_ds, time.perf_counter() - t
-
-    if _warmup or cfg.integrator in _warm or cfg.model != "attention" or setup_threads != 1 or threads() == 1:
-        startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce)
-        t_sim = time.perf_counter()
-        problem, ds, _ = setup()
-        before = t_sim - t0 - startup  # the simulation's seconds before the setup
-    else:
-        # The first run in a process loads its kernels (Python, holding the
-        # GIL) while the setup (NumPy and BLAS, which release it) runs on the
-        # second thread; elapsed_s still counts the whole setup.
-        with _blas().limit(limits=1, user_api="blas"):
-            before = time.perf_counter() - t0
-            pending = submit(setup)
-            startup = ensure_compiled(cfg.integrator, announce)
-            problem, ds, setup_s = pending.result()
-        t_sim = time.perf_counter()
-        before += setup_s
+            if data is None:
+                ds = generate(cfg, streams)
+            problem = EncoderProblem(cfg, ds, streams, reason)
+        else:
+            problem, ds = build(cfg, ds if data is not None else None, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
     rel = np.zeros(ds.y.size * problem.T) if ds.roles is None else (ds.roles == 0).astype(np.float64).ravel()
     watch = LimitWatch(problem) if cfg.limit else None
@@ -167,7 +148,7 @@ def simulate(
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if limit_section is not None:
         theory_section["gen_never"] = limit_section.get("gen_never")
-    elapsed = before + time.perf_counter() - t_sim
+    elapsed = time.perf_counter() - t0 - startup
     res = results.Result(
         config=cfg.to_dict(),
         trajectory=arrays,

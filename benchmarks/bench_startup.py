@@ -8,9 +8,6 @@ kernel cache is warm, as after the first run):
 * ``attnsim --version``
 * ``attnsim run --quiet --out DIR`` (the default experiment), whose
   result.json also gives ``elapsed_s`` (the simulation) and ``startup_s``.
-  The first run of a process sets its problem up on the second thread while
-  the kernels load, so the two overlap: ``elapsed_s`` counts that setup in
-  full, slowed as it is by sharing the two cores with the loading.
 
 Prints medians with min-max spread and the ratios to the floor, and, as the
 floor of ``elapsed_s``, the seconds a fresh process needs only to draw the

@@ -79,9 +79,7 @@ def test_bit_identical_reruns_in_fresh_processes(tmp_path):
 
 
 def test_runs_in_one_process_match_a_fresh_process(small_cfg, tmp_path):
-    """The per-process caches (reduced setup, Sobol points) do not change
-    results, nor does the first run's setup on a second thread while the
-    kernels load (the fresh process)."""
+    """The per-process caches (reduced setup, Sobol points) do not change results."""
     subprocess.run([sys.executable, "-c", _RERUN, str(tmp_path / "fresh")], check=True)
     cfg = {**small_cfg, "test_n": 30}
     attnsim.simulate({**cfg, "signal_norm": 9.0})  # fills the caches with this seed and setup
@@ -89,29 +87,6 @@ def test_runs_in_one_process_match_a_fresh_process(small_cfg, tmp_path):
     fresh = np.load(tmp_path / "fresh" / "trajectory.npz")
     for k in ("train_loss", "pop_error", "pop_loss", "test_loss", "score_noisy_weak_opposite"):
         np.testing.assert_array_equal(r.trajectory[k], fresh[k], err_msg=k)
-
-
-_OVERLAP = """
-import threading, attnsim, attnsim.run as R
-from attnsim.parallel import threads
-where = []
-build = R.build
-def spy(cfg, *args):
-    where.append((cfg.d, threading.current_thread() is threading.main_thread()))
-    return build(cfg, *args)
-R.build = spy
-for _ in range(2):
-    attnsim.simulate({"n": 8, "T": 6, "d": 100, "steps": 5, "pop_points": 64})
-print(threads(), [main for d, main in where if d == 100])
-"""
-
-
-def test_a_processes_first_setup_runs_while_the_kernels_load():
-    """The first run of a process builds its problem on the second thread
-    (while the main thread loads the kernels); later runs build it in turn."""
-    out = subprocess.run([sys.executable, "-c", _OVERLAP], check=True, capture_output=True, text=True).stdout
-    threads, where = out.split(maxsplit=1)
-    assert where.strip() == ("[False, True]" if threads == "2" else "[True, True]")
 
 
 _THREAD_SCRIPT = """
