@@ -121,13 +121,17 @@ class Problem:
         return qk, qq
 
     def stepper(self, cfg: Config, rel: np.ndarray):
-        """The model stepper of this problem: GD steps, or the gradient flow."""
+        """The model stepper of this problem: GD steps (in the X W form when
+        log points are far apart, see :func:`attnsim.kernels.make_segment`),
+        or the gradient flow."""
         from .dynamics import GradientFlow
-        from .kernels import FlowField, Segment
+        from .kernels import FlowField, SegmentXW, make_segment
 
         args = (self.X2, self.y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel)
         if cfg.integrator == "gd":
-            return Segment(*args)
+            seg = make_segment(*args, log_gap=cfg.steps / max(1, n_log_points(cfg) - 1))
+            self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
+            return seg
         return GradientFlow(
             FlowField(*args), self.y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol
         )

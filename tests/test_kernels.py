@@ -79,7 +79,7 @@ def test_parallel_w_pass_matches_serial():
     from attnsim.kernels.attention import _w_pass
 
     W1, gp, part = W.copy(), np.empty(r), np.empty((kernels.N_CHUNKS, r))
-    _w_pass(W1, g, p, 0.1, gp, part)
+    _w_pass(W1, g, g, p, 0.1, gp, part)
     np.testing.assert_allclose(gp, W.T @ g, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(W1, W - 0.1 * np.outer(g, p), rtol=1e-14, atol=1e-14)
 
@@ -125,3 +125,55 @@ def test_frozen_state_is_reported():
     seg = kernels.Segment(X.reshape(4, 2), y, W, p, nu, 2, 0.1, ("W", "p"), "logistic", np.ones(4))
     status, step = seg.advance(0, 10)
     assert (status, step) == (kernels.FROZEN, 0)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("train", ["W,p", "W", "p"])
+def test_the_x_w_form_follows_the_w_form(train, loss):
+    """B = X W in place of W (nu fixed): the same trajectory, in-loop records,
+    observations and norms, and snapshots that restore it."""
+    X, y, W, p, nu = random_instance(8, n=5, T=3, k=17, r=13)
+    X2, rel = X.reshape(15, 17), np.tile([1.0, 0.0, 0.0], 5)
+    args = (X2, y, W, p, nu, 3, 0.7, train.split(","), loss, rel)
+    a, b = kernels.Segment(*args), kernels.SegmentXW(*args)
+    for step0, nsteps in ((0, 7), (7, 20), (27, 33)):
+        assert a.advance(step0, nsteps) == b.advance(step0, nsteps) == (kernels.OK, step0 + nsteps)
+        sa, sb = a.state(), b.state()
+        for key in ("W", "p", "nu"):
+            np.testing.assert_allclose(sb[key], sa[key], rtol=1e-11, atol=1e-12, err_msg=key)
+        np.testing.assert_array_equal(b.fit_since, a.fit_since)
+        np.testing.assert_allclose(b.S_acc, a.S_acc, rtol=1e-12)
+        np.testing.assert_allclose(b.observe().f, a.observe().f, rtol=1e-10, atol=1e-13)
+        assert b.extra_metrics()["W_dev"] == pytest.approx(a.extra_metrics()["W_dev"], rel=1e-10, abs=1e-13)
+    snap = b.snapshot()
+    W_then = b.state()["W"].copy()
+    b.advance(60, 5)
+    b.restore(snap)
+    np.testing.assert_allclose(b.state()["W"], W_then, rtol=1e-13, atol=1e-14)
+
+
+def test_make_segment_uses_the_x_w_form_only_where_it_pays_and_is_exact():
+    X, y, W, p, nu = random_instance(9, n=5, T=3, k=17, r=13)
+    X2, rel = X.reshape(15, 17), np.ones(15)
+    make = lambda X2_, train, gap: kernels.make_segment(X2_, y, W, p, nu, 3, 0.1, train, "logistic", rel, gap)
+    assert type(make(X2, ("W", "p"), 500)) is kernels.SegmentXW
+    assert type(make(X2, ("W", "p"), 10)) is kernels.Segment  # log points too close: rebuilding W costs more
+    assert type(make(X2, ("W", "p", "nu"), 500)) is kernels.Segment  # nu trained
+    near = X2.copy()
+    near[5] = near[4] + 1e-5 * near[3]  # K = X X^T ill-conditioned: W could not be rebuilt exactly
+    assert type(make(near, ("W", "p"), 500)) is kernels.Segment
+    X3, y3, W3, p3, nu3 = random_instance(9, n=5, T=4, k=17, r=13)  # n T = 20 > k: more tokens than rows of W
+    seg = kernels.make_segment(
+        X3.reshape(20, 17), y3, W3, p3, nu3, 4, 0.1, ("W", "p"), "logistic", np.ones(20), 500
+    )
+    assert type(seg) is kernels.Segment
+
+
+def test_the_x_w_form_reports_divergence_and_frozen_states():
+    X, y, W, p, nu = random_instance(6, n=4, T=3, k=14, r=9)
+    seg = kernels.SegmentXW(X.reshape(12, 14), y, W, p, nu, 3, 1e200, ("W", "p"), "linear", np.ones(12))
+    status, step = seg.advance(0, 50)
+    assert status == kernels.DIVERGED and 0 < step < 50
+    # nu = 0: every token value and output is 0, so every c_it = 0
+    seg = kernels.SegmentXW(X.reshape(12, 14), y, W, p, 0 * nu, 3, 0.1, ("W", "p"), "logistic", np.ones(12))
+    assert seg.advance(0, 10) == (kernels.FROZEN, 0)

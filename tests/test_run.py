@@ -228,3 +228,26 @@ def test_stalled_flow_stops_with_a_message(monkeypatch):
     monkeypatch.setattr(kernels.FlowField, "max_evals", 2000)
     with pytest.raises(SimulationError, match="gradient flow stalled"):
         attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 100, "lr": 1e300, "integrator": "flow"})
+
+
+def test_sparse_log_points_use_the_x_w_form_with_the_same_results():
+    """Log points 1000 steps apart: the GD kernel keeps X W (faster); the
+    final state matches a run logged every 10 steps (the W form) to rounding."""
+    cfg = {"n": 10, "T": 6, "d": 300, "steps": 1000, "pop_points": 256, "test_n": 50}
+    sparse = attnsim.simulate({**cfg, "log_every": 1000})
+    dense = attnsim.simulate({**cfg, "log_every": 10})
+    assert sparse.engine["gd_state"].startswith("X W") and dense.engine["gd_state"].startswith("W ")
+    for key in (
+        "train_loss",
+        "pop_error",
+        "pop_loss",
+        "test_loss",
+        "p_norm",
+        "W_dev",
+        "score_noisy_weak_opposite",
+    ):
+        assert sparse.trajectory[key][-1] == pytest.approx(dense.trajectory[key][-1], rel=1e-9, abs=1e-12), (
+            key
+        )
+    assert sparse.final["regime"] == dense.final["regime"]
+    np.testing.assert_array_equal(sparse.trajectory["fit_step"], dense.trajectory["fit_step"])

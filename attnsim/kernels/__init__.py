@@ -23,15 +23,17 @@ from .attention import (
     FlowField,
     Observation,
     Segment,
+    SegmentXW,
     f64,
     loss_and_grads,
     loss_kind_code,
+    make_segment,
     outputs,
 )
 from .population import expected_softplus_series
 
 __all__ = [
     "DIVERGED", "FROZEN", "LINEAR", "LOGISTIC", "N_CHUNKS", "OK", "PAR_MIN", "AttentionModel",
-    "EvaluationBudgetExceeded", "FlowField", "Observation", "Segment", "expected_softplus_series", "f64",
-    "loss_and_grads", "loss_kind_code", "outputs",
+    "EvaluationBudgetExceeded", "FlowField", "Observation", "Segment", "SegmentXW",
+    "expected_softplus_series", "f64", "loss_and_grads", "loss_kind_code", "make_segment", "outputs",
 ]  # fmt: skip
