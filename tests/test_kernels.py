@@ -157,7 +157,7 @@ def test_make_segment_uses_the_x_w_form_only_where_it_pays_and_is_exact():
     X2, rel = X.reshape(15, 17), np.ones(15)
     make = lambda X2_, train, gap: kernels.make_segment(X2_, y, W, p, nu, 3, 0.1, train, "logistic", rel, gap)
     assert type(make(X2, ("W", "p"), 500)) is kernels.SegmentXW
-    assert type(make(X2, ("W", "p"), 10)) is kernels.Segment  # log points too close: rebuilding W costs more
+    assert type(make(X2, ("W", "p"), 150)) is kernels.Segment  # log points too close: rebuilding W costs more
     assert type(make(X2, ("W", "p", "nu"), 500)) is kernels.Segment  # nu trained
     near = X2.copy()
     near[5] = near[4] + 1e-5 * near[3]  # K = X X^T ill-conditioned: W could not be rebuilt exactly

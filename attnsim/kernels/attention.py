@@ -43,8 +43,8 @@ update of W is g p^T with g = X^T c (c = dL/dz). So B = X W (n*T x r) follows
 and W = W(0) + X^T K^+ (B - B(0)) (the update lies in the span of the tokens).
 A step then reads B twice and K once, where the W form reads W twice and X
 twice: about 30% faster for the reduced engine (n*T = k - 2). W is rebuilt
-only when asked for (a log point), which costs about as much as 30 steps, so
-runs whose log points are far apart use this form (:func:`make_segment`).
+only when asked for (a log point), which costs what this form saves in about
+175 steps, so runs whose log points are far apart use it (:func:`make_segment`).
 
 Reproducibility
 ---------------
@@ -67,6 +67,7 @@ from ._flags import CACHE, FASTMATH
 
 XW_MAX_TOKENS = 4096  # the X W form keeps K = X X^T (n*T squared floats): at most 128 MB
 XW_MAX_COND = 1e6  # ... and is used when K's condition number is at most this (W rebuilt to ~1e-10)
+XW_MIN_LOG_GAP = 200  # ... and when log points are at least this many steps apart on average
 
 N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
 PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
@@ -628,11 +629,12 @@ def make_segment(X2, y, W, p, nu, T, lr, train, loss, rel, log_gap: float) -> Se
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
     is fixed, there are no more tokens than rows of W (n*T <= k, at most
     ``XW_MAX_TOKENS``), K = X X^T is well conditioned and log points are on
-    average ``log_gap`` >= 100 steps apart (rebuilding W costs about 30
-    steps); otherwise the W form (:class:`Segment`)."""
+    average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (rebuilding W at a
+    log point costs what the form saves in about 175 steps); otherwise the W
+    form (:class:`Segment`)."""
     X2 = f64(X2)
     nT, k = X2.shape
-    if "nu" not in train and log_gap >= 100 and nT <= min(k, XW_MAX_TOKENS):
+    if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
         K = np.ascontiguousarray(X2 @ X2.T)
         chol = _cholesky(K)
         if chol is not None:
