@@ -301,6 +301,20 @@ def _all_zero(a):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
+def _in_loop_records(data, work, step, fit_since, S_acc):
+    """Update fit_since and S_acc with the state at ``step`` (its outputs and
+    scores in ``work``); see :func:`_gd_segment`."""
+    y, T = data.y, data.T
+    for i in range(y.size):
+        if y[i] * work.f[i] > 0.0:
+            if fit_since[i] < 0:
+                fit_since[i] = step
+        else:
+            fit_since[i] = -1
+        S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
 def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc):
     """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which of
     the three are updated), keeping the in-loop records.
@@ -315,19 +329,12 @@ def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc
     gradient at state tau is exactly zero (a fixed point of GD in float64).
     """
     train_W, train_p, train_nu = train
-    y, T = data.y, data.T
     for k in range(nsteps):
         step = step0 + k
         L = _forward_backward(data, W, p, nu, work, train_nu or k == 0, train_nu)
         if not math.isfinite(L):
             return DIVERGED, step
-        for i in range(y.size):
-            if y[i] * work.f[i] > 0.0:
-                if fit_since[i] < 0:
-                    fit_since[i] = step
-            else:
-                fit_since[i] = -1
-            S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
+        _in_loop_records(data, work, step, fit_since, S_acc)
         if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
             return FROZEN, step
         if train_W:
@@ -349,8 +356,7 @@ def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, 
     (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except
     that divergence is seen in the loss (z = B p) and |p|^2."""
     train_W, train_p = train
-    y, T = data.y, data.T
-    n = y.size
+    n = data.y.size
     for k in range(nsteps):
         step = step0 + k
         if not math.isfinite(_sumsq(p)):
@@ -359,13 +365,7 @@ def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, 
         L = _block_coeffs(data, 0, n, work)
         if not math.isfinite(L):
             return DIVERGED, step
-        for i in range(n):
-            if y[i] * work.f[i] > 0.0:
-                if fit_since[i] < 0:
-                    fit_since[i] = step
-            else:
-                fit_since[i] = -1
-            S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
+        _in_loop_records(data, work, step, fit_since, S_acc)
         if _all_zero(work.c):
             return FROZEN, step
         if train_W:
