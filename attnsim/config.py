@@ -8,6 +8,7 @@ with one line naming the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -137,6 +138,7 @@ _CHOICES = {
 }
 
 
+@functools.cache
 def _kind(name: str) -> str:
     t = str(_TYPES[name])
     for k in ("bool", "int", "float", "str"):
@@ -333,7 +335,7 @@ def from_mapping(values: Mapping[str, Any], base: Config | None = None) -> Confi
     for key in values:
         if key not in KEYS:
             raise ConfigError(unknown_key_message(key))
-    return (base or Config()).replace(**dict(values))
+    return Config(**dict(values)) if base is None else base.replace(**dict(values))
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

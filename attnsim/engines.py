@@ -270,7 +270,8 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
         items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
         items.append(("d", "W(0) row blocks", f * min(float(d) * d, max(1 << 22, 64.0 * d))))
     if engine != "dense":
-        items.append(("n, T", f"the reduced W, W(0) and factors (4 k^2 floats, k = {k:.3g})", 4 * f * k * r))
+        what = f"the reduced W, W(0), factors, X W, X W(0) and X X^T (8 k^2 floats, k = {k:.3g})"
+        items.append(("n, T", what, 8 * f * k * r))
     items.append(("test_n, T", f"the test set (test_n*T*(k+r) = {cfg.test_n:.3g}*{T}*{k + r:.3g} floats)",
                   f * cfg.test_n * T * (k + r)))  # fmt: skip
     items.append(

@@ -40,7 +40,7 @@ update of W is g p^T with g = X^T c (c = dL/dz). So B = X W (n*T x r) follows
 
     B <- B - lr (K c) p^T,   p <- p - lr B^T c,   z = B p,   K = X X^T,
 
-and W = W(0) + X^T K^+ (B - B(0)) (the update lies in the span of the tokens).
+and W = W(0) + X^T K^-1 (B - B(0)) (the update lies in the span of the tokens).
 A step then reads B twice and K once, where the W form reads W twice and X
 twice: about 30% faster for the reduced engine (n*T = k - 2). W is rebuilt
 only when asked for (a log point), which costs what this form saves in about
