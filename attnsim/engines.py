@@ -66,6 +66,7 @@ from .data import (
 from .parallel import halves, submit
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
+KEEP_W0_BYTES = 256 * 1024**2  # setups up to d = 5792 draw W(0) once into a reused array
 SETUP_CACHE_SIZE = 4  # reduced setups kept per process (sweeps share them across signal strengths)
 SETUP_CACHE: OrderedDict = OrderedDict()
 
@@ -268,7 +269,9 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
         items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
     elif engine == "reduced":
         items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
-        items.append(("d", "W(0) row blocks", f * min(float(d) * d, max(1 << 22, 64.0 * d))))
+        whole = f * d * d
+        items.append(("d", "W(0)" if whole <= KEEP_W0_BYTES else "W(0) row blocks",
+                      whole if whole <= KEEP_W0_BYTES else f * max(1 << 22, 64.0 * d)))  # fmt: skip
     if engine != "dense":
         what = f"the reduced W, W(0), factors, X W, X W(0) and X X^T (8 k^2 floats, k = {k:.3g})"
         items.append(("n, T", what, 8 * f * k * r))
@@ -497,8 +500,10 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     (a cached setup then gives identical results whatever the run order).
     Otherwise Q spans the tokens, the signals given and nu.
 
-    Two passes over W(0) (stored, or drawn in row blocks and drawn again: memory
-    O(d k + block)): M = W(0)^T Q, then the Gram matrix of W(0) R. With
+    Two passes over W(0) (given; drawn once into an array the process reuses
+    when it takes at most ``KEEP_W0_BYTES``; otherwise drawn in row blocks and
+    drawn again, memory O(d k + block)): M = W(0)^T Q, then the Gram matrix of
+    W(0) R. With
     M = R T (R orthonormal, from :func:`orthonormal_basis`), W~(0) = M^T R = T^T
     (plus a zero column for the direction of p(0), orthogonal to span(M)), and
     H = (I - QQ^T) W(0) R has H^T H = (W(0) R)^T W(0) R - W~(0)^T W~(0). Each
@@ -511,10 +516,11 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     single = None
     if W0 is None:
         replay = copy.deepcopy(streams.init)
-        rows = W0_block_rows(d)
-        buf = np.empty((rows, d))
-        if rows == d:  # one block: draw W(0) while Q is built
-            single = submit(lambda: [None for _ in W0_blocks(cfg, streams.init, d, buf=buf)])
+        if 8.0 * d * d <= KEEP_W0_BYTES:  # all of W(0), drawn once while Q is built
+            buf = _w0_buffer(d)
+            single = submit(lambda: [None for _ in W0_blocks(cfg, streams.init, d, out=buf)])
+        else:
+            buf = np.empty((W0_block_rows(d), d))
     X2 = X.reshape(n * T, d)
     if generated:
         A = np.zeros((d, n * T + 2))
@@ -563,6 +569,17 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
         "W0_source": (cfg, replay) if user_W0 is None else user_W0,
         "info": {"k": Q.shape[1], "r": R.shape[1]},
     }
+
+
+_W0_BUFFER: list = [np.empty(0)]
+
+
+def _w0_buffer(d: int) -> np.ndarray:
+    """A d x d work array for W(0), reused by later setups of the process
+    (a fresh one of 100+ MB costs its page faults on every setup)."""
+    if _W0_BUFFER[0].size < d * d:
+        _W0_BUFFER[0] = np.empty(d * d)
+    return _W0_BUFFER[0][: d * d].reshape(d, d)
 
 
 def _split_sum(fn, rows: int):

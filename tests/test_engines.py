@@ -72,23 +72,30 @@ def test_reduced_equals_dense_with_user_arrays(fixture_path, tmp_path):
 
 
 def test_reduced_engine_never_forms_a_d_by_d_matrix(monkeypatch):
-    """Above one W(0) block the reduced setup streams W(0): its peak memory
-    (NumPy allocations are traced) stays well below one d x d array."""
+    """Above KEEP_W0_BYTES the reduced setup streams W(0) in blocks: its peak
+    memory (NumPy allocations are traced) stays well below one d x d array,
+    and it gives the numbers of the setup that keeps W(0) (to rounding)."""
     import tracemalloc
 
     from attnsim import data, engines
 
     d = 1500
+    cfg = {"n": 4, "T": 4, "d": d, "steps": 5, "engine": "reduced", "pop_points": 256}
+    engines.SETUP_CACHE.clear()
+    kept = attnsim.simulate(cfg)
     monkeypatch.setattr(data, "BLOCK_ELEMENTS", 100 * d)  # blocks of 100 rows
+    monkeypatch.setattr(engines, "KEEP_W0_BYTES", 0)
     engines.SETUP_CACHE.clear()
     tracemalloc.start()
     try:
-        r = attnsim.simulate({"n": 4, "T": 4, "d": d, "steps": 5, "engine": "reduced", "pop_points": 256})
+        r = attnsim.simulate(cfg)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert r.engine["used"] == "reduced"
     assert peak < 0.25 * 8 * d * d, peak  # a d x d float64 array alone is 18 MB
+    for key in ("train_loss", "pop_error", "W_dev"):  # the products summed over other blocks: rounding
+        np.testing.assert_allclose(r.trajectory[key], kept.trajectory[key], rtol=1e-12, err_msg=key)
     engines.SETUP_CACHE.clear()
     dense = attnsim.simulate({"n": 4, "T": 4, "d": d, "steps": 5, "engine": "dense", "pop_points": 256})
     np.testing.assert_allclose(r.trajectory["train_loss"], dense.trajectory["train_loss"], rtol=1e-12)
