@@ -269,9 +269,10 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
         items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
     elif engine == "reduced":
         items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
-        whole = f * d * d
-        items.append(("d", "W(0)" if whole <= KEEP_W0_BYTES else "W(0) row blocks",
-                      whole if whole <= KEEP_W0_BYTES else f * max(1 << 22, 64.0 * d)))  # fmt: skip
+        if keeps_w0(d):
+            items.append(("d", "W(0)", f * d * d))
+        else:
+            items.append(("d", "W(0) row blocks", f * max(1 << 22, 64.0 * d)))
     if engine != "dense":
         what = f"the reduced W, W(0), factors, X W, X W(0) and X X^T (8 k^2 floats, k = {k:.3g})"
         items.append(("n, T", what, 8 * f * k * r))
@@ -516,7 +517,7 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     single = None
     if W0 is None:
         replay = copy.deepcopy(streams.init)
-        if 8.0 * d * d <= KEEP_W0_BYTES:  # all of W(0), drawn once while Q is built
+        if keeps_w0(d):  # all of W(0), drawn once while Q is built
             buf = _w0_buffer(d)
             single = submit(lambda: [None for _ in W0_blocks(cfg, streams.init, d, out=buf)])
         else:
@@ -572,6 +573,12 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
 
 
 _W0_BUFFER: list = [np.empty(0)]
+
+
+def keeps_w0(d: int) -> bool:
+    """Whether the reduced setup keeps all of a d x d W(0) (drawn once) rather
+    than streaming it in row blocks (drawn twice)."""
+    return 8.0 * d * d <= KEEP_W0_BYTES
 
 
 def _w0_buffer(d: int) -> np.ndarray:

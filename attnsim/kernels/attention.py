@@ -565,8 +565,7 @@ class SegmentXW(Segment):
         if self.train[2]:
             raise ValueError("SegmentXW: nu must be fixed (train without nu)")
         X = self.data.X2
-        self.K = np.ascontiguousarray(X @ X.T) if K is None else K
-        self.chol = _cholesky(self.K) if chol is None else chol
+        self.K, self.chol = _token_gram(X) if K is None else (K, chol)
         if self.chol is None:
             raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
         self.B0 = np.ascontiguousarray(X @ self.W0)
@@ -613,16 +612,18 @@ class SegmentXW(Segment):
         self._fresh = False
 
 
-def _cholesky(K: np.ndarray) -> np.ndarray | None:
-    """The lower Cholesky factor of K when K's condition number is at most
-    ``XW_MAX_COND`` (LAPACK's estimate), else None."""
+def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """K = X X^T and its lower Cholesky factor when K's condition number is at
+    most ``XW_MAX_COND`` (LAPACK's estimate), else None."""
     from scipy.linalg import lapack
+
+    K = np.ascontiguousarray(X @ X.T)
 
     L, info = lapack.dpotrf(K, lower=1, clean=1)
     if info != 0:
-        return None
+        return K, None
     rcond, info = lapack.dpocon(L, np.abs(K).sum(axis=0).max(), uplo="L")
-    return L if info == 0 and rcond * XW_MAX_COND >= 1.0 else None
+    return K, (L if info == 0 and rcond * XW_MAX_COND >= 1.0 else None)
 
 
 def make_segment(X2, y, W, p, nu, T, lr, train, loss, rel, log_gap: float) -> Segment:
@@ -635,8 +636,7 @@ def make_segment(X2, y, W, p, nu, T, lr, train, loss, rel, log_gap: float) -> Se
     X2 = f64(X2)
     nT, k = X2.shape
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
-        K = np.ascontiguousarray(X2 @ X2.T)
-        chol = _cholesky(K)
+        K, chol = _token_gram(X2)
         if chol is not None:
             return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, K=K, chol=chol)
     return Segment(X2, y, W, p, nu, T, lr, train, loss, rel)
