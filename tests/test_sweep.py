@@ -108,7 +108,9 @@ def _workers_of(pid):
 
 
 def test_sweep_survives_a_killed_worker(tmp_path):
-    proc = _script(tmp_path, 2, seeds=24, steps=1500)
+    # points of about 0.25 s: the kill, a few ms after a record appears, finds the
+    # worker inside its next point rather than between points (30 ms points raced)
+    proc = _script(tmp_path, 2, seeds=24, steps=20000)
     _wait_for_records(tmp_path / "k" / "records", 2, proc)
     victims = _workers_of(proc.pid)
     assert victims
