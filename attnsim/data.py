@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import MAX_NORM, Config, ConfigError, exact_fraction
+from .parallel import halves
 
 ROLE_NAMES = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
 RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, IRRELEVANT = range(4)
@@ -304,12 +305,41 @@ def draw_test_set(cfg: Config, rng: np.random.Generator, k: int, mu_pos, mu_neg,
 
 
 def draw_W0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
-    """W(0), d x d, drawn in row blocks (the reduced engine streams the same blocks)."""
+    """W(0), d x d: the numbers of :func:`W0_blocks` (the reduced engine can stream the same blocks)."""
     d = cfg.d if d is None else d
-    W = np.empty((d, d))
-    for _ in W0_blocks(cfg, rng, d, out=W):
-        pass
-    return W
+    return fill_W0(cfg, rng, np.empty((d, d)))
+
+
+def fill_W0(cfg: Config, rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
+    """W(0) into ``out`` (d x d), the numbers of :func:`W0_blocks`, and ``rng``
+    left where they leave it.
+
+    The uniform init takes exactly one 64-bit draw of the stream per number, so
+    the two halves of the rows are drawn at once (:func:`attnsim.parallel.halves`)
+    from copies of the stream, the second jumped ahead past the first half
+    (``PCG64.advance``); the stream is then jumped past all d^2 numbers.
+    """
+    d = out.shape[0]
+    bg = rng.bit_generator
+    state = bg.state
+    if cfg.init_W in ("gaussian", "identity") or not hasattr(bg, "advance") or state.get("has_uint32", 1):
+        for _ in W0_blocks(cfg, rng, d, out=out):
+            pass
+        return out
+    a = cfg.W_scale * math.sqrt(3.0)
+
+    def rows(lo: int, hi: int) -> None:
+        copy = type(bg)()
+        copy.state = state
+        copy.advance(lo * d)
+        block = out[lo:hi]
+        np.random.Generator(copy).random(out=block)
+        block *= 2.0 * a
+        block -= a  # as W0_blocks
+
+    halves(rows, d)
+    bg.advance(d * d)
+    return out
 
 
 def W0_block_rows(d: int) -> int:

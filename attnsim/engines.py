@@ -60,6 +60,7 @@ from .data import (
     draw_p0,
     draw_test_set,
     draw_W0,
+    fill_W0,
     generate,
     signals,
 )
@@ -502,9 +503,11 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     Otherwise Q spans the tokens, the signals given and nu.
 
     Two passes over W(0) (given; drawn once into an array the process reuses
-    when it takes at most ``KEEP_W0_BYTES``; otherwise drawn in row blocks and
+    when it takes at most ``KEEP_W0_BYTES``, its two halves at once by
+    :func:`attnsim.data.fill_W0` while Q is built; otherwise drawn in row blocks and
     drawn again, memory O(d k + block)): M = W(0)^T Q, then the Gram matrix of
-    W(0) R. With
+    W(0) R, both written with W(0) as the right-hand factor (Q^T W(0), R^T W(0)^T),
+    which BLAS runs about 30% faster here than W(0)^T Q and W(0) R. With
     M = R T (R orthonormal, from :func:`orthonormal_basis`), W~(0) = M^T R = T^T
     (plus a zero column for the direction of p(0), orthogonal to span(M)), and
     H = (I - QQ^T) W(0) R has H^T H = (W(0) R)^T W(0) R - W~(0)^T W~(0). Each
@@ -519,7 +522,7 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
         replay = copy.deepcopy(streams.init)
         if keeps_w0(d):  # all of W(0), drawn once while Q is built
             buf = _w0_buffer(d)
-            single = submit(lambda: [None for _ in W0_blocks(cfg, streams.init, d, out=buf)])
+            single = submit(fill_W0, cfg, streams.init, buf)
         else:
             buf = np.empty((W0_block_rows(d), d))
     X2 = X.reshape(n * T, d)
@@ -538,10 +541,12 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
         blocks = W0_blocks(cfg, streams.init, d, buf=buf)
     else:
         blocks = [(0, W0)]
-    M = None
+    QT = np.ascontiguousarray(Q.T)
+    MT = None  # M^T = Q^T W(0), k x d (as Q^T times row blocks: faster in BLAS than W(0)^T Q)
     for lo, block in blocks:
-        part = _split_sum(lambda a, b, blk=block, lo=lo: blk[a:b].T @ Q[lo + a : lo + b], block.shape[0])
-        M = part if M is None else M + part
+        part = _split_sum(lambda a, b, blk=block, lo=lo: QT[:, lo + a : lo + b] @ blk[a:b], block.shape[0])
+        MT = part if MT is None else MT + part
+    M = MT.T
     p0 = p0 if p0 is not None else draw_p0(cfg, streams.init, d)
     R, Tm = orthonormal_basis(M, with_factor=True)
     W0r = Tm.T  # = M^T R
@@ -554,11 +559,12 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     elif W0 is None:
         blocks = W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
     G = np.zeros((R.shape[1], R.shape[1]))
+    RT = np.ascontiguousarray(R.T)
     for _, block in blocks:
 
         def gram(a, b, blk=block):
-            N = blk[a:b] @ R
-            return N.T @ N
+            NT = RT @ blk[a:b].T  # (W(0) R)^T of the rows a..b
+            return NT @ NT.T
 
         G += _split_sum(gram, block.shape[0])
     return {

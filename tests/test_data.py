@@ -114,6 +114,27 @@ def test_W0_row_blocks_equal_one_draw(monkeypatch):
     np.testing.assert_array_equal(draw_W0(Config(d=5, init_W="identity"), make_streams(0).init), np.eye(5))
 
 
+@pytest.mark.parametrize("d", [1, 2, 7, 301])
+@pytest.mark.parametrize("one_thread", [False, True])
+def test_W0_drawn_in_two_halves_at_once_is_the_sequential_draw(d, one_thread, monkeypatch):
+    """fill_W0 draws the halves of the rows from copies of the stream jumped
+    ahead: the same numbers as one sequential draw, and the stream is left
+    where the sequential draw leaves it (p(0) comes next)."""
+    from attnsim.data import fill_W0
+
+    if one_thread:
+        monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    cfg = Config(d=max(d, 2))
+    seq, fast = make_streams(5).init, make_streams(5).init
+    ref = np.empty((d, d))
+    for _ in W0_blocks(cfg, seq, d, out=ref):
+        pass
+    out = fill_W0(cfg, fast, np.full((d, d), np.nan))
+    np.testing.assert_array_equal(out, ref)
+    assert fast.bit_generator.state == seq.bit_generator.state
+    np.testing.assert_array_equal(fast.standard_normal(3), seq.standard_normal(3))
+
+
 def _write(tmp_path, **arrays):
     path = tmp_path / "d.npz"
     np.savez(path, **arrays)
