@@ -154,6 +154,12 @@ class Recorder:
         if self.save_scores:
             self.extra["scores"].append(s)
 
+    def add(self, j: int, evaluated: dict) -> None:
+        """Metrics of log point ``j`` that arrived after its row was recorded."""
+        row = self.rows[j]
+        row.update(evaluated)
+        _check_finite(row)
+
     def arrays(self) -> dict[str, np.ndarray]:
         keys: dict[str, None] = {}
         for row in self.rows:
@@ -203,12 +209,16 @@ def run(
     refine: bool = False,
 ) -> Trajectory:
     """Advance ``stepper`` along :func:`log_grid`, recording every log point;
-    ``evaluate`` runs at the :func:`pop_indices` points, ``watch`` (if given)
-    sees the parameters at every log point. With ``refine`` the times at which
-    the fresh relevant score last rises to ``gen_score`` and the population
-    loss settles are located between log points (:func:`refine_crossing`)."""
+    ``evaluate`` runs at the :func:`pop_indices` points (through its
+    ``defer``, if it has one, on a second thread while the steps go on),
+    ``watch`` (if given) sees the parameters at every log point. With
+    ``refine`` the times at which the fresh relevant score last rises to
+    ``gen_score`` and the population loss settles are located between log
+    points (:func:`refine_crossing`)."""
     grid = log_grid(cfg)
     at = set(pop_indices(len(grid), cfg.pop_log_points).tolist()) if evaluate is not None else set()
+    defer = None if refine else getattr(evaluate, "defer", None)
+    pending: list[tuple[int, object]] = []  # (log point, job) of deferred evaluations
     snaps: dict[int, object] = {}
     rec = Recorder(ds, grid, save_scores)
     bar = _progress_bar(cfg.steps, progress)
@@ -238,14 +248,26 @@ def run(
                     bar.update(reached - step)
                 step = reached
             S = stepper.S_acc if frozen_at is None else S_frozen + incr * (target - frozen_at - 1)
-            with np.errstate(over="ignore", invalid="ignore"):
-                evaluated = evaluate(stepper.state()) if j in at else {}
+            evaluated, job = {}, None
+            if j in at and defer is not None:
+                job = defer(stepper.state())
+            elif j in at:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    evaluated = evaluate(stepper.state())
             rec.record(j, stepper.observe(), S, stepper.extra_metrics(), evaluated)
+            if job is not None:
+                pending.append((j, job))
             if watch is not None:
                 watch(stepper.state())
             if refine and j in at:
                 snaps[int(target)] = stepper.snapshot()
+        _collect(rec, pending)
+    except SimulationError:
+        _collect(rec, pending)  # an overflow at an earlier log point is the one to report
+        raise
     finally:
+        for _, job in pending:
+            job.cancel()
         if bar is not None:
             bar.close()
     # the in-loop fit record, closed with the final state (the last log point)
@@ -276,6 +298,18 @@ def run(
         state=state,
         refined=refined,
     )
+
+
+def _collect(rec: Recorder, pending: list) -> None:
+    """Add the deferred evaluations to their rows, in log order (a metric that
+    overflowed raises SimulationError naming its step)."""
+    while pending:
+        j, job = pending.pop(0)
+        try:
+            rec.add(j, job.result())
+        except SimulationError:
+            pending.clear()  # the later ones do not matter
+            raise
 
 
 def refine_crossing(stepper, snap, a: float, b: float, g: Callable[[dict], float], integer: bool) -> float:

@@ -139,23 +139,40 @@ class Problem:
         )
 
     def evaluator(self, cfg: Config, pop):
-        """Test-set and population metrics of a state, or None when there are neither."""
+        """Test-set and population metrics of a state, or None when there are
+        neither. Its ``defer(state)`` returns a job whose ``result()`` gives the
+        same dict: the population part runs on the background thread
+        (:func:`attnsim.parallel.in_background`) from the state's scalars, so
+        the caller may move the state on at once."""
         from .metrics import test_set_metrics
+        from .parallel import in_background
+        from .population import state_scalars
 
         if self.X2_test is None and pop is None:
             return None
 
+        def test_part(W, p, nu) -> dict:
+            if self.X2_test is None:
+                return {}
+            return test_set_metrics(self.X2_test, self.O_test, self.y_test, self.T, W, p, nu, cfg.loss)
+
         def evaluate(state: dict) -> dict:
             W, p, nu = state["W"], state["p"], state["nu"]
-            out = {}
-            if self.X2_test is not None:
-                out.update(
-                    test_set_metrics(self.X2_test, self.O_test, self.y_test, self.T, W, p, nu, cfg.loss)
-                )
+            out = test_part(W, p, nu)
             if pop is not None:
-                out.update(pop.evaluate_state(self, W, p, nu))
+                out.update(pop.evaluate(*state_scalars(self, W, p, nu)))
             return out
 
+        def defer(state: dict) -> _Deferred:
+            W, p, nu = state["W"], state["p"], state["nu"]
+            job = (
+                None
+                if pop is None
+                else in_background(_quiet_call, pop.evaluate, state_scalars(self, W, p, nu))
+            )
+            return _Deferred(test_part(W, p, nu), job)
+
+        evaluate.defer = defer
         return evaluate
 
     def W0_full(self) -> np.ndarray:
@@ -375,6 +392,27 @@ def _build_dense(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> Pro
         mu_neg=ds.mu_neg,
         W0_source=W0,
     )
+
+
+class _Deferred:
+    """Metrics computed now (``done``) plus those of a background job."""
+
+    def __init__(self, done: dict, job):
+        self.done, self.job = done, job
+
+    def result(self) -> dict:
+        return self.done if self.job is None else {**self.done, **self.job.result()}
+
+    def cancel(self) -> None:
+        if self.job is not None and hasattr(self.job, "cancel"):
+            self.job.cancel()
+
+
+def _quiet_call(fn, args):
+    """fn(*args) with overflow and invalid-value warnings off (as the driver
+    runs evaluations; NumPy's error state is per thread)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return fn(*args)
 
 
 def orthonormal_basis(A: np.ndarray, rtol: float = 1e-10, with_factor: bool = False):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 _POOL: ThreadPoolExecutor | None = None  # made on first use: the CLI imports this module at start-up
+_QUEUE: ThreadPoolExecutor | None = None
 _LLVM = f"{os.sep}llvmlite{os.sep}"
 
 
@@ -42,6 +43,22 @@ def submit(fn: Callable, *args):
     if threads() == 1:
         return _Done(fn(*args))
     return _pool().submit(fn, *args)
+
+
+def in_background(fn: Callable, *args):
+    """Queue ``fn(*args)`` on one background thread that runs its jobs in the
+    order given, one at a time (or run it now with one thread); returns an
+    object whose ``result()`` gives its value. For work that overlaps the
+    caller's own (population metrics while the steps go on): the jobs may
+    share buffers, since they never run at the same time."""
+    global _QUEUE
+    if threads() == 1:
+        return _Done(fn(*args))
+    if _QUEUE is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _QUEUE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnsim-queue")
+    return _QUEUE.submit(fn, *args)
 
 
 class _Done:

@@ -349,16 +349,16 @@ class Population:
 
     def evaluate_state(self, problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict:
         """:meth:`evaluate` for an engine-coordinate state of ``problem``."""
-        qk, qq = problem.q_norm2(W, p)
-        return self.evaluate(
-            qk @ problem.mu_pos,
-            qk @ problem.mu_neg,
-            qk @ nu,
-            qq,
-            nu @ problem.mu_pos,
-            nu @ problem.mu_neg,
-            nu @ nu,
-        )
+        return self.evaluate(*state_scalars(problem, W, p, nu))
+
+
+def state_scalars(problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> tuple[float, ...]:
+    """The seven scalars :meth:`Population.evaluate` takes, of an engine-coordinate
+    state of ``problem``: q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
+    qk, qq = problem.q_norm2(W, p)
+    vals = (qk @ problem.mu_pos, qk @ problem.mu_neg, qk @ nu, qq, nu @ problem.mu_pos, nu @ problem.mu_neg,
+            nu @ nu)  # fmt: skip
+    return tuple(float(v) for v in vals)
 
 
 def uniform_error(signal_norm: float, sigma: float, T: int) -> float:

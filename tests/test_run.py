@@ -251,3 +251,42 @@ def test_sparse_log_points_use_the_x_w_form_with_the_same_results():
         )
     assert sparse.final["regime"] == dense.final["regime"]
     np.testing.assert_array_equal(sparse.trajectory["fit_step"], dense.trajectory["fit_step"])
+
+
+def test_population_metrics_computed_beside_the_steps_equal_inline_ones(small_cfg, monkeypatch):
+    """The driver hands population metrics to a second thread (the evaluator's
+    ``defer``) while the steps go on; the same run evaluated inline agrees exactly."""
+    from attnsim import engines, parallel
+    from attnsim.metrics import POP_KEYS
+
+    assert parallel.threads() == 2 or os.environ.get("NUMBA_NUM_THREADS") == "1"
+    deferred = attnsim.simulate(small_cfg)
+    build = engines.Problem.evaluator
+
+    def inline_only(self, cfg, pop):
+        evaluate = build(self, cfg, pop)
+        return None if evaluate is None else (lambda state: evaluate(state))  # no .defer
+
+    monkeypatch.setattr(engines.Problem, "evaluator", inline_only)
+    inline = attnsim.simulate(small_cfg)
+    assert np.isfinite(deferred.trajectory["pop_loss"]).sum() == 11
+    for key in POP_KEYS:
+        np.testing.assert_array_equal(deferred.trajectory[key], inline.trajectory[key])
+
+
+def test_a_deferred_metric_that_overflows_names_its_step(small_cfg, monkeypatch):
+    from attnsim import population
+    from attnsim.run import ensure_compiled
+
+    ensure_compiled("gd")  # its warm-up run evaluates too
+    calls = []
+    evaluate = population.Population.evaluate
+
+    def overflow_from_the_third(self, *args):
+        calls.append(1)
+        out = evaluate(self, *args)
+        return {**out, "pop_loss": np.inf} if len(calls) >= 3 else out
+
+    monkeypatch.setattr(population.Population, "evaluate", overflow_from_the_third)
+    with pytest.raises(SimulationError, match=r"diverged by step 10: pop_loss = inf"):
+        attnsim.simulate(small_cfg)

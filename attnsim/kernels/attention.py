@@ -159,7 +159,7 @@ def _relevant_increment(s, rel, T, i):
     return sr * (1.0 - sr)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _forward(data, W, p, nu, work, values_stale):
     """q = W p, logits, scores and outputs of the state; returns the loss
     (NaN when |q|^2 or |p|^2 overflows). ``values_stale``: recompute u = X nu."""
@@ -314,7 +314,7 @@ def _in_loop_records(data, work, step, fit_since, S_acc):
         S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc):
     """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which of
     the three are updated), keeping the in-loop records.
@@ -350,7 +350,7 @@ def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc
     return OK, step0 + nsteps
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, S_acc):
     """:func:`_gd_segment` for a fixed nu, with B = X W (n*T, r) in place of W
     (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except

@@ -97,7 +97,7 @@ def _log1p_unit(e):
     return 2.0 * s * acc
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _upper_tails(t, g, out):
     for i in range(t.size):
         out[i] = _upper_tail(t[i], g[i])
@@ -182,7 +182,7 @@ def _expected_softplus_series(x, sd):
     return emax + acc / d
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _series_all(x, sd, out):
     for i in range(x.size):
         out[i] = _expected_softplus_series(x[i], sd[i])
@@ -219,7 +219,7 @@ def _taylor(x, sd, ex):
     return max(x, 0.0) + lg + s2 * v * (0.5 + t2)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _taylor_all(x, sd, ex, out):
     for i in range(x.size):
         out[i] = _taylor(x[i], sd[i], ex[i])
@@ -234,7 +234,7 @@ def taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _add_softplus(v, e, w, out):
     """out += w softplus(v), given e = e^{-|v|}."""
     for i in range(v.size):
@@ -260,7 +260,7 @@ def hermite(x: np.ndarray, sd: np.ndarray, nodes: np.ndarray, weights: np.ndarra
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _point_terms(t, g, x, sd, ex, linear, err, loss):
     """Per point: the error Phi(-t) (from g = e^{-t^2/2}) and the expected loss,
     x itself for the linear loss, else :func:`_taylor` (from ex = e^{-|x|};
@@ -287,7 +287,7 @@ def point_terms(t: np.ndarray, x: np.ndarray, sd: np.ndarray, linear: bool) -> t
     return err.reshape(shape), loss.reshape(shape)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, inv, ym, sd, t):
     """Per class c and point n, with the softmax weights factored as
     wa[c, v] E[v, n]: inv = 1/S (0 where S <= ``underflow``), y times the
