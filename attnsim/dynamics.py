@@ -24,6 +24,7 @@ from .config import Config
 from .kernels import DIVERGED, FROZEN, EvaluationBudgetExceeded, Observation
 
 PROGRESS_CHUNK = 20_000  # steps per kernel call when a progress bar is shown
+RECORD_CHUNK = 64  # log points whose score metrics are computed at once
 
 
 class SimulationError(RuntimeError):
@@ -101,19 +102,26 @@ _MAY_BE_NAN = ("train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", "sc
 
 
 class Recorder:
-    """Turns the observation of each log point into a row of metrics."""
+    """Turns the observation of each log point into a row of metrics.
+
+    The metrics of the scores and outputs are computed for many log points at
+    once (:class:`attnsim.metrics.StateMetrics` on stacks of states): the
+    observations wait in a buffer of at most ``RECORD_CHUNK`` log points.
+    """
 
     def __init__(self, ds, grid: np.ndarray, save_scores: bool):
         self.ds, self.grid = ds, grid
         self.save_scores = save_scores
         self.noisy = ds.noisy
         self.metrics = metrics.StateMetrics(ds.y, ds.y_clean, ds.roles)
-        self.saturated_at: int | None = None  # first log step of the current saturated run
         self.logits: list[np.ndarray] = []  # (n, T) per log point, for the gaps
-        self.rows: list[dict] = []
+        self.rows: list[dict] = []  # per log point: step, loss, model scalars, evaluations
+        self.columns: dict[str, list] = {}  # the metrics of the scores and outputs, per flushed chunk
+        self.hot: list[np.ndarray] = []  # per chunk: whether half the samples have one-hot scores
         self.extra: dict[str, list] = {"selected": [], "selected_role": [], "example_scores": []}
         if save_scores:
             self.extra["scores"] = []
+        self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (s, f, S_acc) not yet measured
         clean_idx, noisy_idx = np.flatnonzero(~self.noisy), np.flatnonzero(self.noisy)
         self.examples = np.array(
             [clean_idx[0] if clean_idx.size else -1, noisy_idx[0] if noisy_idx.size else -1]
@@ -125,34 +133,15 @@ class Recorder:
         if not np.isfinite(obs.loss):  # the state after the last update is only seen here
             raise SimulationError(f"diverged at step {step}: the training loss is not finite")
         self.last = obs
-        s = obs.s
-        if np.sum(s.max(axis=1) == 1.0) * 2 >= s.shape[0]:
-            if self.saturated_at is None:
-                self.saturated_at = step
-        else:
-            self.saturated_at = None
         row = {"step": step, "train_loss": obs.loss}
-        row.update(self.metrics.accuracy(obs.f))
-        row.update(self.metrics.role_scores(s))
-        row.update(self.metrics.frak_s(S_acc))
         row.update(extra)
         row.update(evaluated)
         _check_finite(row)
         self.rows.append(row)
         self.logits.append(obs.z)
-        sel = s.argmax(axis=1)
-        self.extra["selected"].append(sel)
-        roles = self.ds.roles
-        self.extra["selected_role"].append(
-            roles[np.arange(sel.size), sel] if roles is not None else -np.ones_like(sel)
-        )
-        ex = np.full((2, s.shape[1]), np.nan)
-        for a, i in enumerate(self.examples):
-            if i >= 0:
-                ex[a] = s[i]
-        self.extra["example_scores"].append(ex)
-        if self.save_scores:
-            self.extra["scores"].append(s)
+        self._buffer.append((obs.s, obs.f, S_acc.copy()))
+        if len(self._buffer) >= RECORD_CHUNK:
+            self._flush()
 
     def add(self, j: int, evaluated: dict) -> None:
         """Metrics of log point ``j`` that arrived after its row was recorded."""
@@ -160,15 +149,60 @@ class Recorder:
         row.update(evaluated)
         _check_finite(row)
 
+    def _flush(self) -> None:
+        """Measure the buffered log points at once."""
+        if not self._buffer:
+            return
+        s, f, S_acc = (np.asarray(v) for v in zip(*self._buffer))  # (m, n, T), (m, n), (m, n)
+        first = len(self.rows) - len(self._buffer)
+        self._buffer = []
+        vals = {**self.metrics.accuracy(f), **self.metrics.role_scores(s), **self.metrics.frak_s(S_acc)}
+        for key, v in vals.items():
+            bad = _overflowed(key, v)
+            if bad.any():
+                raise _overflow(self.rows[first + int(np.argmax(bad))]["step"], key, v[bad][0])
+            self.columns.setdefault(key, []).append(v)
+        self.hot.append(np.sum(s.max(axis=2) == 1.0, axis=1) * 2 >= s.shape[1])
+        sel = s.argmax(axis=2)
+        self.extra["selected"].extend(sel)
+        roles = self.ds.roles
+        self.extra["selected_role"].extend(
+            roles[np.arange(sel.shape[1]), sel] if roles is not None else -np.ones_like(sel)
+        )
+        ex = np.full((s.shape[0], 2, s.shape[2]), np.nan)
+        for a, i in enumerate(self.examples):
+            if i >= 0:
+                ex[:, a] = s[:, i]
+        self.extra["example_scores"].extend(ex)
+        if self.save_scores:
+            self.extra["scores"].extend(s)
+
+    @property
+    def saturated_at(self) -> int | None:
+        """First log step of the final run of log points at which at least half
+        the training samples have one-hot scores (None if the last is not one)."""
+        self._flush()
+        hot = np.concatenate(self.hot) if self.hot else np.zeros(0, dtype=bool)
+        if hot.size == 0 or not hot[-1]:
+            return None
+        cold = np.flatnonzero(~hot)
+        return self.rows[cold[-1] + 1 if cold.size else 0]["step"]
+
     def arrays(self) -> dict[str, np.ndarray]:
+        self._flush()
         keys: dict[str, None] = {}
         for row in self.rows:
             keys.update(dict.fromkeys(row))
         out = {}
+        for key in ("step", "train_loss"):
+            out[key] = np.asarray(
+                [row[key] for row in self.rows], dtype=np.int64 if key == "step" else np.float64
+            )
+        for key, parts in self.columns.items():
+            out[key] = np.concatenate(parts).astype(np.int64 if key in metrics.COUNT_KEYS else np.float64)
         for key in keys:
-            vals = [row.get(key, np.nan) for row in self.rows]
-            dtype = np.int64 if key == "step" or key in metrics.COUNT_KEYS else np.float64
-            out[key] = np.asarray(vals, dtype=dtype)
+            if key not in out:
+                out[key] = np.asarray([row.get(key, np.nan) for row in self.rows], dtype=np.float64)
         for key, vals in self.extra.items():
             out[key] = np.asarray(vals)
         out["example_index"] = self.examples
@@ -192,10 +226,17 @@ def _check_finite(row: dict) -> None:
     """A metric that is inf or NaN (other than an empty group's) means the
     state overflowed float64: stop rather than report it."""
     for key, v in row.items():
-        if not np.isfinite(v) and not (np.isnan(v) and key.startswith(_MAY_BE_NAN)):
-            raise SimulationError(
-                f"diverged by step {row['step']}: {key} = {v} overflows float64 (reduce lr)"
-            )
+        if not math.isfinite(v) and not (math.isnan(v) and key.startswith(_MAY_BE_NAN)):
+            raise _overflow(row["step"], key, v)
+
+
+def _overflowed(key: str, v: np.ndarray) -> np.ndarray:
+    """Elementwise :func:`_check_finite`."""
+    return ~np.isfinite(v) & ~(np.isnan(v) & key.startswith(_MAY_BE_NAN))
+
+
+def _overflow(step: int, key: str, v) -> SimulationError:
+    return SimulationError(f"diverged by step {step}: {key} = {v} overflows float64 (reduce lr)")
 
 
 def run(

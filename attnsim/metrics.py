@@ -57,8 +57,10 @@ TRAJECTORY_KEYS = (
 
 
 class StateMetrics:
-    """Metrics of one state on the training set, with the group weights
-    precomputed so each evaluation is a few small matrix products.
+    """Metrics of states on the training set, with the group weights
+    precomputed so each evaluation is a few small matrix products. Each method
+    takes one state (f (n,), s (n, T), S_acc (n,)) and returns floats, or a
+    stack of L states ((L, n), (L, n, T), (L, n)) and returns arrays of L values.
 
     Parameters
     ----------
@@ -85,30 +87,38 @@ class StateMetrics:
         them with their true labels.
         """
         fitted = self.y * f > 0
-        by_group = self.group_avg @ fitted
-        return {
-            "train_acc": float(fitted.mean()),
-            "train_acc_clean": float(by_group[0]),
-            "train_acc_noisy": float(by_group[1]),
-            "train_acc_noisy_true": float(self.group_avg[1] @ (self.y_clean * f > 0)),
-            "n_fitted": int(np.count_nonzero(fitted)),
-            "n_fitted_clean": int(np.count_nonzero(fitted & ~self.noisy)),
-            "n_fitted_noisy": int(np.count_nonzero(fitted & self.noisy)),
-        }
+        by_group = fitted @ self.group_avg.T
+        return _scalars({
+            "train_acc": fitted.mean(axis=-1),
+            "train_acc_clean": by_group[..., 0],
+            "train_acc_noisy": by_group[..., 1],
+            "train_acc_noisy_true": (self.y_clean * f > 0) @ self.group_avg[1],
+            "n_fitted": np.count_nonzero(fitted, axis=-1),
+            "n_fitted_clean": np.count_nonzero(fitted & ~self.noisy, axis=-1),
+            "n_fitted_noisy": np.count_nonzero(fitted & self.noisy, axis=-1),
+        })  # fmt: skip
 
     def role_scores(self, s: np.ndarray) -> dict[str, float]:
         """Per group (clean, noisy), the mean over its samples of the total
         score on each role's tokens (NaN without roles or for an empty group)."""
         if self.onehot is None:
-            return dict.fromkeys(self.role_keys, float("nan"))
-        mass = np.einsum("nt,ntr->nr", s, self.onehot)
-        return dict(zip(self.role_keys, (self.group_avg @ mass).ravel().tolist()))
+            return _scalars(dict.fromkeys(self.role_keys, np.full(s.shape[:-2], np.nan)))
+        mass = np.einsum("...nt,ntr->...nr", s, self.onehot)
+        by_group = np.einsum("gn,...nr->...gr", self.group_avg, mass)  # (..., 2, 4)
+        return _scalars(dict(zip(self.role_keys, np.moveaxis(by_group.reshape(*s.shape[:-2], 8), -1, 0))))
 
     def frak_s(self, S_acc: np.ndarray) -> dict[str, float]:
         """Cumulative sums of s_rel (1 - s_rel): per group, and per true class
         over clean samples (the normalization of the paper's first version)."""
-        v = self.frak_w @ S_acc
-        return dict(zip(("frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"), v.tolist()))
+        v = S_acc @ self.frak_w.T
+        return _scalars(
+            dict(zip(("frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"), np.moveaxis(v, -1, 0)))
+        )
+
+
+def _scalars(values: dict) -> dict:
+    """0-d values as Python numbers (one state); arrays unchanged (a stack)."""
+    return {k: (v.item() if np.ndim(v) == 0 else v) for k, v in values.items()}
 
 
 TEST_CHUNK = 4096  # test samples per evaluation chunk (bounds the temporary logits)

@@ -290,3 +290,15 @@ def test_a_deferred_metric_that_overflows_names_its_step(small_cfg, monkeypatch)
     monkeypatch.setattr(population.Population, "evaluate", overflow_from_the_third)
     with pytest.raises(SimulationError, match=r"diverged by step 10: pop_loss = inf"):
         attnsim.simulate(small_cfg)
+
+
+def test_score_metrics_do_not_depend_on_how_many_log_points_are_measured_at_once(small_cfg, monkeypatch):
+    from attnsim import dynamics
+
+    whole = attnsim.simulate({**small_cfg, "log_every": 1}, save_scores=True).trajectory
+    monkeypatch.setattr(dynamics, "RECORD_CHUNK", 3)
+    chunked = attnsim.simulate({**small_cfg, "log_every": 1}, save_scores=True).trajectory
+    assert list(whole) == list(chunked) and whole["step"].size == 51
+    for key in whole:
+        assert whole[key].dtype == chunked[key].dtype, key
+        np.testing.assert_array_equal(whole[key], chunked[key], err_msg=key)

@@ -502,6 +502,7 @@ class AttentionModel:
         self.data = Data(X2, y, rel, self.T, loss_kind_code(loss))
         self.work = work_for(nT, n, k, r)
         self.W0 = self.W.copy()
+        self._dW = np.empty_like(self.W0)
 
     def observe(self, W=None, p=None, nu=None) -> Observation:
         """The training-set view of a state (default: the current one)."""
@@ -519,7 +520,10 @@ class AttentionModel:
         """|p| and |W - W(0)| (engine coordinates preserve both norms)."""
         W = self.W if W is None else W
         p = self.p if p is None else p
-        return {"p_norm": float(np.linalg.norm(p)), "W_dev": float(np.linalg.norm(W - self.W0))}
+        dW = np.subtract(
+            W, self.W0, out=self._dW
+        ).ravel()  # a reused buffer: a fresh one is mmapped each time
+        return {"p_norm": math.sqrt(p @ p), "W_dev": math.sqrt(dW @ dW)}  # as np.linalg.norm computes them
 
     def relevant_increments(self, s: np.ndarray) -> np.ndarray:
         """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T)."""
