@@ -499,9 +499,10 @@ def _build_reduced_generated(cfg: Config, streams: Streams, reason: str) -> tupl
         SETUP_CACHE.move_to_end(key)
         setup, noise_Q, after = SETUP_CACHE[key]
     else:
+        w0 = _start_W0(cfg, streams, cfg.d)  # on the other threads while the noise is drawn
         noise = draw_noise(cfg, streams.data)
         after = copy.deepcopy(streams.data)  # the labels come next from this stream
-        setup = _reduced_setup(cfg, noise, None, None, None, None, None, streams, generated=True)
+        setup = _reduced_setup(cfg, noise, None, None, None, None, None, streams, generated=True, w0=w0)
         noise_Q = noise.reshape(cfg.n * cfg.T, cfg.d) @ setup["Q"]
         SETUP_CACHE[key] = (setup, noise_Q, after)
         while len(SETUP_CACHE) > SETUP_CACHE_SIZE:
@@ -530,7 +531,18 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
     )  # fmt: skip
 
 
-def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams, generated: bool) -> dict:
+def _start_W0(cfg: Config, streams: Streams, d: int) -> tuple:
+    """Start drawing W(0) for :func:`_reduced_setup`: (the init stream before
+    it, the running draw or None, the array it fills or a block buffer)."""
+    replay = copy.deepcopy(streams.init)
+    if keeps_w0(d):  # all of W(0), drawn once while Q is built
+        buf = _w0_buffer(d)
+        return replay, submit(fill_W0, cfg, streams.init, buf), buf
+    return replay, None, np.empty((W0_block_rows(d), d))
+
+
+def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams, generated: bool,
+                   w0: tuple | None = None) -> dict:  # fmt: skip
     """Q, R, W~(0) = Q^T W(0) R, p~(0), the factor U of the part of W(0)R outside
     span(Q), and how to redraw W(0). X (n, T, d): the tokens (generated: their noise).
 
@@ -538,7 +550,8 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     with those two coordinates zeroed plus e1 and e2: the same span as the
     tokens and signals, and bitwise the same basis for every signal strength
     (a cached setup then gives identical results whatever the run order).
-    Otherwise Q spans the tokens, the signals given and nu.
+    Otherwise Q spans the tokens, the signals given and nu. ``w0``: the draw
+    of W(0) if :func:`_start_W0` already started it.
 
     Two passes over W(0) (given; drawn once into an array the process reuses
     when it takes at most ``KEEP_W0_BYTES``, its two halves at once by
@@ -554,15 +567,9 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     """
     n, T, d = X.shape
     user_W0 = W0
-    replay = None
-    single = None
+    replay = single = None
     if W0 is None:
-        replay = copy.deepcopy(streams.init)
-        if keeps_w0(d):  # all of W(0), drawn once while Q is built
-            buf = _w0_buffer(d)
-            single = submit(fill_W0, cfg, streams.init, buf)
-        else:
-            buf = np.empty((W0_block_rows(d), d))
+        replay, single, buf = w0 if w0 is not None else _start_W0(cfg, streams, d)
     X2 = X.reshape(n * T, d)
     if generated:
         A = np.zeros((d, n * T + 2))
