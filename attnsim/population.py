@@ -292,6 +292,8 @@ class Population:
         zeta, E = self.zeta[:, cols], self._E[:, cols]
         np.multiply(self._D[:, cols], sq, out=E)  # the logits' random part, shifted
         np.exp(E, out=E)  # (T, N) per point, shared by both classes
+        if not E.flags.c_contiguous:  # some of the points (q = 0): contiguous, so one kernel signature loads
+            zeta, E = np.ascontiguousarray(zeta), np.ascontiguousarray(E)
         wa = np.exp(aq - aq.max(axis=1, keepdims=True))  # (2, T) per class
         # (2, N): 1 / softmax normalizer, y mean, sd of f and t (+-inf where sd = 0: f is exact given zeta)
         inv, ym, sd, t, bad = kpop.conditional_moments(E, zeta, wa, anu, b, sdc, UNDERFLOW)
