@@ -332,10 +332,7 @@ def fill_W0(cfg: Config, rng: np.random.Generator, out: np.ndarray) -> np.ndarra
         copy = type(bg)()
         copy.state = state
         copy.advance(lo * d)
-        block = out[lo:hi]
-        np.random.Generator(copy).random(out=block)
-        block *= 2.0 * a
-        block -= a  # as W0_blocks
+        _uniform_rows(np.random.Generator(copy), out[lo:hi], a)
 
     halves(rows, d)
     bg.advance(d * d)
@@ -366,10 +363,16 @@ def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | N
             rng.standard_normal(out=block)
             block *= cfg.W_scale
         else:
-            rng.random(out=block)  # the doubles rng.uniform(-a, a) would use
-            block *= 2.0 * a
-            block -= a  # -a + 2a u, exactly as rng.uniform computes it
+            _uniform_rows(rng, block, a)
         yield lo, block
+
+
+def _uniform_rows(rng: np.random.Generator, block: np.ndarray, a: float) -> None:
+    """Fill ``block`` with the doubles rng.uniform(-a, a) would draw: -a + 2a u,
+    exactly as it computes them, one 64-bit draw per number."""
+    rng.random(out=block)
+    block *= 2.0 * a
+    block -= a
 
 
 def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:

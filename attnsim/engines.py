@@ -165,11 +165,9 @@ class Problem:
 
         def defer(state: dict) -> _Deferred:
             W, p, nu = state["W"], state["p"], state["nu"]
-            job = (
-                None
-                if pop is None
-                else in_background(_quiet_call, pop.evaluate, state_scalars(self, W, p, nu))
-            )
+            job = None
+            if pop is not None:
+                job = in_background(_quiet_call, pop.evaluate, state_scalars(self, W, p, nu))
             return _Deferred(test_part(W, p, nu), job)
 
         evaluate.defer = defer
@@ -404,7 +402,7 @@ class _Deferred:
         return self.done if self.job is None else {**self.done, **self.job.result()}
 
     def cancel(self) -> None:
-        if self.job is not None and hasattr(self.job, "cancel"):
+        if self.job is not None:
             self.job.cancel()
 
 

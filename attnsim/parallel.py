@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-_POOL: ThreadPoolExecutor | None = None  # made on first use: the CLI imports this module at start-up
-_QUEUE: ThreadPoolExecutor | None = None
+_EXECUTORS: dict[
+    int, ThreadPoolExecutor
+] = {}  # by thread count; made on first use (the CLI imports this module)
 _LLVM = f"{os.sep}llvmlite{os.sep}"
 
 
@@ -28,21 +29,23 @@ def threads() -> int:
     return 1 if os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1 else 2
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
+def _start(workers: int, fn: Callable, args: tuple):
+    """fn(*args) on the process's pool of ``workers`` threads (2: halves of
+    work; 1: the queue), or now when there is one thread; an object whose
+    ``result()`` gives its value."""
+    if threads() == 1:
+        return _Done(fn(*args))
+    if workers not in _EXECUTORS:
         from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="attnsim")
-    return _POOL
+        _EXECUTORS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"attnsim{workers}")
+    return _EXECUTORS[workers].submit(fn, *args)
 
 
 def submit(fn: Callable, *args):
     """Start ``fn(*args)`` on the second thread (or run it now with one thread);
     returns an object whose ``result()`` gives its value."""
-    if threads() == 1:
-        return _Done(fn(*args))
-    return _pool().submit(fn, *args)
+    return _start(2, fn, args)
 
 
 def in_background(fn: Callable, *args):
@@ -51,14 +54,7 @@ def in_background(fn: Callable, *args):
     object whose ``result()`` gives its value. For work that overlaps the
     caller's own (population metrics while the steps go on): the jobs may
     share buffers, since they never run at the same time."""
-    global _QUEUE
-    if threads() == 1:
-        return _Done(fn(*args))
-    if _QUEUE is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _QUEUE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnsim-queue")
-    return _QUEUE.submit(fn, *args)
+    return _start(1, fn, args)
 
 
 class _Done:
@@ -67,6 +63,9 @@ class _Done:
 
     def result(self):
         return self.value
+
+    def cancel(self) -> bool:
+        return False  # already done, as a Future would answer
 
 
 def halves(fn: Callable, n: int):

@@ -349,10 +349,6 @@ class Population:
         out.update({f"prob_{name}": float(roles[code].mean() / 2) for code, name in enumerate(ROLE_NAMES)})
         return out
 
-    def evaluate_state(self, problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict:
-        """:meth:`evaluate` for an engine-coordinate state of ``problem``."""
-        return self.evaluate(*state_scalars(problem, W, p, nu))
-
 
 def state_scalars(problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> tuple[float, ...]:
     """The seven scalars :meth:`Population.evaluate` takes, of an engine-coordinate

@@ -43,15 +43,12 @@ STATES = {
 def state_scalars() -> dict[str, list[float]]:
     """The population scalars of each state (computed with this checkout)."""
     import attnsim
+    from attnsim.population import state_scalars as scalars
 
     out = {}
     for name, over in STATES.items():
         r = attnsim.simulate({**over, "log_every": 10**9, "pop_log_points": 2})
-        pb, st = r.problem, r.state
-        qk, qq = pb.q_norm2(st["W"], st["p"])
-        nu = st["nu"]
-        out[name] = [float(v) for v in (qk @ pb.mu_pos, qk @ pb.mu_neg, qk @ nu, qq, nu @ pb.mu_pos,
-                                        nu @ pb.mu_neg, nu @ nu)]  # fmt: skip
+        out[name] = list(scalars(r.problem, r.state["W"], r.state["p"], r.state["nu"]))
     return out
 
 

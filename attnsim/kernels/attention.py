@@ -520,9 +520,8 @@ class AttentionModel:
         """|p| and |W - W(0)| (engine coordinates preserve both norms)."""
         W = self.W if W is None else W
         p = self.p if p is None else p
-        dW = np.subtract(
-            W, self.W0, out=self._dW
-        ).ravel()  # a reused buffer: a fresh one is mmapped each time
+        # a reused buffer for W - W(0): a fresh one is mmapped each time
+        dW = np.subtract(W, self.W0, out=self._dW).ravel()
         return {"p_norm": math.sqrt(p @ p), "W_dev": math.sqrt(dW @ dW)}  # as np.linalg.norm computes them
 
     def relevant_increments(self, s: np.ndarray) -> np.ndarray:
