@@ -191,16 +191,19 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
         x, sd = np.broadcast_arrays(x, sd)
     shape = x.shape
     x, sd = x.ravel(), sd.ravel()
+    if x.size == 0:
+        return np.empty(shape)
     out = np.empty(x.shape)
+    lo_sd, top_sd = float(sd.min()), float(sd.max())
     bands = [
         (-math.inf, TAYLOR_SD, kpop.taylor),
         (TAYLOR_SD, HERMITE_SD, lambda xs, ss: kpop.hermite(xs, ss, *hermite_rule(hermite_nodes(ss.max())))),
         (HERMITE_SD, math.inf, expected_softplus_series),
     ]
     for lo, top, rule in bands:
-        sel = (sd > lo) & (sd <= top)
-        if sel.all():
+        if lo < lo_sd and top_sd <= top:  # every point in this band
             return rule(x, sd).reshape(shape)
+        sel = (sd > lo) & (sd <= top)
         if sel.any():
             out[sel] = rule(x[sel], sd[sel])
     return out.reshape(shape)
@@ -241,6 +244,9 @@ class Population:
             [np.stack([self.c_own, self.c_other], 1), np.stack([self.c_other, self.c_own], 1)]
         )
         self._role_sum = (self.roles[None, :] == np.arange(4)[:, None]).astype(np.float64)  # (4, T)
+        self._score_keys = tuple(f"pop_score_{r}" for r in ROLE_NAMES)
+        self._moments = np.empty((4, 2, R * M))  # reused work arrays: the conditional moments,
+        self._terms = np.empty((4, 2 * R * M))  # ... the per-point terms
 
     def class_means(self, q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg) -> tuple[np.ndarray, np.ndarray]:
         """(2, T) mean logits a_t . q and mean values a_t . nu, class +1 then -1."""
@@ -262,12 +268,14 @@ class Population:
             args = (aq, anu, 0.0, 0.0, sig * math.sqrt(max(nunu, 0.0)))
             err_r, loss_r, score = self._scrambles(0, 1, *args, points=1)
             err_r, loss_r = np.repeat(err_r, self.R), np.repeat(loss_r, self.R)
+        errs, R = err_r.tolist(), self.R
+        mean = math.fsum(errs) / R
         out = {
-            "pop_error": float(err_r.mean()),
-            "pop_error_se": float(err_r.std(ddof=1) / math.sqrt(self.R)),
-            "pop_loss": float(loss_r.mean()),
+            "pop_error": mean,
+            "pop_error_se": math.sqrt(math.fsum((e - mean) ** 2 for e in errs) / (R - 1) / R),
+            "pop_loss": math.fsum(loss_r.tolist()) / R,
         }
-        out.update(zip((f"pop_score_{r}" for r in ROLE_NAMES), (self._role_sum @ score).tolist()))
+        out.update(zip(self._score_keys, (self._role_sum @ score).tolist()))
         return out
 
     def _scrambles(self, r0: int, r1: int, aq, anu, sq, b, sdc, points: int | None = None):
@@ -278,12 +286,18 @@ class Population:
         cols = slice(r0 * self.M, r0 * self.M + (r1 - r0) * M)
         x, sd, t, score = self._conditional(cols, aq, anu, sq, b, sdc)
         linear = self.loss == "linear"
-        err, loss = kpop.point_terms(t, x, sd, linear)
-        if not linear and sd.max() > TAYLOR_SD:
-            hard = sd > TAYLOR_SD
-            loss[hard] = expected_softplus(x[hard], sd[hard])
-        per = lambda v: v.reshape(2, r1 - r0, M).mean(axis=(0, 2))  # per scramble: both classes, its points
-        return per(err), per(loss), score / M
+        lo_sd, top_sd = (0.0, 0.0) if linear else (float(sd.min()), float(sd.max()))
+        # the Taylor loss only where some point needs it (all of them have a larger sd when nu is trained)
+        err, loss = kpop.point_terms(
+            t, x, sd, linear, taylor=lo_sd <= TAYLOR_SD, work=self._terms[:, : t.size]
+        )
+        if top_sd > TAYLOR_SD:
+            if lo_sd > TAYLOR_SD:
+                loss = expected_softplus(x, sd)
+            else:
+                hard = sd > TAYLOR_SD
+                loss[hard] = expected_softplus(x[hard], sd[hard])
+        return *kpop.scramble_means(err, loss, r1 - r0, M), score / M
 
     def _conditional(self, cols: slice, aq, anu, sq, b, sdc):
         """For the points ``cols``, per class and point (2, N): the loss argument
@@ -296,7 +310,8 @@ class Population:
             zeta, E = np.ascontiguousarray(zeta), np.ascontiguousarray(E)
         wa = np.exp(aq - aq.max(axis=1, keepdims=True))  # (2, T) per class
         # (2, N): 1 / softmax normalizer, y mean, sd of f and t (+-inf where sd = 0: f is exact given zeta)
-        inv, ym, sd, t, bad = kpop.conditional_moments(E, zeta, wa, anu, b, sdc, UNDERFLOW)
+        out = self._moments if E.shape[1] == self._moments.shape[2] else None
+        inv, ym, sd, t, bad = kpop.conditional_moments(E, zeta, wa, anu, b, sdc, UNDERFLOW, out)
         if sdc == 0.0:
             t[ym == 0.0] = 0.0  # Phi(0) = 1/2: a tie
         score = ((E @ inv.T) * wa.T).sum(axis=1)
