@@ -171,6 +171,18 @@ def hermite_nodes(sd: float) -> int:
     raise ValueError(f"sd {sd} above HERMITE_SD")
 
 
+@functools.lru_cache(maxsize=1)
+def hermite_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The bands of :data:`HERMITE_NODES` as :func:`attnsim.kernels.population.hermite`
+    takes them: their tops, node counts, and (bands, most nodes) node and weight rows."""
+    tops = np.array([top for top, _ in HERMITE_NODES])
+    counts = np.array([n for _, n in HERMITE_NODES], dtype=np.int64)
+    nodes, weights = np.zeros((tops.size, counts.max())), np.zeros((tops.size, counts.max()))
+    for b, n in enumerate(counts):
+        nodes[b, :n], weights[b, :n] = hermite_rule(int(n))
+    return tops, counts, nodes, weights
+
+
 def softplus(x: np.ndarray) -> np.ndarray:
     """log(1 + e^x) elementwise, without overflow."""
     return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
@@ -181,8 +193,8 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
     sd <= TAYLOR_SD: the eighth-order Taylor series in sd^2
     (:func:`attnsim.kernels.population._taylor`); sd <= HERMITE_SD:
-    Gauss-Hermite, with the nodes :data:`HERMITE_NODES` gives for the largest
-    sd among these points; larger sd: the closed-form series of
+    Gauss-Hermite, each point with the nodes :data:`HERMITE_NODES` gives for
+    its sd; larger sd: the closed-form series of
     :func:`attnsim.kernels.population._expected_softplus_series`
     (a fixed rule would lose accuracy there: 1e-3 relative at sd = 5 with 32 nodes).
     """
@@ -197,7 +209,7 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     lo_sd, top_sd = float(sd.min()), float(sd.max())
     bands = [
         (-math.inf, TAYLOR_SD, kpop.taylor),
-        (TAYLOR_SD, HERMITE_SD, lambda xs, ss: kpop.hermite(xs, ss, *hermite_rule(hermite_nodes(ss.max())))),
+        (TAYLOR_SD, HERMITE_SD, lambda xs, ss: kpop.hermite(xs, ss, *hermite_table())),
         (HERMITE_SD, math.inf, expected_softplus_series),
     ]
     for lo, top, rule in bands:

@@ -161,15 +161,18 @@ def test_normal_tail_matches_scipy_to_its_own_rounding():
                                   [1.0, 0.0, 1.0, 0.0, 0.0, 0.5])  # fmt: skip
 
 
-def test_conditional_moments_kernel_equals_the_direct_softmax():
+@pytest.mark.parametrize("T, n_zero", [(6, 0), (8, 5), (13, 9), (4, 4), (3, 1)])
+def test_conditional_moments_kernel_equals_the_direct_softmax(T, n_zero):
     """The kernel's factored softmax sums against each point's softmax written
-    out in NumPy: 1 / normalizer, y times the mean of f, its sd and t."""
+    out in NumPy: 1 / normalizer, y times the mean of f, its sd and t; with
+    ``n_zero`` trailing tokens of mean zero (irrelevant tokens: summed once for both classes)."""
     from attnsim.kernels import population as kpop
 
     rng = np.random.default_rng(4)
-    T, N, sq, b, sdc = 6, 64, 1.7, 0.3, 0.8
+    N, sq, b, sdc = 64, 1.7, 0.3, 0.8
     zeta = rng.standard_normal((T, N))
     aq, anu = rng.normal(0, 2, (2, T)), rng.standard_normal((2, T))
+    aq[:, T - n_zero :] = anu[:, T - n_zero :] = 0.0
     E = np.exp(sq * (zeta - zeta.max(axis=0)))
     wa = np.exp(aq - aq.max(axis=1, keepdims=True))
     inv, ym, sd, t, bad = kpop.conditional_moments(E, zeta, wa, anu, b, sdc, 1e-140)

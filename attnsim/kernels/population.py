@@ -324,54 +324,108 @@ def taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _hermite_args(x, a, nodes, L):
-    """L[h, i] = -|v|, v = x[i] - a[i] nodes[h]: node h's argument at point i."""
-    for h in range(nodes.size):
-        xh = nodes[h]
-        for i in range(x.size):
-            L[h, i] = -abs(x[i] - a[i] * xh)
+def _hermite_pack(x, sd, tops, n_nodes, nodes, order, xs, a_s, cnt, L):
+    """Sort the points by band (band b: sd <= tops[b], n_nodes[b] nodes, the
+    rows of ``nodes``), most nodes first, into order / xs / a_s (a = sqrt(2) sd),
+    and write each point's -|x - a node| for each of its band's nodes into L:
+    node h's row holds the points whose band has more than h nodes, which in
+    this order are a prefix. Returns the number of entries of L used."""
+    N, B = x.size, tops.size
+    for b in range(B):
+        cnt[b] = 0
+    for i in range(N):
+        b = 0
+        while b < B - 1 and sd[i] > tops[b]:
+            b += 1
+        order[i] = b  # the band, for now
+        cnt[b] += 1
+    fill = np.empty(B, np.int64)
+    pos = 0
+    for b in range(B - 1, -1, -1):
+        fill[b] = pos
+        pos += cnt[b]
+    band = order.copy()
+    for i in range(N):
+        j = fill[band[i]]
+        fill[band[i]] += 1
+        order[j] = i
+        xs[j] = x[i]
+        a_s[j] = _SQRT2 * sd[i]
+    off = 0
+    for h in range(n_nodes[B - 1]):
+        start = 0
+        for b in range(B - 1, -1, -1):
+            if n_nodes[b] <= h:
+                break
+            xh, end = nodes[b, h], start + cnt[b]
+            xv, av, lv = xs[start:end], a_s[start:end], L[off + start : off + end]  # views: no gathers
+            for j in range(xv.size):
+                lv[j] = -abs(xv[j] - av[j] * xh)
+            start = end
+        off += start
+    return off
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _hermite_sum(x, a, nodes, weights, L, out):
-    """out[i] = sum_h weights[h] softplus(v), with L[h, i] = log(1 + e^{-|v|})."""
-    for i in range(x.size):
-        out[i] = 0.0
-    for h in range(nodes.size):
-        xh, w = nodes[h], weights[h]
-        for i in range(x.size):
-            out[i] += w * (max(x[i] - a[i] * xh, 0.0) + L[h, i])
+def _hermite_unpack(xs, a_s, order, n_nodes, nodes, weights, cnt, L, acc, out):
+    """out[order[j]] = sum_h weights[b, h] softplus(v), v = xs[j] - a_s[j] nodes[b, h]
+    over point j's band b, with L (as :func:`_hermite_pack` laid it out) now
+    holding log(1 + e^{-|v|}); nodes are added in order."""
+    B = n_nodes.size
+    for j in range(acc.size):
+        acc[j] = 0.0
+    off = 0
+    for h in range(n_nodes[B - 1]):
+        start = 0
+        for b in range(B - 1, -1, -1):
+            if n_nodes[b] <= h:
+                break
+            xh, w, end = nodes[b, h], weights[b, h], start + cnt[b]
+            xv, av, lv, sv = xs[start:end], a_s[start:end], L[off + start : off + end], acc[start:end]
+            for j in range(xv.size):
+                sv[j] += w * (max(xv[j] - av[j] * xh, 0.0) + lv[j])
+            start = end
+        off += start
+    for j in range(acc.size):
+        out[order[j]] = acc[j]
 
 
 _WORK = threading.local()
 
 
-def _work_array(rows: int, cols: int) -> np.ndarray:
-    """A (rows, cols) work array reused by this thread's later calls (a fresh
-    one this size is mapped from the OS, and its page faults cost more than the math)."""
-    buf = getattr(_WORK, "buf", None)
+def _work_array(name: str, rows: int, cols: int) -> np.ndarray:
+    """A (rows, cols) work array of the caller ``name``, reused by this
+    thread's later calls (a fresh one this size is mapped from the OS, and its
+    page faults cost more than the math)."""
+    buf = getattr(_WORK, name, None)
     if buf is None or buf.size < rows * cols:
-        buf = _WORK.buf = np.empty(rows * cols)
+        buf = np.empty(rows * cols)
+        setattr(_WORK, name, buf)
     return buf[: rows * cols].reshape(rows, cols)
 
 
-def hermite(x: np.ndarray, sd: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """sum_h weights[h] softplus(x - sqrt(2) sd nodes[h]) elementwise on 1-d arrays
-    (Gauss-Hermite nodes and weights of E g(Z) = sum_h w_h g(sqrt(2) x_h)):
-    every node's argument at once, then NumPy's vectorized exp and log1p over
-    all of them, then the weighted sums (four passes in all, whatever the nodes)."""
+def hermite(x: np.ndarray, sd: np.ndarray, tops: np.ndarray, n_nodes: np.ndarray, nodes: np.ndarray,
+            weights: np.ndarray) -> np.ndarray:  # fmt: skip
+    """sum_h w_h softplus(x - sqrt(2) sd x_h) elementwise on 1-d arrays, with
+    each point's Gauss-Hermite rule (nodes x_h, weights w_h of E g(Z) = sum_h
+    w_h g(sqrt(2) x_h)) chosen by its sd: band b (sd <= tops[b], the bands in
+    increasing order, every sd within the last) has the n_nodes[b] nodes and
+    weights in row b of ``nodes`` and ``weights``. Every point's arguments are
+    packed into one array (no node is evaluated for a point that does not use
+    it), NumPy's vectorized exp and log1p run over all of them at once, and
+    the weighted sums are added node by node."""
     x = np.ascontiguousarray(x, dtype=np.float64)
-    a = math.sqrt(2.0) * np.ascontiguousarray(sd, dtype=np.float64)
-    nodes, weights = (
-        np.ascontiguousarray(nodes, dtype=np.float64),
-        np.ascontiguousarray(weights, dtype=np.float64),
-    )
-    L = _work_array(nodes.size, x.size)
-    _hermite_args(x, a, nodes, L)
+    sd = np.ascontiguousarray(sd, dtype=np.float64)
+    N = x.size
+    work = _work_array("hermite", int(n_nodes[-1]) + 3, N)
+    xs, a_s, acc, L = work[0], work[1], work[2], work[3:].reshape(-1)
+    order, cnt = np.empty(N, dtype=np.int64), np.empty(tops.size, dtype=np.int64)
+    used = _hermite_pack(x, sd, tops, n_nodes, nodes, order, xs, a_s, cnt, L)
+    L = L[:used]
     np.exp(L, out=L)
     np.log1p(L, out=L)
     out = np.empty_like(x)
-    _hermite_sum(x, a, nodes, weights, L, out)
+    _hermite_unpack(xs, a_s, order, n_nodes, nodes, weights, cnt, L, acc, out)
     return out
 
 
@@ -414,14 +468,17 @@ def point_terms(t: np.ndarray, x: np.ndarray, sd: np.ndarray, linear: bool, tayl
 @njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _scramble_means(err, loss, R, M, err_r, loss_r):
     for r in range(R):
-        se = 0.0
-        sl = 0.0
+        e0 = e1 = e2 = e3 = l0 = l1 = l2 = l3 = 0.0  # four running sums each: not one long dependent chain
         for c in range(2):
-            for m in range(r * M, (r + 1) * M):
-                se += err[c, m]
-                sl += loss[c, m]
-        err_r[r] = se / (2 * M)
-        loss_r[r] = sl / (2 * M)
+            ev, lv = err[c, r * M : (r + 1) * M], loss[c, r * M : (r + 1) * M]
+            m4 = M - M % 4
+            for m in range(0, m4, 4):
+                e0, e1, e2, e3 = e0 + ev[m], e1 + ev[m + 1], e2 + ev[m + 2], e3 + ev[m + 3]
+                l0, l1, l2, l3 = l0 + lv[m], l1 + lv[m + 1], l2 + lv[m + 2], l3 + lv[m + 3]
+            for m in range(m4, M):
+                e0, l0 = e0 + ev[m], l0 + lv[m]
+        err_r[r] = ((e0 + e1) + (e2 + e3)) / (2 * M)
+        loss_r[r] = ((l0 + l1) + (l2 + l3)) / (2 * M)
 
 
 def scramble_means(err: np.ndarray, loss: np.ndarray, R: int, M: int) -> tuple[np.ndarray, np.ndarray]:
@@ -433,30 +490,40 @@ def scramble_means(err: np.ndarray, loss: np.ndarray, R: int, M: int) -> tuple[n
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, inv, ym, sd, t):
+def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, shared, inv, ym, sd, t):
     """Per class c and point n, with the softmax weights factored as
     wa[c, v] E[v, n]: inv = 1/S (0 where S <= ``underflow``), y times the
     mean of f given zeta, its sd and their ratio t (IEEE: +-inf where sd = 0,
     NaN for 0/0). Every loop runs along the points (SIMD, no reductions).
-    Returns how many (c, n) underflowed."""
+    Returns how many (c, n) underflowed.
+
+    Trailing tokens of mean zero (the irrelevant ones: in each class the same
+    weight, and anu = 0) enter both classes only through sum e, sum zeta e and
+    sum e^2, formed once in ``shared`` (3, N) and scaled per class: with
+    T = 8 and five irrelevant tokens, 12 token passes instead of 16."""
     T, N = E.shape
-    for c in range(2):
+    n_zero = 0
+    while n_zero < T and _same_zero_mean(wa, anu, T - 1 - n_zero, T - 1):
+        n_zero += 1
+    g = min(T, -(-(T - n_zero) // 4) * 4)  # tokens summed per class: the others, filled up to groups of 4
+    A1, A2, A3 = shared[0], shared[1], shared[2]
+    if g < T:
         for n in range(N):
-            inv[c, n] = 0.0  # the normalizer S, then 1 / S
-            ym[c, n] = 0.0  # the weighted sum of values, then y times the mean
-            sd[c, n] = 0.0  # the weighted sum of squared weights, then the sd
-        v = 0
-        while v + 4 <= T:  # four tokens per pass: the sums stay in registers across them
-            _add_four_tokens(E, zeta, wa, anu, b, c, v, inv[c], ym[c], sd[c])
-            v += 4
-        for m in range(v, T):
-            w = wa[c, m]
-            wu, wb, w2 = w * anu[c, m], w * b, w * w
-            for n in range(N):
-                e = E[m, n]
-                inv[c, n] += w * e
-                ym[c, n] += (wu + wb * zeta[m, n]) * e
-                sd[c, n] += w2 * (e * e)
+            A1[n] = A2[n] = A3[n] = 0.0
+        _token_sums(E, zeta, wa, anu, 1.0, 0, g, T, True, A1, A2, A3)  # sum e, sum zeta e, sum e^2
+    for c in range(2):
+        k = wa[c, T - 1] if g < T else 0.0  # the shared tokens' weight in this class
+        kb, k2 = k * b, k * k
+        S, Y, Q = (
+            inv[c],
+            ym[c],
+            sd[c],
+        )  # the normalizer, weighted values and squared weights; then 1/S, mean, sd
+        for n in range(N):
+            S[n] = k * A1[n]
+            Y[n] = kb * A2[n]
+            Q[n] = k2 * A3[n]
+        _token_sums(E, zeta, wa, anu, b, c, 0, g, False, S, Y, Q)
     bad = 0
     for c in range(2):
         sign = 1.0 - 2.0 * c
@@ -475,12 +542,45 @@ def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, inv, ym, sd, t):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
-def _add_four_tokens(E, zeta, wa, anu, b, c, v, S, Y, Q):
+def _same_zero_mean(wa, anu, v, last):
+    return wa[0, v] == wa[0, last] and wa[1, v] == wa[1, last] and anu[0, v] == 0.0 and anu[1, v] == 0.0
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _weights(wa, anu, b, c, v, unit):
+    """Token v's weight w, w anu and w b in class c (unit: 1, 0 and b)."""
+    w = 1.0 if unit else wa[c, v]
+    u = 0.0 if unit else w * anu[c, v]
+    return w, u, w * b
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _token_sums(E, zeta, wa, anu, b, c, v0, v1, unit, S, Y, Q):
+    """Add tokens v0..v1-1 of class c, in order, to the sums S, Y, Q of
+    :func:`_conditional_moments` (``unit``: with weight 1 and anu = 0)."""
+    v = v0
+    while v + 4 <= v1:  # four tokens per pass: the sums stay in registers across them
+        _add_four_tokens(E, zeta, wa, anu, b, c, v, unit, S, Y, Q)
+        v += 4
+    for m in range(v, v1):
+        w, wu, wb = _weights(wa, anu, b, c, m, unit)
+        w2 = w * w
+        Em, zm = E[m], zeta[m]
+        for n in range(S.size):
+            e = Em[n]
+            S[n] += w * e
+            Y[n] += (wu + wb * zm[n]) * e
+            Q[n] += w2 * (e * e)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _add_four_tokens(E, zeta, wa, anu, b, c, v, unit, S, Y, Q):
     """Tokens v..v+3 of class c added, in token order, to the sums S, Y, Q of
     :func:`_conditional_moments` (each point's sums loaded and stored once)."""
-    w0, w1, w2, w3 = wa[c, v], wa[c, v + 1], wa[c, v + 2], wa[c, v + 3]
-    u0, u1, u2, u3 = w0 * anu[c, v], w1 * anu[c, v + 1], w2 * anu[c, v + 2], w3 * anu[c, v + 3]
-    b0, b1, b2, b3 = w0 * b, w1 * b, w2 * b, w3 * b
+    w0, u0, b0 = _weights(wa, anu, b, c, v, unit)
+    w1, u1, b1 = _weights(wa, anu, b, c, v + 1, unit)
+    w2, u2, b2 = _weights(wa, anu, b, c, v + 2, unit)
+    w3, u3, b3 = _weights(wa, anu, b, c, v + 3, unit)
     q0, q1, q2, q3 = w0 * w0, w1 * w1, w2 * w2, w3 * w3
     E0, E1, E2, E3 = E[v], E[v + 1], E[v + 2], E[v + 3]
     z0, z1, z2, z3 = zeta[v], zeta[v + 1], zeta[v + 2], zeta[v + 3]
@@ -506,7 +606,9 @@ def conditional_moments(E, zeta, wa, anu, b: float, sdc: float, underflow: float
     """:func:`_conditional_moments`: (inv, y mean, sd, t), each (2, N), and the
     number of underflowed normalizers; ``out``: a reused (4, 2, N) array to write them to."""
     N = E.shape[1]
-    inv, ym, sd, t = np.empty((4, 2, N)) if out is None else out
+    buf = np.empty((4, 2, N)) if out is None else out
+    inv, ym, sd, t = buf
+    shared = _work_array("moments", 3, N)
     bad = _conditional_moments(E, zeta, np.ascontiguousarray(wa), np.ascontiguousarray(anu), float(b),
-                               float(sdc), float(underflow), inv, ym, sd, t)  # fmt: skip
+                               float(sdc), float(underflow), shared, inv, ym, sd, t)  # fmt: skip
     return inv, ym, sd, t, bad
