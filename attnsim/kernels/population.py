@@ -507,9 +507,9 @@ def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, shared, inv, ym, s
         n_zero += 1
     g = min(T, -(-(T - n_zero) // 4) * 4)  # tokens summed per class: the others, filled up to groups of 4
     A1, A2, A3 = shared[0], shared[1], shared[2]
+    for n in range(N):
+        A1[n] = A2[n] = A3[n] = 0.0
     if g < T:
-        for n in range(N):
-            A1[n] = A2[n] = A3[n] = 0.0
         _token_sums(E, zeta, wa, anu, 1.0, 0, g, T, True, A1, A2, A3)  # sum e, sum zeta e, sum e^2
     for c in range(2):
         k = wa[c, T - 1] if g < T else 0.0  # the shared tokens' weight in this class
