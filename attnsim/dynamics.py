@@ -326,7 +326,9 @@ def run(
         traj_warnings.append(msg)
         warnings.warn(msg, stacklevel=2)
     arrays = rec.arrays()
-    state = {k: v.copy() for k, v in stepper.state().items()}
+    state = stepper.state()
+    if not getattr(state, "detached", False):  # the stepper's own arrays: copies outlive later steps
+        state = {k: v.copy() for k, v in state.items()}
     refined = {}
     if refine and evaluate is not None and frozen_at is None and "pop_score_relevant" in arrays:
         refined = refine_times(stepper, snaps, arrays, evaluate, cfg)

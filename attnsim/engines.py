@@ -113,9 +113,11 @@ class Problem:
     def r(self) -> int:
         return self.p0.size
 
-    def q_norm2(self, W: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float]:
-        """q in engine coordinates (Q^T q) and the full ||q||^2."""
-        qk = W @ p
+    def q_norm2(
+        self, W: np.ndarray | None, p: np.ndarray, q: np.ndarray | None = None
+    ) -> tuple[np.ndarray, float]:
+        """q in engine coordinates (Q^T q; W p unless given) and the full ||q||^2."""
+        qk = W @ p if q is None else q
         qq = float(qk @ qk)
         if self.U_perp is not None:
             h = self.U_perp @ p
@@ -151,24 +153,26 @@ class Problem:
         if self.X2_test is None and pop is None:
             return None
 
-        def test_part(W, p, nu) -> dict:
+        def test_part(state) -> dict:
             if self.X2_test is None:
                 return {}
+            W, p, nu = state["W"], state["p"], state["nu"]
             return test_set_metrics(self.X2_test, self.O_test, self.y_test, self.T, W, p, nu, cfg.loss)
 
-        def evaluate(state: dict) -> dict:
-            W, p, nu = state["W"], state["p"], state["nu"]
-            out = test_part(W, p, nu)
+        def scalars(state) -> tuple[float, ...]:
+            if hasattr(state, "q"):  # W p without W (the X W form rebuilds W only if asked for)
+                return state_scalars(self, None, state["p"], state["nu"], q=state.q())
+            return state_scalars(self, state["W"], state["p"], state["nu"])
+
+        def evaluate(state) -> dict:
+            out = test_part(state)
             if pop is not None:
-                out.update(pop.evaluate(*state_scalars(self, W, p, nu)))
+                out.update(pop.evaluate(*scalars(state)))
             return out
 
-        def defer(state: dict) -> _Deferred:
-            W, p, nu = state["W"], state["p"], state["nu"]
-            job = None
-            if pop is not None:
-                job = in_background(_quiet_call, pop.evaluate, state_scalars(self, W, p, nu))
-            return _Deferred(test_part(W, p, nu), job)
+        def defer(state) -> _Deferred:
+            job = None if pop is None else in_background(_quiet_call, pop.evaluate, scalars(state))
+            return _Deferred(test_part(state), job)
 
         evaluate.defer = defer
         return evaluate

@@ -377,10 +377,11 @@ class Population:
         return out
 
 
-def state_scalars(problem, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> tuple[float, ...]:
+def state_scalars(problem, W: np.ndarray | None, p: np.ndarray, nu: np.ndarray,
+                  q: np.ndarray | None = None) -> tuple[float, ...]:  # fmt: skip
     """The seven scalars :meth:`Population.evaluate` takes, of an engine-coordinate
-    state of ``problem``: q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
-    qk, qq = problem.q_norm2(W, p)
+    state of ``problem`` (q = W p when given): q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
+    qk, qq = problem.q_norm2(W, p, q)
     vals = (qk @ problem.mu_pos, qk @ problem.mu_neg, qk @ nu, qq, nu @ problem.mu_pos, nu @ problem.mu_neg,
             nu @ nu)  # fmt: skip
     return tuple(float(v) for v in vals)

@@ -191,7 +191,7 @@ class LimitWatch:
         self.p: list[np.ndarray] = []
 
     def __call__(self, state: dict) -> None:
-        self.q.append(state["W"] @ state["p"])
+        self.q.append(state.q() if hasattr(state, "q") else state["W"] @ state["p"])
         self.p.append(state["p"].copy())
 
     def finish(self, cfg: Config, traj, pop) -> dict:

@@ -58,6 +58,7 @@ threads. Matrix-vector products go through BLAS (``np.dot``); pin BLAS threads
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -634,25 +635,48 @@ class SegmentXW(Segment):
     def _sync(self) -> None:
         """W = W(0) + X^T K^-1 (B - B(0)), unless already current."""
         if not self._fresh:
-            from scipy.linalg import cho_solve
-
-            C = cho_solve((self.chol, True), self.B - self.B0, check_finite=False)
-            np.add(self.W0, self.data.X2.T @ C, out=self.W)
+            self.W[...] = self.rebuild(self.B)
             self._fresh = True
 
-    def state(self) -> dict[str, np.ndarray]:
-        self._sync()
-        return super().state()
+    def rebuild(self, B: np.ndarray) -> np.ndarray:
+        """The W of B: W(0) + X^T K^-1 (B - B(0)) (a d x k solve and product: 1-2 ms at k = 162)."""
+        from scipy.linalg import cho_solve
+
+        C = cho_solve((self.chol, True), B - self.B0, check_finite=False)
+        return self.W0 + self.data.X2.T @ C
+
+    def q_of(self, B: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """W p of the W of B, without W: W(0) p + X^T K^-1 (B p - B(0) p)."""
+        from scipy.linalg import cho_solve
+
+        return self.W0 @ p + self.data.X2.T @ cho_solve(
+            (self.chol, True), B @ p - self.B0 @ p, check_finite=False
+        )
+
+    def state(self) -> XWState:
+        """The current state, detached from later steps; W is rebuilt only if asked for."""
+        if self._fresh:
+            return XWState(self, None, self.p.copy(), self.nu.copy(), W=self.W.copy())
+        return XWState(self, self.B.copy(), self.p.copy(), self.nu.copy())
 
     def observe(self, W=None, p=None, nu=None) -> Observation:
-        if W is None:
-            self._sync()
-        return super().observe(W, p, nu)
+        if W is not None:
+            return super().observe(W, p, nu)
+        wk, (n, T) = self.work, (self.data.y.size, self.T)
+        np.dot(self.B, self.p, wk.z)  # z = X W p = B p; wk.u holds X nu (nu is fixed)
+        with np.errstate(over="ignore", invalid="ignore"):
+            L = _outputs(wk.z, wk.u, self.data.y, T, self.data.loss_kind, wk.s, wk.f)
+        return Observation(wk.z.reshape(n, T).copy(), wk.u.reshape(n, T).copy(), wk.s.reshape(n, T).copy(),
+                           wk.f.copy(), float(L))  # fmt: skip
 
     def extra_metrics(self, W=None, p=None, nu=None) -> dict[str, float]:
-        if W is None:
-            self._sync()
-        return super().extra_metrics(W, p, nu)
+        if W is not None or self._fresh:
+            return super().extra_metrics(W, p, nu)
+        from scipy.linalg import solve_triangular
+
+        # |W - W(0)|_F^2 = tr(dB^T K^-1 X X^T K^-1 dB) = |L^-1 dB|_F^2, K = L L^T
+        Y = solve_triangular(self.chol, self.B - self.B0, lower=True, check_finite=False).ravel()
+        return {"p_norm": math.sqrt(self.p @ self.p), "W_dev": math.sqrt(Y @ Y)}
 
     def snapshot(self):
         return self.B.copy(), self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
@@ -661,6 +685,36 @@ class SegmentXW(Segment):
         for dst, src in zip((self.B, self.p, self.nu, self.fit_since, self.S_acc), snap):
             dst[...] = src
         self._fresh = False
+
+
+class XWState(Mapping):
+    """A state of the X W form ("W", "p", "nu"), detached from later steps:
+    W is rebuilt from B when first asked for (a run's last log point usually
+    needs only q = W p, :meth:`q`). ``detached``: it need not be copied."""
+
+    detached = True
+
+    def __init__(self, seg: SegmentXW, B: np.ndarray | None, p: np.ndarray, nu: np.ndarray, W=None):
+        self._seg, self._B, self._W = seg, B, W
+        self._arrays = {"p": p, "nu": nu}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key != "W":
+            return self._arrays[key]
+        if self._W is None:
+            self._W = self._seg.rebuild(self._B)
+        return self._W
+
+    def __iter__(self):
+        return iter(("W", "p", "nu"))
+
+    def __len__(self) -> int:
+        return 3
+
+    def q(self) -> np.ndarray:
+        """W p (engine coordinates)."""
+        p = self._arrays["p"]
+        return self._W @ p if self._W is not None else self._seg.q_of(self._B, p)
 
 
 def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
