@@ -351,19 +351,33 @@ def _hermite_pack(x, sd, tops, n_nodes, nodes, order, xs, a_s, cnt, L):
         order[j] = i
         xs[j] = x[i]
         a_s[j] = _SQRT2 * sd[i]
-    off = 0
+    segs = _hermite_segments(n_nodes, cnt)
+    for h, b, start, end, off in segs:
+        xh = nodes[b, h]
+        xv, av, lv = xs[start:end], a_s[start:end], L[off + start : off + end]  # views: no gathers
+        for j in range(xv.size):
+            lv[j] = -abs(xv[j] - av[j] * xh)
+    return segs[-1, 4] + segs[-1, 3] if segs.shape[0] else 0
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _hermite_segments(n_nodes, cnt):
+    """The layout of :func:`_hermite_pack`: rows (h, b, start, end, off): node h
+    of band b for the sorted points start..end-1, at L[off + start : off + end]
+    (node h's row starts at off and holds the bands with more than h nodes)."""
+    B = n_nodes.size
+    out = np.empty((n_nodes[B - 1] * B, 5), np.int64)
+    s = off = 0
     for h in range(n_nodes[B - 1]):
         start = 0
         for b in range(B - 1, -1, -1):
             if n_nodes[b] <= h:
                 break
-            xh, end = nodes[b, h], start + cnt[b]
-            xv, av, lv = xs[start:end], a_s[start:end], L[off + start : off + end]  # views: no gathers
-            for j in range(xv.size):
-                lv[j] = -abs(xv[j] - av[j] * xh)
-            start = end
+            out[s, 0], out[s, 1], out[s, 2], out[s, 3], out[s, 4] = h, b, start, start + cnt[b], off
+            start += cnt[b]
+            s += 1
         off += start
-    return off
+    return out[:s]
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
@@ -371,21 +385,13 @@ def _hermite_unpack(xs, a_s, order, n_nodes, nodes, weights, cnt, L, acc, out):
     """out[order[j]] = sum_h weights[b, h] softplus(v), v = xs[j] - a_s[j] nodes[b, h]
     over point j's band b, with L (as :func:`_hermite_pack` laid it out) now
     holding log(1 + e^{-|v|}); nodes are added in order."""
-    B = n_nodes.size
     for j in range(acc.size):
         acc[j] = 0.0
-    off = 0
-    for h in range(n_nodes[B - 1]):
-        start = 0
-        for b in range(B - 1, -1, -1):
-            if n_nodes[b] <= h:
-                break
-            xh, w, end = nodes[b, h], weights[b, h], start + cnt[b]
-            xv, av, lv, sv = xs[start:end], a_s[start:end], L[off + start : off + end], acc[start:end]
-            for j in range(xv.size):
-                sv[j] += w * (max(xv[j] - av[j] * xh, 0.0) + lv[j])
-            start = end
-        off += start
+    for h, b, start, end, off in _hermite_segments(n_nodes, cnt):
+        xh, w = nodes[b, h], weights[b, h]
+        xv, av, lv, sv = xs[start:end], a_s[start:end], L[off + start : off + end], acc[start:end]
+        for j in range(xv.size):
+            sv[j] += w * (max(xv[j] - av[j] * xh, 0.0) + lv[j])
     for j in range(acc.size):
         out[order[j]] = acc[j]
 
@@ -567,10 +573,7 @@ def _token_sums(E, zeta, wa, anu, b, c, v0, v1, unit, S, Y, Q):
         w2 = w * w
         Em, zm = E[m], zeta[m]
         for n in range(S.size):
-            e = Em[n]
-            S[n] += w * e
-            Y[n] += (wu + wb * zm[n]) * e
-            Q[n] += w2 * (e * e)
+            S[n], Y[n], Q[n] = _add_token(S[n], Y[n], Q[n], w, wu, wb, w2, Em[n], zm[n])
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
@@ -586,20 +589,16 @@ def _add_four_tokens(E, zeta, wa, anu, b, c, v, unit, S, Y, Q):
     z0, z1, z2, z3 = zeta[v], zeta[v + 1], zeta[v + 2], zeta[v + 3]
     for n in range(S.size):
         e0, e1, e2, e3 = E0[n], E1[n], E2[n], E3[n]
-        s, y, q = S[n], Y[n], Q[n]
-        s += w0 * e0
-        y += (u0 + b0 * z0[n]) * e0
-        q += q0 * (e0 * e0)
-        s += w1 * e1
-        y += (u1 + b1 * z1[n]) * e1
-        q += q1 * (e1 * e1)
-        s += w2 * e2
-        y += (u2 + b2 * z2[n]) * e2
-        q += q2 * (e2 * e2)
-        s += w3 * e3
-        y += (u3 + b3 * z3[n]) * e3
-        q += q3 * (e3 * e3)
-        S[n], Y[n], Q[n] = s, y, q
+        s, y, q = _add_token(S[n], Y[n], Q[n], w0, u0, b0, q0, e0, z0[n])
+        s, y, q = _add_token(s, y, q, w1, u1, b1, q1, e1, z1[n])
+        s, y, q = _add_token(s, y, q, w2, u2, b2, q2, e2, z2[n])
+        S[n], Y[n], Q[n] = _add_token(s, y, q, w3, u3, b3, q3, e3, z3[n])
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _add_token(s, y, q, w, wu, wb, w2, e, z):
+    """One token's terms added to a point's sums: w e, (w anu + w b zeta) e, w^2 e^2."""
+    return s + w * e, y + (wu + wb * z) * e, q + w2 * (e * e)
 
 
 def conditional_moments(E, zeta, wa, anu, b: float, sdc: float, underflow: float, out=None):
