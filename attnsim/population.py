@@ -19,9 +19,11 @@ score of each role comes from the same points.
 Evaluation is vectorized over the points: the softmax weights factor into
 e^{a_t.q - max} (per class) times e^{sigma |q| zeta_t - max} (per point,
 shared by both classes), so one exponential per point and token (NumPy) and
-one pass of multiply-adds (:func:`attnsim.kernels.population.conditional_moments`)
+passes of multiply-adds (:func:`attnsim.kernels.population.conditional_moments`;
+the irrelevant tokens, of mean zero, through three sums shared by the classes)
 give every class's normalizer, mean and sum of squared scores; the normal tail
-and the expected loss per point follow in SIMD Numba loops.
+and the expected loss per point follow in SIMD Numba loops (Gauss-Hermite with
+each point's own node count, all nodes of all points through one exp and one log1p).
 At q = 0 attention is uniform and the integrand is constant: the closed form
 Phi(-|mu| / (sigma sqrt(2T))) (default roles) comes out exactly with error 0.
 """
@@ -299,9 +301,10 @@ class Population:
         x, sd, t, score = self._conditional(cols, aq, anu, sq, b, sdc)
         linear = self.loss == "linear"
         lo_sd, top_sd = (0.0, 0.0) if linear else (float(sd.min()), float(sd.max()))
-        # the Taylor loss only where some point needs it (all of them have a larger sd when nu is trained)
+        # the Taylor loss unless every point needs another rule (as when nu is trained);
+        # a NaN sd keeps it, so a NaN state gives a NaN loss (reported as divergence)
         err, loss = kpop.point_terms(
-            t, x, sd, linear, taylor=lo_sd <= TAYLOR_SD, work=self._terms[:, : t.size]
+            t, x, sd, linear, taylor=not lo_sd > TAYLOR_SD, work=self._terms[:, : t.size]
         )
         if top_sd > TAYLOR_SD:
             if lo_sd > TAYLOR_SD:

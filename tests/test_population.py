@@ -268,3 +268,13 @@ def test_standard_error_is_the_spread_of_independent_scrambles():
         assert whole["pop_error"] == pytest.approx(errs.mean(), rel=1e-12)
         assert whole["pop_error_se"] == pytest.approx(errs.std(ddof=1) / np.sqrt(8), rel=1e-9)
         assert whole["pop_loss"] == pytest.approx(np.mean([p["pop_loss"] for p in parts]), rel=1e-12)
+
+
+@pytest.mark.parametrize("nunu", [np.nan, np.inf])
+def test_a_state_that_overflowed_gives_a_non_finite_loss(nunu):
+    """The driver reports divergence from a non-finite population loss: a NaN
+    or infinite |nu|^2 must not come back as a finite number (whichever rule
+    the points' conditional sd would pick)."""
+    rng = np.random.default_rng(0)
+    pop = Population(np.repeat(np.arange(4), (1, 1, 1, 5)), 0.1, 1.0, sobol_normals(8, 256, rng))
+    assert not np.isfinite(pop.evaluate(1.0, 0.5, 0.1, 2.0, 0.7, -0.7, nunu)["pop_loss"])
