@@ -42,9 +42,11 @@ update of W is g p^T with g = X^T c (c = dL/dz). So B = X W (n*T x r) follows
 
 and W = W(0) + X^T K^-1 (B - B(0)) (the update lies in the span of the tokens).
 A step then reads B twice and K once, where the W form reads W twice and X
-twice: about 30% faster for the reduced engine (n*T = k - 2). W is rebuilt
-only when asked for (a log point), which costs what this form saves in about
-175 steps, so runs whose log points are far apart use it (:func:`make_segment`).
+twice: about 30% faster for the reduced engine (n*T = k - 2). A log point
+needs no W (outputs from B p, |W - W(0)| = |L^-1 (B - B(0))| with K = L L^T,
+q = W p by one vector solve), which costs what this form saves in about 70
+steps; W is rebuilt only when asked for (:class:`XWState`). Runs whose log
+points are far apart use the form (:func:`make_segment`).
 
 Reproducibility
 ---------------
@@ -608,9 +610,10 @@ class Segment(AttentionModel):
 
 class SegmentXW(Segment):
     """Gradient descent in the X W form (module docstring): the kernel updates
-    B = X W and p; W, rebuilt from B on demand, is what :meth:`state`,
-    :meth:`observe` and :meth:`extra_metrics` see. nu must be fixed. Build it
-    with :func:`make_segment`, which checks that K = X X^T is well conditioned."""
+    B = X W and p; :meth:`state` gives an :class:`XWState` (W rebuilt from B
+    only if asked for), :meth:`observe` and :meth:`extra_metrics` work from B.
+    nu must be fixed. Build it with :func:`make_segment`, which checks that
+    K = X X^T is well conditioned."""
 
     def __init__(self, X2, y, W, p, nu, T, lr, train, loss, rel, K=None, chol=None):
         super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
@@ -735,8 +738,8 @@ def make_segment(X2, y, W, p, nu, T, lr, train, loss, rel, log_gap: float) -> Se
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
     is fixed, there are no more tokens than rows of W (n*T <= k, at most
     ``XW_MAX_TOKENS``), K = X X^T is well conditioned and log points are on
-    average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (rebuilding W at a
-    log point costs what the form saves in about 175 steps); otherwise the W
+    average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (a log point costs
+    what the form saves in about 70 steps); otherwise the W
     form (:class:`Segment`)."""
     X2 = f64(X2)
     nT, k = X2.shape
