@@ -149,6 +149,9 @@ def _kind(name: str) -> str:
 
 def _coerce(name: str, value: Any) -> Any:
     kind = _kind(name)
+    if type(value) is _PLAIN.get(kind) and (kind != "float" or math.isfinite(value)):  # already fine (sweeps)
+        if kind != "int" or abs(value) <= MAX_INT:
+            return value
     if value is None:
         if name in ("init_W_scale", "init_p_scale", "test_n"):
             return None
@@ -190,6 +193,9 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name}: {value!r} is not one of {', '.join(_CHOICES[name])}")
         return lookup[value.lower()]
     return value
+
+
+_PLAIN = {"bool": bool, "int": int, "float": float}  # values of these exact types need no conversion
 
 
 def normalize_train(text: str) -> str:
