@@ -217,6 +217,8 @@ def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     for lo, top, rule in bands:
         if lo < lo_sd and top_sd <= top:  # every point in this band
             return rule(x, sd).reshape(shape)
+        if top_sd <= lo or lo_sd > top:  # none
+            continue
         sel = (sd > lo) & (sd <= top)
         if sel.any():
             out[sel] = rule(x[sel], sd[sel])

@@ -331,20 +331,22 @@ def _hermite_pack(x, sd, tops, n_nodes, nodes, order, xs, a_s, cnt, L):
     node h's row holds the points whose band has more than h nodes, which in
     this order are a prefix. Returns the number of entries of L used."""
     N, B = x.size, tops.size
+    band = np.empty(N, np.int64)  # each point's band: how many tops its sd exceeds (no branches)
+    for i in range(N):
+        band[i] = 0
+    for b in range(B - 1):
+        top = tops[b]
+        for i in range(N):
+            band[i] += sd[i] > top
     for b in range(B):
         cnt[b] = 0
     for i in range(N):
-        b = 0
-        while b < B - 1 and sd[i] > tops[b]:
-            b += 1
-        order[i] = b  # the band, for now
-        cnt[b] += 1
+        cnt[band[i]] += 1
     fill = np.empty(B, np.int64)
     pos = 0
     for b in range(B - 1, -1, -1):
         fill[b] = pos
         pos += cnt[b]
-    band = order.copy()
     for i in range(N):
         j = fill[band[i]]
         fill[band[i]] += 1
