@@ -152,6 +152,23 @@ def test_the_x_w_form_follows_the_w_form(train, loss):
     np.testing.assert_allclose(b.state()["W"], W_then, rtol=1e-13, atol=1e-14)
 
 
+def test_an_x_w_state_is_detached_and_gives_q_without_w():
+    """state() of the X W form keeps what it was when taken (later steps do
+    not move it), its q() is W p, and W is rebuilt only when asked for."""
+    X, y, W, p, nu = random_instance(10, n=5, T=3, k=17, r=13)
+    seg = kernels.SegmentXW(X.reshape(15, 17), y, W, p, nu, 3, 0.7, ("W", "p"), "logistic", np.ones(15))
+    seg.advance(0, 12)
+    st = seg.state()
+    assert st._W is None  # not rebuilt yet
+    q = st.q()
+    seg.advance(12, 30)
+    np.testing.assert_allclose(q, st["W"] @ st["p"], rtol=1e-11, atol=1e-13)
+    ref = kernels.Segment(X.reshape(15, 17), y, W, p, nu, 3, 0.7, ("W", "p"), "logistic", np.ones(15))
+    ref.advance(0, 12)
+    np.testing.assert_allclose(st["W"], ref.W, rtol=1e-11, atol=1e-12)
+    assert set(st) == {"W", "p", "nu"} and getattr(st, "detached", False)
+
+
 def test_make_segment_uses_the_x_w_form_only_where_it_pays_and_is_exact():
     X, y, W, p, nu = random_instance(9, n=5, T=3, k=17, r=13)
     X2, rel = X.reshape(15, 17), np.ones(15)
