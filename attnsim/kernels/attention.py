@@ -262,28 +262,12 @@ def _w_rows(W, g, h, p, lr, acc, lo, hi):
     r = W.shape[1]
     i = lo
     while i + ROWS <= hi:
-        g0, g1, g2, g3, g4, g5, g6, g7 = (
-            g[i],
-            g[i + 1],
-            g[i + 2],
-            g[i + 3],
-            g[i + 4],
-            g[i + 5],
-            g[i + 6],
-            g[i + 7],
-        )
+        g0, g1, g2, g3 = g[i], g[i + 1], g[i + 2], g[i + 3]
+        g4, g5, g6, g7 = g[i + 4], g[i + 5], g[i + 6], g[i + 7]
         s0, s1, s2, s3 = lr * h[i], lr * h[i + 1], lr * h[i + 2], lr * h[i + 3]
         s4, s5, s6, s7 = lr * h[i + 4], lr * h[i + 5], lr * h[i + 6], lr * h[i + 7]
-        w0, w1, w2, w3, w4, w5, w6, w7 = (
-            W[i],
-            W[i + 1],
-            W[i + 2],
-            W[i + 3],
-            W[i + 4],
-            W[i + 5],
-            W[i + 6],
-            W[i + 7],
-        )
+        w0, w1, w2, w3 = W[i], W[i + 1], W[i + 2], W[i + 3]  # the rows, as views
+        w4, w5, w6, w7 = W[i + 4], W[i + 5], W[i + 6], W[i + 7]
         for j in range(r):
             pj = p[j]
             b0, b1, b2, b3, b4, b5, b6, b7 = w0[j], w1[j], w2[j], w3[j], w4[j], w5[j], w6[j], w7[j]
