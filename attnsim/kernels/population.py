@@ -460,9 +460,9 @@ def point_terms(t: np.ndarray, x: np.ndarray, sd: np.ndarray, linear: bool, tayl
     shape = t.shape
     t, x, sd = (np.ascontiguousarray(a, dtype=np.float64).reshape(-1) for a in (t, x, sd))
     g, ex, err, loss = np.empty((4, t.size)) if work is None else work
-    np.multiply(t, t, out=g)
-    np.multiply(g, -0.5, out=g)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # t^2 may overflow: g = 0 then, as it should
+        np.multiply(t, t, out=g)
+        np.multiply(g, -0.5, out=g)
         np.exp(g, out=g)
     rule = LOSS_LINEAR if linear else LOSS_TAYLOR if taylor else LOSS_NONE
     if rule == LOSS_TAYLOR:
