@@ -146,6 +146,7 @@ class Problem:
         same dict: the population part runs on the background thread
         (:func:`attnsim.parallel.in_background`) from the state's scalars, so
         the caller may move the state on at once."""
+        from .kernels import state_q
         from .metrics import test_set_metrics
         from .parallel import in_background
         from .population import state_scalars
@@ -160,9 +161,7 @@ class Problem:
             return test_set_metrics(self.X2_test, self.O_test, self.y_test, self.T, W, p, nu, cfg.loss)
 
         def scalars(state) -> tuple[float, ...]:
-            if hasattr(state, "q"):  # W p without W (the X W form rebuilds W only if asked for)
-                return state_scalars(self, None, state["p"], state["nu"], q=state.q())
-            return state_scalars(self, state["W"], state["p"], state["nu"])
+            return state_scalars(self, None, state["p"], state["nu"], q=state_q(state))
 
         def evaluate(state) -> dict:
             out = test_part(state)

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-_EXECUTORS: dict[
-    int, ThreadPoolExecutor
-] = {}  # by thread count; made on first use (the CLI imports this module)
+# by thread count; made on first use (the CLI imports this module)
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 _LLVM = f"{os.sep}llvmlite{os.sep}"
 
 

@@ -159,18 +159,10 @@ def hermite_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, w / math.sqrt(math.pi)
 
 
-# (largest sd, nodes): relative error at most 5e-11 (measured against adaptive quadrature)
+# (largest sd, nodes) of Gauss-Hermite for E softplus(m + sd Z): relative error at
+# most 5e-11, measured against adaptive quadrature (tests/test_population.py);
+# softplus is analytic in a strip of half-width pi, so the error falls like (sd / pi)^(2n)
 HERMITE_NODES = ((0.2, 5), (0.25, 6), (0.3, 7), (0.4, 8), (0.5, 10), (0.6, 12), (0.7, 14))
-
-
-def hermite_nodes(sd: float) -> int:
-    """Gauss-Hermite nodes for E softplus(m + sd Z) to 5e-11 relative (sd <= HERMITE_SD),
-    measured against adaptive quadrature (tests/test_population.py). softplus is
-    analytic in a strip of half-width pi, so the error falls like (sd / pi)^(2n)."""
-    for top, n in HERMITE_NODES:
-        if sd <= top:
-            return n
-    raise ValueError(f"sd {sd} above HERMITE_SD")
 
 
 @functools.lru_cache(maxsize=1)

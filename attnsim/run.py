@@ -15,6 +15,7 @@ from . import dynamics, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine
+from .kernels import state_q
 from .population import HERMITE_NODES, Population, cached_sobol_normals, expected_softplus, hermite_rule
 from .realdata import Source, open_data
 
@@ -191,7 +192,7 @@ class LimitWatch:
         self.p: list[np.ndarray] = []
 
     def __call__(self, state: dict) -> None:
-        self.q.append(state.q() if hasattr(state, "q") else state["W"] @ state["p"])
+        self.q.append(state_q(state))
         self.p.append(state["p"].copy())
 
     def finish(self, cfg: Config, traj, pop) -> dict:

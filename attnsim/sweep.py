@@ -486,16 +486,17 @@ def run_sweep(
         before = {k: store.read(k) for k in keys}
         report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
         groups: dict[tuple, list] = {}
+        cost: dict[tuple, float] = {}
         for key, cfg in zip(keys, points):
             rec = before[key]
             if rec is None or rec.get("status") != "ok":
                 task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data)
-                groups.setdefault(setup_group(cfg), []).append(task)
+                group = setup_group(cfg)
+                groups.setdefault(group, []).append(task)
+                cost[group] = cost.get(group, _setup_flops(cfg)) + _flops(cfg, spec.data)
         # costliest setup groups first, so the last tasks to finish are short ones
-        order = sorted(
-            groups.values(), key=lambda g: -sum(_seconds(t.config) for t in g) - _setup_seconds(g[0].config)
-        )
-        tasks = [t for g in order for t in _chunks(g, len(keys), workers or os.cpu_count() or 1)]
+        order = sorted(groups, key=lambda g: -cost[g])
+        tasks = [t for g in order for t in _chunks(groups[g], len(keys), workers or os.cpu_count() or 1)]
         report.scheduled = sum(len(t) for t in tasks)
         bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
                    disable=None if progress is None else not progress)  # fmt: skip
@@ -552,17 +553,17 @@ def _write_spec(store: Store, spec: SweepSpec) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
-def _seconds(cfg: dict) -> float:
-    """A rough estimate of one point's seconds after its setup (for ordering only):
-    steps over n T tokens of width min(d, n T + 2), plus the per-run overhead."""
-    nT = cfg.get("n", 20) * cfg.get("T", 8)
-    return 1.2e-9 * cfg.get("steps", 1000) * nT * min(cfg.get("d", 1000), nT + 2) + 0.008
+def _flops(cfg: Config, data: str | None) -> float:
+    """Flops of a point's steps (:func:`attnsim.engines.step_flops`; for
+    ordering the work only: with data, n, T and d are not known here)."""
+    from .engines import choose_engine, step_flops
+
+    return 0.0 if data is not None else cfg.steps * step_flops(cfg, choose_engine(cfg, user_data=False)[0])
 
 
-def _setup_seconds(cfg: dict) -> float:
-    """A rough estimate of a group's shared setup: two d x d x k products."""
-    d, nT = cfg.get("d", 1000), cfg.get("n", 20) * cfg.get("T", 8)
-    return 8e-11 * d * d * (nT + 2)
+def _setup_flops(cfg: Config) -> float:
+    """Flops of a reduced setup shared by a group: two d x d x k products, k about n T + 2."""
+    return 4.0 * cfg.d * cfg.d * (cfg.n * cfg.T + 2) if cfg.engine != "dense" else 0.0
 
 
 def _chunks(group: list, total: int, workers: int) -> list[list]:

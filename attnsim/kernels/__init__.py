@@ -29,6 +29,7 @@ from .attention import (
     loss_kind_code,
     make_segment,
     outputs,
+    state_q,
 )
 from .population import expected_softplus_series
 
@@ -36,4 +37,5 @@ __all__ = [
     "DIVERGED", "FROZEN", "LINEAR", "LOGISTIC", "N_CHUNKS", "OK", "PAR_MIN", "AttentionModel",
     "EvaluationBudgetExceeded", "FlowField", "Observation", "Segment", "SegmentXW",
     "expected_softplus_series", "f64", "loss_and_grads", "loss_kind_code", "make_segment", "outputs",
+    "state_q",
 ]  # fmt: skip

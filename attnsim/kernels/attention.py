@@ -619,26 +619,19 @@ class SegmentXW(Segment):
                                   self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip
         return int(st), int(step)
 
-    def _sync(self) -> None:
-        """W = W(0) + X^T K^-1 (B - B(0)), unless already current."""
-        if not self._fresh:
-            self.W[...] = self.rebuild(self.B)
-            self._fresh = True
-
-    def rebuild(self, B: np.ndarray) -> np.ndarray:
-        """The W of B: W(0) + X^T K^-1 (B - B(0)) (a d x k solve and product: 1-2 ms at k = 162)."""
+    def _back(self, dB: np.ndarray) -> np.ndarray:
+        """X^T K^-1 dB: the change of W (or of W p) that changes B (or B p) by dB."""
         from scipy.linalg import cho_solve
 
-        C = cho_solve((self.chol, True), B - self.B0, check_finite=False)
-        return self.W0 + self.data.X2.T @ C
+        return self.data.X2.T @ cho_solve((self.chol, True), dB, check_finite=False)
+
+    def rebuild(self, B: np.ndarray) -> np.ndarray:
+        """The W of B: W(0) + X^T K^-1 (B - B(0)) (a k x k solve and product: 1-2 ms at k = 162)."""
+        return self.W0 + self._back(B - self.B0)
 
     def q_of(self, B: np.ndarray, p: np.ndarray) -> np.ndarray:
         """W p of the W of B, without W: W(0) p + X^T K^-1 (B p - B(0) p)."""
-        from scipy.linalg import cho_solve
-
-        return self.W0 @ p + self.data.X2.T @ cho_solve(
-            (self.chol, True), B @ p - self.B0 @ p, check_finite=False
-        )
+        return self.W0 @ p + self._back(B @ p - self.B0 @ p)
 
     def state(self) -> XWState:
         """The current state, detached from later steps; W is rebuilt only if asked for."""
@@ -702,6 +695,11 @@ class XWState(Mapping):
         """W p (engine coordinates)."""
         p = self._arrays["p"]
         return self._W @ p if self._W is not None else self._seg.q_of(self._B, p)
+
+
+def state_q(state: Mapping) -> np.ndarray:
+    """q = W p of a stepper's state (an :class:`XWState` gives it without rebuilding W)."""
+    return state.q() if isinstance(state, XWState) else state["W"] @ state["p"]
 
 
 def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
