@@ -37,6 +37,7 @@ from .parallel import halves
 ROLE_NAMES = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
 RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, IRRELEVANT = range(4)
 BLOCK_ELEMENTS = 1 << 22  # W(0) is drawn in row blocks of about this many numbers (32 MB)
+DRAW_CHUNK = 1 << 18  # kept draws record the generator's state every this many numbers (2 MB)
 
 
 class DataError(ValueError):
@@ -320,6 +321,10 @@ def fill_W0(cfg: Config, rng: np.random.Generator, out: np.ndarray) -> np.ndarra
     (``PCG64.advance``); the stream is then jumped past all d^2 numbers.
     """
     d = out.shape[0]
+    kept = KEPT_DRAWS.take(rng, d * d, cfg.init_W)
+    if kept is not None:
+        _scale_W0(cfg, kept, out.reshape(-1))
+        return out
     bg = rng.bit_generator
     state = bg.state
     if cfg.init_W in ("gaussian", "identity") or not hasattr(bg, "advance") or state.get("has_uint32", 1):
@@ -337,6 +342,80 @@ def fill_W0(cfg: Config, rng: np.random.Generator, out: np.ndarray) -> np.ndarra
     halves(rows, d)
     bg.advance(d * d)
     return out
+
+
+class KeptDraws:
+    """The numbers one stream draws from one state for W(0), kept so that a
+    later W(0) drawn from the same state reads them instead.
+
+    A sweep over d with one seed draws W(0) for every d from the same ``init``
+    stream state, and W(0) of dimension d is the first d^2 numbers of that
+    stream (standard normals or uniforms), scaled for d: the largest d draws
+    them, every smaller one reads a prefix. The generator's state is recorded
+    every ``DRAW_CHUNK`` numbers, so the stream is left exactly after any
+    prefix (at most one chunk is drawn again, and checked against the kept
+    numbers). Off unless ``enabled`` (sweep workers turn it on); at most
+    ``max_bytes`` are kept, of one stream state and kind at a time.
+    """
+
+    KINDS = {"gaussian": "standard_normal", "kaiming_uniform": "random"}
+
+    def __init__(self, max_bytes: int):
+        self.enabled = False
+        self.max_bytes = max_bytes
+        self._key: tuple | None = None
+        self._values = np.empty(0)
+        self._states: list[dict] = []  # the state after j * DRAW_CHUNK numbers, j = 0, 1, ...
+
+    def take(self, rng: np.random.Generator, n: int, init_W: str) -> np.ndarray | None:
+        """The next ``n`` numbers W(0) with ``init_W`` draws from ``rng`` (a view,
+        valid until the next call), ``rng`` left after them as the draw would
+        leave it; None (nothing drawn) when not enabled, for another init, or
+        for more than ``max_bytes``."""
+        method = self.KINDS.get(init_W)
+        if not self.enabled or method is None or 8 * n > self.max_bytes:
+            return None
+        bg = rng.bit_generator
+        key = (method, type(bg).__name__, repr(bg.state))
+        if key != self._key:
+            self._key, self._values, self._states = None, np.empty(0), [bg.state]
+        draw = getattr(rng, method)
+        if n > self._values.size:
+            self._extend(rng, draw, n)
+        self._key = key
+        j = n // DRAW_CHUNK
+        bg.state = self._states[j]
+        rest = n - j * DRAW_CHUNK
+        if rest and not np.array_equal(draw(rest), self._values[n - rest : n]):
+            raise RuntimeError("kept draws do not match their stream")  # pragma: no cover
+        return self._values[:n]
+
+    def _extend(self, rng: np.random.Generator, draw, n: int) -> None:
+        have = self._values.size  # a multiple of the chunk
+        values = np.empty(-(-n // DRAW_CHUNK) * DRAW_CHUNK)
+        values[:have] = self._values
+        self._values = np.empty(0)
+        rng.bit_generator.state = self._states[-1]
+        for lo in range(have, values.size, DRAW_CHUNK):
+            draw(out=values[lo : lo + DRAW_CHUNK])
+            self._states.append(rng.bit_generator.state)
+        self._values = values
+
+
+KEPT_DRAWS = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the reduced setup keeps it
+
+
+def _scale_W0(cfg: Config, draws: np.ndarray, out: np.ndarray) -> None:
+    """out = W(0)'s numbers from its raw draws, computed as :func:`W0_blocks`
+    computes them (in chunks that stay in cache)."""
+    a = cfg.W_scale * math.sqrt(3.0)
+    for lo in range(0, draws.size, DRAW_CHUNK // 8):
+        o = out[lo : lo + DRAW_CHUNK // 8]
+        if cfg.init_W == "gaussian":
+            np.multiply(draws[lo : lo + o.size], cfg.W_scale, out=o)
+        else:
+            np.multiply(draws[lo : lo + o.size], 2.0 * a, out=o)
+            o -= a
 
 
 def W0_block_rows(d: int) -> int:

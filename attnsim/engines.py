@@ -510,9 +510,11 @@ def _build_reduced_generated(cfg: Config, streams: Streams, reason: str) -> tupl
             SETUP_CACHE.popitem(last=False)
     streams.data = copy.deepcopy(after)
     Q = setup["Q"]
-    mu_pos, mu_neg = signals(cfg.d, cfg.signal_norm)
+    # the signals |mu| e1, |mu| e2 in Q coordinates: Q^T mu = |mu| times a row of Q (the same
+    # numbers as the product, without reading all of Q)
+    mu_pos, mu_neg = cfg.signal_norm * Q[0], cfg.signal_norm * Q[1]
     X = noise_Q.reshape(cfg.n, cfg.T, -1).copy()
-    ds = assemble(cfg, X, *draw_labels(cfg, streams.data), Q.T @ mu_pos, Q.T @ mu_neg, source="generated")
+    ds = assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg, source="generated")
     ds.X = None  # the tokens live in the problem, in Q coordinates
     pb = Problem(engine="reduced", reason=reason, X2=X.reshape(cfg.n * cfg.T, -1), y=ds.y, T=cfg.T, nu0=ds.nu,
                  mu_pos=ds.mu_pos, mu_neg=ds.mu_neg, **setup)  # fmt: skip

@@ -293,9 +293,13 @@ def setup_group(cfg: Config) -> tuple:
 
 
 def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
-    """Simulate one point and return its record."""
+    """Simulate one point and return its record. The process keeps the draws
+    of W(0) from then on (:class:`attnsim.data.KeptDraws`): the sweep's points
+    of the same seed and a smaller d read them instead of drawing them."""
+    from .data import KEPT_DRAWS
     from .run import simulate
 
+    KEPT_DRAWS.enabled = True
     t = time.perf_counter()
     try:
         # a Config, not the mapping: with data, warn only about keys set away from their defaults

@@ -135,6 +135,38 @@ def test_W0_drawn_in_two_halves_at_once_is_the_sequential_draw(d, one_thread, mo
     np.testing.assert_array_equal(fast.standard_normal(3), seq.standard_normal(3))
 
 
+@pytest.mark.parametrize("init_W", ["kaiming_uniform", "gaussian"])
+def test_kept_draws_give_every_W0_the_fresh_draw_and_stream_state(init_W, monkeypatch):
+    """With the draws kept (sweep workers), W(0) of any d, in any order (a prefix
+    of the kept numbers, or more than are kept), equals a fresh draw bit for
+    bit, and the stream is left where the fresh draw leaves it; another seed,
+    or a stream moved on, is not confused with the kept one."""
+    from attnsim import data
+
+    monkeypatch.setattr(data, "DRAW_CHUNK", 1024)  # many chunk boundaries at small d
+    kept = data.KeptDraws(max_bytes=8 * 700**2)
+    monkeypatch.setattr(data, "KEPT_DRAWS", kept)
+
+    def draw(d, seed, on, skip=0):
+        kept.enabled = on
+        rng = make_streams(seed).init
+        rng.random(skip)
+        W = data.fill_W0(Config(d=d, init_W=init_W), rng, np.full((d, d), np.nan))
+        return W, rng.bit_generator.state, rng.standard_normal(3)
+
+    for d, seed, skip in [(300, 0, 0), (200, 0, 0), (32, 0, 0), (33, 0, 0), (500, 0, 0), (300, 1, 0),
+                          (300, 0, 5), (700, 0, 0), (701, 0, 0), (64, 0, 0)]:  # fmt: skip
+        fresh, used = draw(d, seed, False, skip), draw(d, seed, True, skip)
+        np.testing.assert_array_equal(used[0], fresh[0])
+        assert used[1] == fresh[1]
+        np.testing.assert_array_equal(used[2], fresh[2])
+    assert kept._values.size == 700**2 + 1024 - 700**2 % 1024  # 701 was above max_bytes: drawn afresh
+    kept.enabled = False
+    assert kept.take(make_streams(0).init, 10, init_W) is None
+    kept.enabled = True
+    assert kept.take(make_streams(0).init, 10, "identity") is None
+
+
 def _write(tmp_path, **arrays):
     path = tmp_path / "d.npz"
     np.savez(path, **arrays)
