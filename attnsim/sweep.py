@@ -67,6 +67,7 @@ from .results import SCHEMA_VERSION, atomic_write, json_safe
 META_KEYS = ("name", "seeds", "save", "data")
 MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
 MAX_DEATHS = 2  # workers a point may take down with it before it is recorded as failed
+TAIL_POINTS = 8  # points per task of a setup group whose setup is cheap (see _chunks)
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -454,7 +455,7 @@ class SweepReport:
         """The sweep's records in grid order (as read when it ended; missing ones skipped)."""
         if self.final is None:
             return self.store.records(self.keys)
-        return [r for r in (self.final[k] for k in self.keys) if r is not None]
+        return [r for r in (self.final.get(k) for k in self.keys) if r is not None]
 
     @property
     def root(self) -> Path:
@@ -490,18 +491,24 @@ def run_sweep(
         before = {k: store.read(k) for k in keys}
         report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
         groups: dict[tuple, list] = {}
-        cost: dict[tuple, float] = {}
+        setup: dict[tuple, float] = {}  # flops of each group's setup and of its points' steps
+        steps: dict[tuple, float] = {}
         for key, cfg in zip(keys, points):
             rec = before[key]
             if rec is None or rec.get("status") != "ok":
                 task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data)
                 group = setup_group(cfg)
                 groups.setdefault(group, []).append(task)
-                cost[group] = cost.get(group, _setup_flops(cfg)) + _flops(cfg, spec.data)
+                setup.setdefault(group, _setup_flops(cfg))
+                steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
         # costliest setup groups first, so the last tasks to finish are short ones
-        order = sorted(groups, key=lambda g: -cost[g])
-        tasks = [t for g in order for t in _chunks(groups[g], len(keys), workers or os.cpu_count() or 1)]
+        order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
+        n = workers or os.cpu_count() or 1
+        tasks = [
+            t for g in order for t in _chunks(groups[g], len(keys), n, setup[g], steps[g] / len(groups[g]))
+        ]
         report.scheduled = sum(len(t) for t in tasks)
+        report.final = {}  # records read as their points finish (this process is otherwise waiting)
         bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
                    disable=None if progress is None else not progress)  # fmt: skip
         try:
@@ -516,7 +523,8 @@ def run_sweep(
     finally:
         if own_client:
             client.close()
-    final = report.final = {k: store.read(k) for k in keys}
+    done = report.final or {}
+    final = report.final = {k: done[k] if k in done else store.read(k) for k in keys}
     report.ok = sum(1 for r in final.values() if r is not None and r.get("status") == "ok")
     report.failed = sum(1 for r in final.values() if r is not None and r.get("status") != "ok")
     if store.damaged:
@@ -570,9 +578,17 @@ def _setup_flops(cfg: Config) -> float:
     return 4.0 * cfg.d * cfg.d * (cfg.n * cfg.T + 2) if cfg.engine != "dense" else 0.0
 
 
-def _chunks(group: list, total: int, workers: int) -> list[list]:
-    """Split a setup group so every worker has work (each part still shares its setup)."""
+def _chunks(
+    group: list, total: int, workers: int, setup_flops: float = 0.0, point_flops: float = 0.0
+) -> list[list]:
+    """Split a setup group so every worker has work (each part still shares
+    its setup). A group whose setup costs at most a tenth of ``TAIL_POINTS``
+    of its points goes in parts of ``TAIL_POINTS`` (each worker that takes a
+    part builds the setup again): the cheap groups run last, and short last
+    tasks keep one core from idling while the other finishes a long one."""
     size = max(1, math.ceil(total / max(1, 4 * workers)))
+    if point_flops > 0 and setup_flops <= 0.1 * TAIL_POINTS * point_flops:
+        size = min(size, TAIL_POINTS)
     return [group[i : i + size] for i in range(0, len(group), size)]
 
 
@@ -581,43 +597,79 @@ def _chunks(group: list, total: int, workers: int) -> list[list]:
 _WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 
 
-def _worker_main(conn, root: str) -> None:
-    """A worker: receives tasks (lists of points), computes and writes each
-    record, and reports ("done", key, status) per point and ("idle",) per task."""
+def _worker_main(conn) -> None:
+    """A worker: loads the kernels, then receives tasks (a store folder and a
+    list of points), computes and writes each record, and reports ("done",
+    key, status) per point and ("idle",) per task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
 
     def _term():
         raise SystemExit(143)  # unwinds: temporary files are removed, locks released
 
     on_signal(signal.SIGTERM, _term)
-    store = Store(Path(root))
+    with contextlib.suppress(Exception):  # while the parent prepares the work (a failure shows in the points)
+        from .run import ensure_compiled
+
+        ensure_compiled()
+    stores: dict[str, Store] = {}
     while True:
         try:
-            task = conn.recv()
+            msg = conn.recv()
         except EOFError:
             return
-        if task is None:
+        if msg is None:
             return
+        root, task = msg
+        store = stores.setdefault(root, Store(Path(root)))
         for point in task:
             conn.send(("done", point.key, store.compute(point)))
         conn.send(("idle",))
 
 
 class _Worker:
-    def __init__(self, ctx, root: Path):
+    def __init__(self, ctx):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, str(root)), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
         self.proc.start()
         child.close()
         self.task: list | None = None  # the points sent and not yet reported
 
 
-def _spawn(ctx, root: Path, report: SweepReport) -> _Worker:
-    report.workers += 1
+_SHARED: list[_Worker] | None = None  # idle workers kept between sweeps inside worker_pool()
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int | None = None):
+    """Start the local worker processes now and let every sweep run inside the
+    block use them; they stop when it ends.
+
+    A worker spends about a second importing attnsim and loading its kernels
+    before its first point: started early, that overlaps the caller's own
+    start-up (imports, checking the sweep's points), and later sweeps in the
+    block (``attnsim figures`` makes several) do not pay it again. Without
+    this block each sweep starts and stops its own workers. Nested blocks
+    share the outer one's workers.
+    """
+    global _SHARED
+    if _SHARED is not None:
+        yield
+        return
+    n = workers or os.cpu_count() or 1
+    _SHARED = [_spawn(mp.get_context("spawn")) for _ in range(n)] if n > 1 else []
+    try:
+        yield
+    finally:
+        pool, _SHARED = _SHARED, None
+        _stop(pool)
+
+
+def _spawn(ctx, report: SweepReport | None = None) -> _Worker:
+    if report is not None:
+        report.workers += 1
     saved = {k: os.environ.get(k) for k in _WORKER_ENV}
     os.environ.update(_WORKER_ENV)  # spawned workers read these before importing numpy
     try:
-        return _Worker(ctx, root)
+        return _Worker(ctx)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -631,19 +683,27 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
         for task in tasks:
             for point in task:
                 report.computed += store.compute(point)
+                report.final[point.key] = store.read(point.key)
                 bar.update(1)
         return
     ctx = mp.get_context("spawn")  # Numba's threads do not survive fork
     queue = deque(tasks)
     deaths: dict[str, int] = {}
     pool: list[_Worker] = []
+    finished = False
     try:
-        pool = [_spawn(ctx, store.root, report) for _ in range(workers)]
+        if _SHARED is not None:  # inside worker_pool(): its idle workers first
+            while _SHARED and len(pool) < workers:
+                w = _SHARED.pop(0)
+                if w.proc.exitcode is None:
+                    pool.append(w)
+                    report.workers += 1
+        pool += [_spawn(ctx, report) for _ in range(workers - len(pool))]
         while queue or any(w.task for w in pool):
             for w in pool:
                 if w.task is None and queue:
                     w.task = list(queue.popleft())
-                    w.conn.send(w.task)
+                    w.conn.send((str(store.root), w.task))
             wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=1.0)
             alive = []
             for w in pool:
@@ -668,10 +728,14 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
                     )
                 w.conn.close()
                 if queue:
-                    alive.append(_spawn(ctx, store.root, report))
+                    alive.append(_spawn(ctx, report))
             pool = alive
+        finished = True
     finally:
-        _stop(pool)
+        if finished and _SHARED is not None:
+            _SHARED.extend(pool)  # idle and alive: kept for the block's next sweep
+        else:
+            _stop(pool)
 
 
 def _drain(w: _Worker, bar, report: SweepReport) -> None:
@@ -682,6 +746,7 @@ def _drain(w: _Worker, bar, report: SweepReport) -> None:
             if msg[0] == "done":
                 w.task = [t for t in w.task if t[0] != msg[1]]
                 report.computed += msg[2]
+                report.final[msg[1]] = report.store.read(msg[1])
                 bar.update(1)
             elif msg[0] == "idle":
                 w.task = None
@@ -735,6 +800,7 @@ def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:
     for fut in as_completed(futures):
         for key, rec in fut.result():
             store.write(key, rec)
+            report.final[key] = store.read(key)
             report.computed += 1
             bar.update(1)
 

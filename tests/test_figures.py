@@ -42,3 +42,17 @@ def test_figure_script_runs_with_spawned_workers(tmp_path):
     out = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "fig6_phase.png").exists()
+
+
+def test_figures_that_run_sweeps_are_listed():
+    """make() starts the worker pool first when a figure in SWEEPS is asked for:
+    the set must name exactly the figure modules that run sweeps."""
+    import importlib
+    import inspect
+
+    from attnsim.figures import SWEEPS
+
+    calls = ("sweep_records", "run_sweep", "encoder_records", "run_protocol")
+    for name, module in NAMES.items():
+        src = inspect.getsource(importlib.import_module(f"attnsim.figures.{module}"))
+        assert (name in SWEEPS) == any(c + "(" in src for c in calls), name

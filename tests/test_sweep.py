@@ -247,3 +247,39 @@ def test_sweep_cli_runs_and_rejects_bad_files(tmp_path, capsys):
     assert main(["sweep", str(bad)]) == 2
     assert "did you mean 'signal_norm'" in capsys.readouterr().err
     assert main(["sweep", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_worker_pool_serves_every_sweep_in_its_block(tmp_path):
+    """worker_pool() starts the workers at once; every sweep inside uses the same
+    processes (no new ones started) with the records a serial run writes, and
+    the workers stop when the block ends."""
+    from attnsim import sweep
+
+    serial = run_sweep(_spec(seeds=1), tmp_path / "serial", workers=1, progress=False)
+    with sweep.worker_pool(2):
+        started = [w.proc for w in sweep._SHARED]
+        assert len(started) == 2 and all(p.is_alive() for p in started)
+        a = run_sweep(_spec(seeds=1), tmp_path / "a", workers=2, progress=False)
+        b = run_sweep(_spec(name="u", seeds=1), tmp_path / "b", workers=2, progress=False)
+        assert sorted(id(w.proc) for w in sweep._SHARED) == sorted(id(p) for p in started)
+    assert sweep._SHARED is None
+    for p in started:
+        p.join(10)
+        assert not p.is_alive()
+    assert a.workers == b.workers == 2
+    finals = {record_key_of(r): r["final"] for r in serial.records()}
+    for rep in (a, b):
+        assert rep.ok == len(finals) and {record_key_of(r): r["final"] for r in rep.records()} == finals
+
+
+def test_cheap_setup_groups_go_in_short_tasks():
+    from attnsim.sweep import TAIL_POINTS, _chunks
+
+    group = list(range(39))
+    whole = _chunks(group, 1521, 2, setup_flops=1e10, point_flops=2e8)  # setup of 50 points: kept whole
+    assert whole == [group]
+    parts = _chunks(group, 1521, 2, setup_flops=1e8, point_flops=2e8)  # half a point's steps: split
+    assert [len(p) for p in parts] == [TAIL_POINTS] * 4 + [39 - 4 * TAIL_POINTS]
+    assert sum(parts, []) == group
+    assert _chunks(group, 1521, 2, setup_flops=0.0, point_flops=0.0) == [group]  # cost unknown (data)
+    assert [len(p) for p in _chunks(list(range(10)), 10, 2)] == [2] * 5  # every worker gets work

@@ -3,10 +3,13 @@
 Each module has ``make(outdir, quick=False, cache="sweeps/figures") -> list[Path]``:
 compute (or load cached sweep records), plot with :mod:`attnsim.plotting`
 helpers, save PNGs and return their paths. ``--quick`` uses small grids.
+Figures in ``SWEEPS`` run sweeps: while any of them is to be made, the local
+worker processes start first and serve every sweep (:func:`attnsim.sweep.worker_pool`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 from pathlib import Path
@@ -25,6 +28,8 @@ NAMES = {
     "encoder_heatmaps": "fig11_encoder_heatmaps",
     "real": "fig12_real",
 }
+SWEEPS = {"heatmaps", "frak_s", "delayed", "phase", "noise", "generalization_time", "encoder_dynamics",
+          "encoder_heatmaps", "real"}  # fmt: skip
 
 
 def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=print) -> list[Path]:
@@ -35,11 +40,21 @@ def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=
     unknown = [n for n in names or [] if n not in NAMES]
     if unknown:
         raise ValueError(f"unknown figure(s) {unknown}; choose from {', '.join(NAMES)}")
+    names = names or list(NAMES)
     out = []
-    for name in names or list(NAMES):
-        t = time.perf_counter()
-        mod = importlib.import_module(f".{NAMES[name]}", __name__)
-        paths = mod.make(Path(outdir), quick=quick, cache=Path(cache) / ("quick" if quick else "full"))
-        log(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - t:.1f} s)")
-        out += paths
+    with _workers(SWEEPS.intersection(names)):
+        for name in names:
+            t = time.perf_counter()
+            mod = importlib.import_module(f".{NAMES[name]}", __name__)
+            paths = mod.make(Path(outdir), quick=quick, cache=Path(cache) / ("quick" if quick else "full"))
+            log(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - t:.1f} s)")
+            out += paths
     return out
+
+
+def _workers(sweeping):
+    if not sweeping:
+        return contextlib.nullcontext()
+    from ..sweep import worker_pool
+
+    return worker_pool()
