@@ -482,12 +482,17 @@ def run_sweep(
     if scheduler is not None and client is None:
         client = _connect(scheduler)  # before anything is written
     own_client = scheduler is not None
+    started: list[_Worker] = []
     try:
         store = Store(Path(out) / spec.name)
         _write_spec(store, spec)
         points = spec.points()
         keys = [record_key(c, spec.data_id) for c in points]
         report = SweepReport(store, keys)
+        n = workers or os.cpu_count() or 1
+        missing = len({f"{k}.json" for k in keys} - set(os.listdir(store.dir)))
+        # many records to compute: the workers start loading now, while the records are read and sorted
+        started = _take_workers(n, report) if client is None and n > 1 and missing >= 4 * n else []
         before = {k: store.read(k) for k in keys}
         report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
         groups: dict[tuple, list] = {}
@@ -503,7 +508,6 @@ def run_sweep(
                 steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
         # costliest setup groups first, so the last tasks to finish are short ones
         order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
-        n = workers or os.cpu_count() or 1
         tasks = [
             t for g in order for t in _chunks(groups[g], len(keys), n, setup[g], steps[g] / len(groups[g]))
         ]
@@ -512,15 +516,15 @@ def run_sweep(
         bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
                    disable=None if progress is None else not progress)  # fmt: skip
         try:
-            if not tasks:
-                pass
-            elif client is not None:
+            if client is not None:
                 _run_dask(tasks, store, bar, client, report)
             else:
-                _run_local(tasks, store, bar, min(workers or os.cpu_count() or 1, len(tasks)), report)
+                handed, started = started, []  # _run_local releases them
+                _run_local(tasks, store, bar, min(n, len(tasks)), report, handed)
         finally:
             bar.close()
     finally:
+        _release(started)
         if own_client:
             client.close()
     done = report.final or {}
@@ -639,27 +643,49 @@ _SHARED: list[_Worker] | None = None  # idle workers kept between sweeps inside 
 
 
 @contextlib.contextmanager
-def worker_pool(workers: int | None = None):
-    """Start the local worker processes now and let every sweep run inside the
-    block use them; they stop when it ends.
+def worker_pool():
+    """Keep the local worker processes a sweep starts for the next sweeps run
+    inside the block; they stop when it ends.
 
     A worker spends about a second importing attnsim and loading its kernels
-    before its first point: started early, that overlaps the caller's own
-    start-up (imports, checking the sweep's points), and later sweeps in the
-    block (``attnsim figures`` makes several) do not pay it again. Without
-    this block each sweep starts and stops its own workers. Nested blocks
-    share the outer one's workers.
+    before its first point; later sweeps in the block (``attnsim figures``
+    makes several) do not pay that again. Without this block each sweep
+    stops its workers when it ends. Nested blocks share the outer one's workers.
     """
     global _SHARED
     if _SHARED is not None:
         yield
         return
-    n = workers or os.cpu_count() or 1
-    _SHARED = [_spawn(mp.get_context("spawn")) for _ in range(n)] if n > 1 else []
+    _SHARED = []
     try:
         yield
     finally:
         pool, _SHARED = _SHARED, None
+        _stop(pool, idle_exit=False)
+
+
+def _take_workers(n: int, report: SweepReport) -> list[_Worker]:
+    """``n`` workers: the block's idle ones first (:func:`worker_pool`), new ones for the rest."""
+    pool: list[_Worker] = []
+    while _SHARED and len(pool) < n:
+        w = _SHARED.pop(0)
+        if w.proc.exitcode is None:
+            pool.append(w)
+        else:
+            w.conn.close()
+    pool += [
+        _spawn(mp.get_context("spawn")) for _ in range(n - len(pool))
+    ]  # Numba's threads do not survive fork
+    report.workers += len(pool)
+    return pool
+
+
+def _release(pool: list[_Worker]) -> None:
+    """Idle workers back to the block's pool (:func:`worker_pool`), or stopped outside one."""
+    if _SHARED is not None:
+        _SHARED.extend(w for w in pool if w.proc.exitcode is None and not w.task)
+        _stop([w for w in pool if w.proc.exitcode is not None or w.task])
+    else:
         _stop(pool)
 
 
@@ -678,7 +704,12 @@ def _spawn(ctx, report: SweepReport | None = None) -> _Worker:
                 os.environ[k] = v
 
 
-def _run_local(tasks: list[list], store: Store, bar, workers: int, report: SweepReport) -> None:
+def _run_local(tasks: list[list], store: Store, bar, workers: int, report: SweepReport,
+               started: list[_Worker]) -> None:  # fmt: skip
+    """Run ``tasks`` here (``workers`` <= 1) or on ``workers`` worker processes,
+    those ``started`` (already loading) first; the workers are released after."""
+    pool = started[:workers] if workers > 1 else []
+    _release(started[len(pool) :])
     if workers <= 1:
         for task in tasks:
             for point in task:
@@ -689,16 +720,8 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
     ctx = mp.get_context("spawn")  # Numba's threads do not survive fork
     queue = deque(tasks)
     deaths: dict[str, int] = {}
-    pool: list[_Worker] = []
-    finished = False
     try:
-        if _SHARED is not None:  # inside worker_pool(): its idle workers first
-            while _SHARED and len(pool) < workers:
-                w = _SHARED.pop(0)
-                if w.proc.exitcode is None:
-                    pool.append(w)
-                    report.workers += 1
-        pool += [_spawn(ctx, report) for _ in range(workers - len(pool))]
+        pool += _take_workers(workers - len(pool), report)
         while queue or any(w.task for w in pool):
             for w in pool:
                 if w.task is None and queue:
@@ -730,12 +753,8 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
                 if queue:
                     alive.append(_spawn(ctx, report))
             pool = alive
-        finished = True
     finally:
-        if finished and _SHARED is not None:
-            _SHARED.extend(pool)  # idle and alive: kept for the block's next sweep
-        else:
-            _stop(pool)
+        _release(pool)  # on Ctrl-C busy workers are terminated, and idle ones stop or stay in the block
 
 
 def _drain(w: _Worker, bar, report: SweepReport) -> None:
@@ -766,12 +785,14 @@ def _dead_record(cfg: dict, exitcode: int | None) -> dict:
     })  # fmt: skip
 
 
-def _stop(pool: list[_Worker]) -> None:
-    """Ask idle workers to exit; terminate busy ones (Ctrl-C): they unwind and
-    remove their temporary files; anything still alive after 5 s is killed."""
+def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
+    """Ask idle workers to exit (``idle_exit``; else terminate them too: one may
+    still be loading its kernels, with nothing to clean up); terminate busy
+    ones (Ctrl-C): they unwind and remove their temporary files; anything
+    still alive after 5 s is killed."""
     for w in pool:
         if w.proc.exitcode is None:
-            if w.task:
+            if w.task or not idle_exit:
                 w.proc.terminate()
             else:
                 with contextlib.suppress(OSError):

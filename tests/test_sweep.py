@@ -250,26 +250,30 @@ def test_sweep_cli_runs_and_rejects_bad_files(tmp_path, capsys):
 
 
 def test_worker_pool_serves_every_sweep_in_its_block(tmp_path):
-    """worker_pool() starts the workers at once; every sweep inside uses the same
-    processes (no new ones started) with the records a serial run writes, and
-    the workers stop when the block ends."""
+    """Inside worker_pool() the workers the first sweep starts stay for the next
+    sweep (no new ones started), with the records a serial run writes; they
+    stop when the block ends. A sweep with many records to compute starts
+    its workers before reading and sorting them."""
     from attnsim import sweep
 
     serial = run_sweep(_spec(seeds=1), tmp_path / "serial", workers=1, progress=False)
-    with sweep.worker_pool(2):
-        started = [w.proc for w in sweep._SHARED]
-        assert len(started) == 2 and all(p.is_alive() for p in started)
+    with sweep.worker_pool():
+        assert sweep._SHARED == []
         a = run_sweep(_spec(seeds=1), tmp_path / "a", workers=2, progress=False)
+        kept = [w.proc for w in sweep._SHARED]
+        assert len(kept) == 2 and all(p.is_alive() for p in kept)
         b = run_sweep(_spec(name="u", seeds=1), tmp_path / "b", workers=2, progress=False)
-        assert sorted(id(w.proc) for w in sweep._SHARED) == sorted(id(p) for p in started)
+        assert sorted(id(w.proc) for w in sweep._SHARED) == sorted(id(p) for p in kept)
     assert sweep._SHARED is None
-    for p in started:
+    for p in kept:
         p.join(10)
         assert not p.is_alive()
     assert a.workers == b.workers == 2
     finals = {record_key_of(r): r["final"] for r in serial.records()}
     for rep in (a, b):
         assert rep.ok == len(finals) and {record_key_of(r): r["final"] for r in rep.records()} == finals
+    again = run_sweep(_spec(seeds=1), tmp_path / "a", workers=2, progress=False)  # all done: no worker starts
+    assert again.workers == 0 and again.computed == 0
 
 
 def test_cheap_setup_groups_go_in_short_tasks():

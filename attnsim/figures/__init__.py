@@ -4,7 +4,7 @@ Each module has ``make(outdir, quick=False, cache="sweeps/figures") -> list[Path
 compute (or load cached sweep records), plot with :mod:`attnsim.plotting`
 helpers, save PNGs and return their paths. ``--quick`` uses small grids.
 Figures in ``SWEEPS`` run sweeps: while any of them is to be made, the local
-worker processes start first and serve every sweep (:func:`attnsim.sweep.worker_pool`).
+worker processes the first sweep starts serve every later one (:func:`attnsim.sweep.worker_pool`).
 """
 
 from __future__ import annotations
