@@ -643,20 +643,22 @@ _SHARED: list[_Worker] | None = None  # idle workers kept between sweeps inside 
 
 
 @contextlib.contextmanager
-def worker_pool():
+def worker_pool(start: int = 0):
     """Keep the local worker processes a sweep starts for the next sweeps run
     inside the block; they stop when it ends.
 
     A worker spends about a second importing attnsim and loading its kernels
     before its first point; later sweeps in the block (``attnsim figures``
-    makes several) do not pay that again. Without this block each sweep
+    makes several) do not pay that again. ``start``: workers to start at
+    once, when the caller knows there is work (their loading then overlaps
+    whatever it does before its first sweep). Without this block each sweep
     stops its workers when it ends. Nested blocks share the outer one's workers.
     """
     global _SHARED
     if _SHARED is not None:
         yield
         return
-    _SHARED = []
+    _SHARED = [_spawn(mp.get_context("spawn")) for _ in range(start)] if start > 1 else []
     try:
         yield
     finally:

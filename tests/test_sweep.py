@@ -287,3 +287,17 @@ def test_cheap_setup_groups_go_in_short_tasks():
     assert sum(parts, []) == group
     assert _chunks(group, 1521, 2, setup_flops=0.0, point_flops=0.0) == [group]  # cost unknown (data)
     assert [len(p) for p in _chunks(list(range(10)), 10, 2)] == [2] * 5  # every worker gets work
+
+
+def test_worker_pool_can_start_its_workers_at_once(tmp_path):
+    from attnsim import sweep
+
+    with sweep.worker_pool(start=2):
+        started = [w.proc for w in sweep._SHARED]
+        assert len(started) == 2
+        rep = run_sweep(_spec(seeds=1), tmp_path, workers=2, progress=False)
+        assert sorted(id(w.proc) for w in sweep._SHARED) == sorted(id(p) for p in started)
+    assert rep.ok == 6 and rep.workers == 2
+    for p in started:
+        p.join(10)
+        assert not p.is_alive()

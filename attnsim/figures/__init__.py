@@ -4,7 +4,8 @@ Each module has ``make(outdir, quick=False, cache="sweeps/figures") -> list[Path
 compute (or load cached sweep records), plot with :mod:`attnsim.plotting`
 helpers, save PNGs and return their paths. ``--quick`` uses small grids.
 Figures in ``SWEEPS`` run sweeps: while any of them is to be made, the local
-worker processes the first sweep starts serve every later one (:func:`attnsim.sweep.worker_pool`).
+worker processes the first sweep starts serve every later one (:func:`attnsim.sweep.worker_pool`);
+with an empty cache they start first, while the figure modules load.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=
         raise ValueError(f"unknown figure(s) {unknown}; choose from {', '.join(NAMES)}")
     names = names or list(NAMES)
     out = []
-    with _workers(SWEEPS.intersection(names)):
+    fresh = not (Path(cache) / ("quick" if quick else "full")).exists()  # nothing cached: work for sure
+    with _workers(SWEEPS.intersection(names), fresh):
         for name in names:
             t = time.perf_counter()
             mod = importlib.import_module(f".{NAMES[name]}", __name__)
@@ -52,9 +54,11 @@ def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=
     return out
 
 
-def _workers(sweeping):
+def _workers(sweeping, fresh: bool):
     if not sweeping:
         return contextlib.nullcontext()
+    import os
+
     from ..sweep import worker_pool
 
-    return worker_pool()
+    return worker_pool(start=(os.cpu_count() or 1) if fresh else 0)
