@@ -318,12 +318,17 @@ def fill_W0(cfg: Config, rng: np.random.Generator, out: np.ndarray) -> np.ndarra
     The uniform init takes exactly one 64-bit draw of the stream per number, so
     the two halves of the rows are drawn at once (:func:`attnsim.parallel.halves`)
     from copies of the stream, the second jumped ahead past the first half
-    (``PCG64.advance``); the stream is then jumped past all d^2 numbers.
+    (``PCG64.advance``); the stream is then jumped past all d^2 numbers. In a
+    sweep worker the numbers may come from :data:`KEPT_DRAWS` instead.
     """
     d = out.shape[0]
     kept = KEPT_DRAWS.take(rng, d * d, cfg.init_W)
     if kept is not None:
-        _scale_W0(cfg, kept, out.reshape(-1))
+        flat = out.reshape(-1)
+        for lo in range(0, kept.size, DRAW_CHUNK // 8):  # chunks that stay in cache
+            chunk = flat[lo : lo + DRAW_CHUNK // 8]
+            chunk[:] = kept[lo : lo + chunk.size]
+            _scale_draws(cfg, chunk)
         return out
     bg = rng.bit_generator
     state = bg.state
@@ -331,13 +336,13 @@ def fill_W0(cfg: Config, rng: np.random.Generator, out: np.ndarray) -> np.ndarra
         for _ in W0_blocks(cfg, rng, d, out=out):
             pass
         return out
-    a = cfg.W_scale * math.sqrt(3.0)
 
     def rows(lo: int, hi: int) -> None:
         copy = type(bg)()
         copy.state = state
         copy.advance(lo * d)
-        _uniform_rows(np.random.Generator(copy), out[lo:hi], a)
+        np.random.Generator(copy).random(out=out[lo:hi])
+        _scale_draws(cfg, out[lo:hi])
 
     halves(rows, d)
     bg.advance(d * d)
@@ -405,19 +410,6 @@ class KeptDraws:
 KEPT_DRAWS = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the reduced setup keeps it
 
 
-def _scale_W0(cfg: Config, draws: np.ndarray, out: np.ndarray) -> None:
-    """out = W(0)'s numbers from its raw draws, computed as :func:`W0_blocks`
-    computes them (in chunks that stay in cache)."""
-    a = cfg.W_scale * math.sqrt(3.0)
-    for lo in range(0, draws.size, DRAW_CHUNK // 8):
-        o = out[lo : lo + DRAW_CHUNK // 8]
-        if cfg.init_W == "gaussian":
-            np.multiply(draws[lo : lo + o.size], cfg.W_scale, out=o)
-        else:
-            np.multiply(draws[lo : lo + o.size], 2.0 * a, out=o)
-            o -= a
-
-
 def W0_block_rows(d: int) -> int:
     """Rows per block of :func:`W0_blocks`: about ``BLOCK_ELEMENTS`` numbers, >= 64 rows."""
     return min(d, max(64, BLOCK_ELEMENTS // d))
@@ -431,27 +423,29 @@ def W0_blocks(cfg: Config, rng: np.random.Generator, d: int, out: np.ndarray | N
     rows = W0_block_rows(d)
     if out is None and buf is None:
         buf = np.empty((rows, d))
-    a = cfg.W_scale * math.sqrt(3.0)  # kaiming_uniform: U(-a, a) has std a / sqrt(3)
     for lo in range(0, d, rows):
         hi = min(d, lo + rows)
         block = out[lo:hi] if out is not None else buf[: hi - lo]
         if cfg.init_W == "identity":
             block[:] = 0.0
             block[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
-        elif cfg.init_W == "gaussian":
-            rng.standard_normal(out=block)
-            block *= cfg.W_scale
         else:
-            _uniform_rows(rng, block, a)
+            getattr(rng, KeptDraws.KINDS[cfg.init_W])(out=block)
+            _scale_draws(cfg, block)
         yield lo, block
 
 
-def _uniform_rows(rng: np.random.Generator, block: np.ndarray, a: float) -> None:
-    """Fill ``block`` with the doubles rng.uniform(-a, a) would draw: -a + 2a u,
-    exactly as it computes them, one 64-bit draw per number."""
-    rng.random(out=block)
-    block *= 2.0 * a
-    block -= a
+def _scale_draws(cfg: Config, block: np.ndarray) -> None:
+    """W(0)'s numbers from its raw draws, in place: standard normals times the
+    scale, or for kaiming_uniform the uniforms u on [0, 1) to U(-a, a) as
+    rng.uniform(-a, a) computes them, -a + 2a u (one 64-bit draw per number;
+    U(-a, a) has std a / sqrt(3))."""
+    if cfg.init_W == "gaussian":
+        block *= cfg.W_scale
+    else:
+        a = cfg.W_scale * math.sqrt(3.0)
+        block *= 2.0 * a
+        block -= a
 
 
 def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:

@@ -461,6 +461,13 @@ class SweepReport:
     def root(self) -> Path:
         return self.store.root
 
+    def finished(self, key: str, computed: bool, bar) -> None:
+        """A point's record was written (``computed``: by this sweep): read it now,
+        while the sweep is otherwise waiting, rather than all records at the end."""
+        self.computed += computed
+        self.final[key] = self.store.read(key)
+        bar.update(1)
+
 
 def run_sweep(
     spec: SweepSpec,
@@ -512,7 +519,7 @@ def run_sweep(
             t for g in order for t in _chunks(groups[g], len(keys), n, setup[g], steps[g] / len(groups[g]))
         ]
         report.scheduled = sum(len(t) for t in tasks)
-        report.final = {}  # records read as their points finish (this process is otherwise waiting)
+        report.final = {}  # filled as points finish (SweepReport.finished)
         bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
                    disable=None if progress is None else not progress)  # fmt: skip
         try:
@@ -658,7 +665,7 @@ def worker_pool(start: int = 0):
     if _SHARED is not None:
         yield
         return
-    _SHARED = [_spawn(mp.get_context("spawn")) for _ in range(start)] if start > 1 else []
+    _SHARED = [_spawn() for _ in range(start)] if start > 1 else []  # one alone: sweeps run here
     try:
         yield
     finally:
@@ -675,9 +682,7 @@ def _take_workers(n: int, report: SweepReport) -> list[_Worker]:
             pool.append(w)
         else:
             w.conn.close()
-    pool += [
-        _spawn(mp.get_context("spawn")) for _ in range(n - len(pool))
-    ]  # Numba's threads do not survive fork
+    pool += [_spawn() for _ in range(n - len(pool))]
     report.workers += len(pool)
     return pool
 
@@ -691,13 +696,11 @@ def _release(pool: list[_Worker]) -> None:
         _stop(pool)
 
 
-def _spawn(ctx, report: SweepReport | None = None) -> _Worker:
-    if report is not None:
-        report.workers += 1
+def _spawn() -> _Worker:
     saved = {k: os.environ.get(k) for k in _WORKER_ENV}
     os.environ.update(_WORKER_ENV)  # spawned workers read these before importing numpy
     try:
-        return _Worker(ctx)
+        return _Worker(mp.get_context("spawn"))  # Numba's threads do not survive fork
     finally:
         for k, v in saved.items():
             if v is None:
@@ -715,11 +718,8 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
     if workers <= 1:
         for task in tasks:
             for point in task:
-                report.computed += store.compute(point)
-                report.final[point.key] = store.read(point.key)
-                bar.update(1)
+                report.finished(point.key, store.compute(point), bar)
         return
-    ctx = mp.get_context("spawn")  # Numba's threads do not survive fork
     queue = deque(tasks)
     deaths: dict[str, int] = {}
     try:
@@ -753,7 +753,7 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
                     )
                 w.conn.close()
                 if queue:
-                    alive.append(_spawn(ctx, report))
+                    alive.extend(_take_workers(1, report))
             pool = alive
     finally:
         _release(pool)  # on Ctrl-C busy workers are terminated, and idle ones stop or stay in the block
@@ -766,9 +766,7 @@ def _drain(w: _Worker, bar, report: SweepReport) -> None:
             msg = w.conn.recv()
             if msg[0] == "done":
                 w.task = [t for t in w.task if t[0] != msg[1]]
-                report.computed += msg[2]
-                report.final[msg[1]] = report.store.read(msg[1])
-                bar.update(1)
+                report.finished(msg[1], msg[2], bar)
             elif msg[0] == "idle":
                 w.task = None
     except (EOFError, OSError):
@@ -823,9 +821,7 @@ def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:
     for fut in as_completed(futures):
         for key, rec in fut.result():
             store.write(key, rec)
-            report.final[key] = store.read(key)
-            report.computed += 1
-            bar.update(1)
+            report.finished(key, True, bar)
 
 
 def load_records(root: str | Path) -> list[dict]:
