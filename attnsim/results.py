@@ -29,7 +29,8 @@ class Result:
     engine: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     git: dict[str, Any] = field(default_factory=dict)
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # the simulation: setup_s, then the steps, metrics and theory
+    setup_s: float = 0.0  # building the problem (data, W(0) and its projections)
     startup_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
@@ -53,6 +54,7 @@ class Result:
                 "versions": self.versions,
                 "git": self.git,
                 "elapsed_s": self.elapsed_s,
+                "setup_s": self.setup_s,
                 "startup_s": self.startup_s,
             }
         )
@@ -172,6 +174,7 @@ def load(outdir: str | Path) -> Result:
         versions=meta.get("versions", {}),
         git=meta.get("git") or {},
         elapsed_s=meta.get("elapsed_s", 0.0),
+        setup_s=meta.get("setup_s", 0.0),
         startup_s=meta.get("startup_s", 0.0),
         warnings=meta.get("warnings", []),
         data=meta.get("data", {}),

@@ -129,6 +129,7 @@ def simulate(
         else:
             problem, ds = build(cfg, ds if data is not None else None, streams, engine, reason)
     pop = make_population(cfg, ds, streams.population)
+    setup = time.perf_counter() - t0 - startup
     rel = np.zeros(ds.y.size * problem.T) if ds.roles is None else (ds.roles == 0).astype(np.float64).ravel()
     watch = LimitWatch(problem) if cfg.limit else None
     # one BLAS thread in the step loop and the metrics: the attention model's
@@ -159,6 +160,7 @@ def simulate(
         versions=results.versions(),
         git=dict(results.git_revision()),
         elapsed_s=elapsed,
+        setup_s=setup,
         startup_s=IMPORT_S + startup,
         warnings=ds.warnings + traj.warnings,
         data={

@@ -320,6 +320,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
         "versions": res.versions,
         "git": res.git,
         "elapsed_s": res.elapsed_s,
+        "setup_s": res.setup_s,
         "wall_s": time.perf_counter() - t,
     }
     if save:

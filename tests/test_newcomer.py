@@ -152,3 +152,35 @@ def test_kernels_as_plain_python_give_the_same_run(train, integrator):
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     for key in runs[0]:
         np.testing.assert_allclose(runs[1][key], runs[0][key], rtol=1e-12, err_msg=key)
+
+
+_CACHED_CALL = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from attnsim.kernels import _cacheload
+from numba.core.base import BaseContext
+refreshes = []
+refresh = BaseContext.refresh
+BaseContext.refresh = lambda self: refreshes.append(1) or refresh(self)
+import tiny
+print(_cacheload.INSTALLED, tiny.twice(2.5), len(refreshes))
+"""
+
+
+def test_cached_kernels_load_without_refreshing_the_compiler(tmp_path):
+    """attnsim's cache loader: a cache hit skips Numba's compiler refresh (most
+    of a fresh process's kernel-loading time) and still runs the cached code;
+    a miss compiles as usual, refreshing first."""
+    (tmp_path / "tiny.py").write_text(
+        "from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n    return 2.0 * x\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [
+        subprocess.run([sys.executable, "-c", _CACHED_CALL, str(tmp_path)], env=env, capture_output=True,
+                       text=True, check=True).stdout.split()
+        for _ in range(2)
+    ]  # fmt: skip
+    miss, hit = runs
+    assert miss[:2] == hit[:2] == ["True", "5.0"]
+    assert int(miss[2]) > 0  # compiled: the compiler refreshed its context first
+    assert int(hit[2]) == 0  # loaded from the cache without it

@@ -10,6 +10,7 @@ A numba function and everything it calls live in one file: numba's on-disk
 cache only notices edits to the file of the function it loads.
 """
 
+from . import _cacheload  # noqa: F401  (before any kernel loads)
 from .attention import (
     DIVERGED,
     FROZEN,

@@ -1,0 +1,46 @@
+"""Load cached kernels without first setting up Numba's compiler.
+
+Before Numba reads a function from its on-disk cache it refreshes the whole
+compiler context: it imports and installs every lowering and typing registry
+(0.15-0.4 s on the first load of a process, most of the start-up above the
+bare imports). A cached function needs none of that; it needs Numba's runtime
+(NRT, which that refresh would initialize) and the codegen that links its
+object code. :func:`install` makes cache loads do just that. A cache miss
+compiles as usual: the compiler refreshes the context itself before it types
+anything (``CompilerBase.__init__``), and later loads are unaffected by it.
+
+The patch replaces one method of ``numba.core.caching.Cache``, whose body is
+``refresh(); with guard: return _load_overload(...)``; it is applied only if
+the pieces it calls exist (checked below), otherwise Numba is left as it is.
+"""
+
+from __future__ import annotations
+
+
+def install() -> bool:
+    """Make cache loads skip the compiler refresh; whether it was applied."""
+    try:
+        from numba.core import caching
+        from numba.core.runtime import rtsys
+    except ImportError:  # pragma: no cover - a Numba without these modules
+        return False
+    cache = caching.Cache
+    if getattr(cache.load_overload, "_attnsim", False):
+        return True
+    needed = ("_load_overload", "_guard_against_spurious_io_errors")
+    if not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
+        return False
+
+    def load_overload(self, sig, target_context):
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+        return None  # the guard swallowed an I/O error: a cache miss
+
+    load_overload._attnsim = True
+    load_overload.__doc__ = cache.load_overload.__doc__
+    cache.load_overload = load_overload
+    return True
+
+
+INSTALLED = install()
