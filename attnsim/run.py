@@ -17,7 +17,6 @@ from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine
 from .kernels import state_q
 from .population import HERMITE_NODES, Population, cached_sobol_normals, expected_softplus, hermite_rule
-from .realdata import Source, open_data
 
 _warm: set[str] = set()
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -104,6 +103,8 @@ def simulate(
     t0 = time.perf_counter()
     streams = make_streams(cfg.seed)
     if data is not None:
+        from .realdata import Source, open_data  # real-data features: imported only with --data
+
         explicit = set(config) if isinstance(config, Mapping) else None
         opened = open_data(data)
         if isinstance(opened, Source):  # real data: one run of the protocol

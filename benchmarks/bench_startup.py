@@ -9,13 +9,17 @@ kernel cache is warm, as after the first run):
 * ``attnsim run --quiet --out DIR`` (the default experiment), whose
   result.json also gives ``elapsed_s`` (the simulation) and ``startup_s``.
 
-Prints medians with min-max spread and the ratios to the floor, and, as the
-floor of ``elapsed_s``, the seconds a fresh process needs only to draw the
-default run's W(0) (d = 2000: 4e6 normals from the run's init stream; the
-reduced engine must draw the same W(0) as the dense one, then multiply it
-twice by a d x k basis), and the seconds Numba's first call of a cached
-one-line kernel takes after the floor's imports (its compiler context: a cost
-of any tool built on cached Numba kernels). BLAS and
+Prints medians with min-max spread and the ratios to the floor; of the
+fresh run's ``elapsed_s``, its ``setup_s`` (building the problem) and how
+much faster the same run is when repeated in that process with its setup
+built again (what the first run of a process pays once; ~0 means nothing
+once-per-process is left in ``elapsed_s``); as a floor of ``setup_s``, the
+seconds a fresh process needs only to draw the default run's W(0) (d = 2000:
+4e6 numbers from the run's init stream; the reduced engine must draw the
+same W(0) as the dense one, then multiply it twice by a d x k basis); and
+the seconds Numba's first call of a cached one-line kernel takes after the
+floor's imports when Numba loads it itself (refreshing its compiler context
+first; attnsim's kernels load without that, ``attnsim/kernels/_cacheload.py``). BLAS and
 OpenMP threads are pinned to ``--threads`` (the CLI pins BLAS itself inside a
 run). Targets (SPEC §9): run <= 1.8x the floor, --version <= 0.6x, elapsed_s
 of a fresh default run <= 0.12 s.
@@ -48,6 +52,16 @@ t = time.perf_counter()
 for _ in W0_blocks(cfg, make_streams(cfg.seed).init, cfg.d):
     pass
 print(time.perf_counter() - t)
+"""
+
+
+AGAIN = """
+from attnsim import engines
+from attnsim.config import Config
+from attnsim.run import simulate
+first = simulate(Config())
+engines.SETUP_CACHE.clear()  # build the setup again, as a fresh process does
+print(first.elapsed_s, simulate(Config()).elapsed_s)
 """
 
 
@@ -96,19 +110,23 @@ def main() -> int:
     first_call = [sys.executable, "-c", FIRST_CALL]
     kernel_env = {**env, "PYTHONPATH": str(out)}
     times: dict[str, list[float]] = {k: [] for k in cmds}
-    elapsed, startup, draws, firsts = [], [], [], []
+    elapsed, setups, startup, draws, firsts, agains = [], [], [], [], [], []
     for rep in range(args.reps + 1):  # the first round warms the caches and is not counted
         for name, cmd in cmds.items():
             t = timed(cmd, env)
             if rep:
                 times[name].append(t)
         meta = json.loads((out / "run" / "result.json").read_text())
+        again = subprocess.run([sys.executable, "-c", AGAIN], env=env, check=True, capture_output=True,
+                               text=True).stdout.split()  # fmt: skip
         drawn = float(subprocess.run(draw, env=env, check=True, capture_output=True, text=True).stdout)
         first = float(subprocess.run(first_call, env=kernel_env, check=True, capture_output=True,
                                      text=True).stdout)  # fmt: skip
         if rep:
             firsts.append(first)
             elapsed.append(meta["elapsed_s"])
+            setups.append(meta["setup_s"])
+            agains.append(float(again[1]) - float(again[0]))
             startup.append(meta["startup_s"])
             draws.append(drawn)
     shutil.rmtree(out, ignore_errors=True)
@@ -120,6 +138,10 @@ def main() -> int:
         )
     print(f"{'fresh default run: elapsed_s (simulation)':52s} {np.median(elapsed):6.3f} "
           f"({min(elapsed):.3f}-{max(elapsed):.3f})")  # fmt: skip
+    print(f"{'  of which setup_s (data, W(0), its projections)':52s} {np.median(setups):6.3f} "
+          f"({min(setups):.3f}-{max(setups):.3f})")  # fmt: skip
+    print(f"{'  the same run again in that process, minus the first':52s} {np.median(agains):+6.3f} "
+          f"({min(agains):+.3f}-{max(agains):+.3f})")  # fmt: skip
     print(f"{'fresh process: draw W(0) alone (d = 2000)':52s} {np.median(draws):6.3f} "
           f"({min(draws):.3f}-{max(draws):.3f})")  # fmt: skip
     print(f"{'fresh process: first call of a cached Numba kernel':52s} {np.median(firsts):6.3f} "
