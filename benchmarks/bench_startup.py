@@ -154,7 +154,7 @@ def main() -> int:
           f"({min(draws):.3f}-{max(draws):.3f})")  # fmt: skip
     for loader, label in (("numba", "Numba's loader"), ("attnsim", "attnsim's loader")):
         v = firsts[loader]
-        print(f"{'first call of a cached one-line kernel, ' + label:52s} "
+        print(f"{'cached one-line kernel, first call: ' + label:52s} "
               f"{np.median(v):6.3f} ({min(v):.3f}-{max(v):.3f})")  # fmt: skip
     print(f"{'fresh default run: startup_s (imports, kernel loads)':52s} {np.median(startup):6.3f} "
           f"({min(startup):.3f}-{max(startup):.3f})")  # fmt: skip
