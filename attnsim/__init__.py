@@ -24,7 +24,11 @@ _LAZY = {
     "load": "results",
     "simulate": "run",
 }
-__all__ = [*_LAZY, "__version__"]
+__all__ = [*_LAZY, "DependencyError", "__version__"]
+
+
+class DependencyError(ImportError):
+    """An installed dependency attnsim cannot run with (the message says which and what to do)."""
 
 
 def __getattr__(name: str):

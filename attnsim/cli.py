@@ -1,7 +1,7 @@
 """Command line: parses and dispatches, nothing else.
 
 Exit codes: 0 ok; 2 bad usage or bad input (one line, no traceback);
-1 a run that failed (diverged).
+1 a run that failed (diverged), or a dependency attnsim cannot run with (one line).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import __version__
+from . import DependencyError, __version__
 
 
 class UsageError(Exception):
@@ -114,10 +114,14 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     except UsageError as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 2
-    from .config import ConfigError
-    from .data import DataError
-    from .dynamics import SimulationError
-    from .results import OutputError
+    try:
+        from .config import ConfigError
+        from .data import DataError
+        from .dynamics import SimulationError
+        from .results import OutputError
+    except DependencyError as exc:
+        print(f"attnsim: error: {exc}", file=sys.stderr)
+        return 1
 
     try:
         if args.command == "run":

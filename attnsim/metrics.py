@@ -109,8 +109,11 @@ class StateMetrics:
 
     def frak_s(self, S_acc: np.ndarray) -> dict[str, float]:
         """Cumulative sums of s_rel (1 - s_rel): per group, and per true class
-        over clean samples (the normalization of the paper's first version)."""
-        v = S_acc @ self.frak_w.T
+        over clean samples (the normalization of the paper's first version).
+        A state's sums come out the same whatever the size of the stack it is
+        in (einsum's loop over samples; BLAS may order a product's sums by
+        its shape)."""
+        v = np.einsum("...n,kn->...k", S_acc, self.frak_w)
         return _scalars(
             dict(zip(("frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"), np.moveaxis(v, -1, 0)))
         )

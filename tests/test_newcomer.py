@@ -184,3 +184,27 @@ def test_cached_kernels_load_without_refreshing_the_compiler(tmp_path):
     assert miss[:2] == hit[:2] == ["True", "5.0"]
     assert int(miss[2]) > 0  # compiled: the compiler refreshed its context first
     assert int(hit[2]) == 0  # loaded from the cache without it
+
+
+def test_a_numba_too_old_for_the_kernels_is_refused_by_name():
+    from attnsim.kernels._cacheload import MIN_NUMBA, check_numba_version
+
+    assert MIN_NUMBA == (0, 63)
+    for ok in ("0.63.0", "0.64.0rc1", "0.68.1", "1.0.0"):
+        check_numba_version(ok)
+    for old in ("0.62.1", "0.59.1"):
+        with pytest.raises(ImportError, match=rf"numba >= 0\.63 \(found {old}\)"):
+            check_numba_version(old)
+
+
+def test_the_cli_names_a_too_old_numba_in_one_line(tmp_path):
+    code = (
+        "import sys, numba; numba.__version__ = '0.62.1'\n"
+        "from attnsim.cli import main; sys.exit(main(['run', '--out', sys.argv[1]]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True)
+    assert out.returncode == 1 and not (tmp_path / "run").exists()
+    assert out.stderr.strip() == (
+        "attnsim: error: attnsim needs numba >= 0.63 (found 0.62.1): older versions crash running its "
+        "kernels; pip install -U numba"
+    )

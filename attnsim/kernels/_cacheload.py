@@ -12,9 +12,30 @@ anything (``CompilerBase.__init__``), and later loads are unaffected by it.
 The patch replaces one method of ``numba.core.caching.Cache``, whose body is
 ``refresh(); with guard: return _load_overload(...)``; it is applied only if
 the pieces it calls exist (checked below), otherwise Numba is left as it is.
+
+Importing this module (the kernels package does, first) also refuses a Numba
+older than ``MIN_NUMBA`` with a clear error: 0.59.1, 0.60.0 and 0.62.1 were
+measured to crash in attnsim's GD kernel (a segmentation fault, with or
+without this loader); 0.63.0 and later pass the test suite.
 """
 
 from __future__ import annotations
+
+import numba
+
+from .. import DependencyError
+
+MIN_NUMBA = (0, 63)
+
+
+def check_numba_version(version: str) -> None:
+    """DependencyError (an ImportError) if ``version`` (numba's) is older than ``MIN_NUMBA``."""
+    if tuple(int(part) for part in version.split(".")[:2]) < MIN_NUMBA:
+        need = ".".join(map(str, MIN_NUMBA))
+        raise DependencyError(
+            f"attnsim needs numba >= {need} (found {version}): older versions crash running its "
+            "kernels; pip install -U numba"
+        )
 
 
 def install() -> bool:
@@ -43,4 +64,5 @@ def install() -> bool:
     return True
 
 
+check_numba_version(numba.__version__)
 INSTALLED = install()
