@@ -86,6 +86,11 @@ print(time.perf_counter() - t)
 """
 
 
+def spread(v: list[float], sign: str = "") -> str:
+    """Median (min-max) of seconds (``sign="+"``: signed)."""
+    return f"{np.median(v):{sign}6.3f} ({min(v):{sign}.3f}-{max(v):{sign}.3f})"
+
+
 def timed(cmd: list[str], env: dict) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -141,23 +146,17 @@ def main() -> int:
     floor = np.median(times[next(iter(cmds))])
     print(f"whole-process seconds, median (min-max) of {args.reps}, BLAS/OpenMP threads {args.threads}")
     for name, v in times.items():
-        print(
-            f"{name:52s} {np.median(v):6.3f} ({min(v):.3f}-{max(v):.3f})  {np.median(v) / floor:5.2f}x floor"
-        )
-    print(f"{'fresh default run: elapsed_s (simulation)':52s} {np.median(elapsed):6.3f} "
-          f"({min(elapsed):.3f}-{max(elapsed):.3f})")  # fmt: skip
-    print(f"{'  of which setup_s (data, W(0), its projections)':52s} {np.median(setups):6.3f} "
-          f"({min(setups):.3f}-{max(setups):.3f})")  # fmt: skip
-    print(f"{'  the same run again in that process, minus the first':52s} {np.median(agains):+6.3f} "
-          f"({min(agains):+.3f}-{max(agains):+.3f})")  # fmt: skip
-    print(f"{'fresh process: draw W(0) alone (d = 2000)':52s} {np.median(draws):6.3f} "
-          f"({min(draws):.3f}-{max(draws):.3f})")  # fmt: skip
-    for loader, label in (("numba", "Numba's loader"), ("attnsim", "attnsim's loader")):
-        v = firsts[loader]
-        print(f"{'cached one-line kernel, first call: ' + label:52s} "
-              f"{np.median(v):6.3f} ({min(v):.3f}-{max(v):.3f})")  # fmt: skip
-    print(f"{'fresh default run: startup_s (imports, kernel loads)':52s} {np.median(startup):6.3f} "
-          f"({min(startup):.3f}-{max(startup):.3f})")  # fmt: skip
+        print(f"{name:52s} {spread(v)}  {np.median(v) / floor:5.2f}x floor")
+    for label, v, sign in (
+        ("fresh default run: elapsed_s (simulation)", elapsed, ""),
+        ("  of which setup_s (data, W(0), its projections)", setups, ""),
+        ("  the same run again in that process, minus the first", agains, "+"),
+        ("fresh process: draw W(0) alone (d = 2000)", draws, ""),
+        ("cached one-line kernel, first call: Numba's loader", firsts["numba"], ""),
+        ("cached one-line kernel, first call: attnsim's loader", firsts["attnsim"], ""),
+        ("fresh default run: startup_s (imports, kernel loads)", startup, ""),
+    ):
+        print(f"{label:52s} {spread(v, sign)}")
     return 0
 
 

@@ -46,8 +46,6 @@ def install() -> bool:
     except ImportError:  # pragma: no cover - a Numba without these modules
         return False
     cache = caching.Cache
-    if getattr(cache.load_overload, "_attnsim", False):
-        return True
     needed = ("_load_overload", "_guard_against_spurious_io_errors")
     if not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
         return False
@@ -58,8 +56,6 @@ def install() -> bool:
             return self._load_overload(sig, target_context)
         return None  # the guard swallowed an I/O error: a cache miss
 
-    load_overload._attnsim = True
-    load_overload.__doc__ = cache.load_overload.__doc__
     cache.load_overload = load_overload
     return True
 

@@ -546,8 +546,11 @@ class AttentionModel:
         nu = self.nu if nu is None else nu
         with np.errstate(over="ignore", invalid="ignore"):
             L = _forward(self.data, W, p, nu, self.work, True)
-        n, T = self.data.y.size, self.T
-        wk = self.work
+        return self._observation(L)
+
+    def _observation(self, L: float) -> Observation:
+        """The Observation of the outputs the last forward pass left in ``work`` (copies)."""
+        n, T, wk = self.data.y.size, self.T, self.work
         return Observation(wk.z.reshape(n, T).copy(), wk.u.reshape(n, T).copy(), wk.s.reshape(n, T).copy(),
                            wk.f.copy(), float(L))  # fmt: skip
 
@@ -642,12 +645,11 @@ class SegmentXW(Segment):
     def observe(self, W=None, p=None, nu=None) -> Observation:
         if W is not None:
             return super().observe(W, p, nu)
-        wk, (n, T) = self.work, (self.data.y.size, self.T)
+        wk = self.work
         np.dot(self.B, self.p, wk.z)  # z = X W p = B p; wk.u holds X nu (nu is fixed)
         with np.errstate(over="ignore", invalid="ignore"):
-            L = _outputs(wk.z, wk.u, self.data.y, T, self.data.loss_kind, wk.s, wk.f)
-        return Observation(wk.z.reshape(n, T).copy(), wk.u.reshape(n, T).copy(), wk.s.reshape(n, T).copy(),
-                           wk.f.copy(), float(L))  # fmt: skip
+            L = _outputs(wk.z, wk.u, self.data.y, self.T, self.data.loss_kind, wk.s, wk.f)
+        return self._observation(L)
 
     def extra_metrics(self, W=None, p=None, nu=None) -> dict[str, float]:
         if W is not None or self._fresh:
