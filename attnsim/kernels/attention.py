@@ -328,6 +328,33 @@ def _sumsq(a):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
+def _sq_dist(a, b):
+    """sum (a - b)^2 over two contiguous arrays of one size, as eight
+    interleaved partial sums added in a fixed order (independent chains the
+    CPU overlaps; a single running sum waits on each addition)."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    m = a.size // 8
+    for i in range(m):
+        j = 8 * i
+        d0, d1, d2, d3 = a[j] - b[j], a[j + 1] - b[j + 1], a[j + 2] - b[j + 2], a[j + 3] - b[j + 3]
+        d4, d5, d6, d7 = a[j + 4] - b[j + 4], a[j + 5] - b[j + 5], a[j + 6] - b[j + 6], a[j + 7] - b[j + 7]
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+        s4 += d4 * d4
+        s5 += d5 * d5
+        s6 += d6 * d6
+        s7 += d7 * d7
+    tail = 0.0
+    for j in range(8 * m, a.size):
+        d = a[j] - b[j]
+        tail += d * d
+    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + tail
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
 def _all_zero(a):
     for v in a:
         if v != 0.0:
@@ -537,15 +564,13 @@ class AttentionModel:
         self.data = Data(X2, y, rel, self.T, loss_kind_code(loss))
         self.work = work_for(nT, n, k, r)
         self.W0 = self.W.copy()
-        self._dW = np.empty_like(self.W0)
 
     def observe(self, W=None, p=None, nu=None) -> Observation:
         """The training-set view of a state (default: the current one)."""
         W = self.W if W is None else W
         p = self.p if p is None else p
         nu = self.nu if nu is None else nu
-        with np.errstate(over="ignore", invalid="ignore"):
-            L = _forward(self.data, W, p, nu, self.work, True)
+        L = _forward(self.data, W, p, nu, self.work, True)  # a kernel: overflow gives inf/NaN, no warning
         return self._observation(L)
 
     def _observation(self, L: float) -> Observation:
@@ -556,11 +581,9 @@ class AttentionModel:
 
     def extra_metrics(self, W=None, p=None, nu=None) -> dict[str, float]:
         """|p| and |W - W(0)| (engine coordinates preserve both norms)."""
-        W = self.W if W is None else W
+        W = self.W if W is None else f64(W)
         p = self.p if p is None else p
-        # a reused buffer for W - W(0): a fresh one is mmapped each time
-        dW = np.subtract(W, self.W0, out=self._dW).ravel()
-        return {"p_norm": math.sqrt(p @ p), "W_dev": math.sqrt(dW @ dW)}  # as np.linalg.norm computes them
+        return {"p_norm": math.sqrt(p @ p), "W_dev": math.sqrt(_sq_dist(W, self.W0))}
 
     def relevant_increments(self, s: np.ndarray) -> np.ndarray:
         """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T)."""
@@ -647,8 +670,7 @@ class SegmentXW(Segment):
             return super().observe(W, p, nu)
         wk = self.work
         np.dot(self.B, self.p, wk.z)  # z = X W p = B p; wk.u holds X nu (nu is fixed)
-        with np.errstate(over="ignore", invalid="ignore"):
-            L = _outputs(wk.z, wk.u, self.data.y, self.T, self.data.loss_kind, wk.s, wk.f)
+        L = _outputs(wk.z, wk.u, self.data.y, self.T, self.data.loss_kind, wk.s, wk.f)
         return self._observation(L)
 
     def extra_metrics(self, W=None, p=None, nu=None) -> dict[str, float]:
