@@ -107,10 +107,9 @@ def sobol_integers(v: np.ndarray, m: int, rng: np.random.Generator | None = None
         )
         weights = np.int64(1) << np.arange(bits - 1, -1, -1, dtype=np.int64)
         rows = L @ weights  # (dim, bits): row p of each matrix as a bit mask
-        out = np.zeros_like(v)
-        for p in range(bits):
-            out |= _parity(rows[:, p, None] & v) << (bits - 1 - p)
-        v = out
+        # bit p (most significant first) of scrambled v[j, q] is the parity of row p of L_j and v[j, q]
+        par = _parity(rows[:, :, None] & v[:, None, :])  # (dim, p, q)
+        v = (par << (bits - 1 - np.arange(bits, dtype=np.int64))[None, :, None]).sum(axis=1)
         shift = rng.integers(0, 1 << bits, size=dim, dtype=np.int64)
     else:
         shift = np.zeros(dim, dtype=np.int64)
