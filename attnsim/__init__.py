@@ -24,11 +24,31 @@ _LAZY = {
     "load": "results",
     "simulate": "run",
 }
-__all__ = [*_LAZY, "DependencyError", "__version__"]
+__all__ = [*_LAZY, "DependencyError", "SimulationError", "__version__"]
 
 
 class DependencyError(ImportError):
     """An installed dependency attnsim cannot run with (the message says which and what to do)."""
+
+
+class SimulationError(RuntimeError):
+    """A run that failed (diverged); the command line exits with code 1."""
+
+
+# numba 0.59.1, 0.60.0 and 0.62.1 were measured to crash in attnsim's GD kernel (a
+# segmentation fault); 0.63.0 and later pass the test suite. Checked where the kernels
+# load (attnsim/kernels/_cacheload.py) and by the command line before it starts workers.
+MIN_NUMBA = (0, 63)
+
+
+def check_numba_version(version: str) -> None:
+    """DependencyError (an ImportError) if ``version`` (numba's) is older than ``MIN_NUMBA``."""
+    if tuple(int(part) for part in version.split(".")[:2]) < MIN_NUMBA:
+        need = ".".join(map(str, MIN_NUMBA))
+        raise DependencyError(
+            f"attnsim needs numba >= {need} (found {version}): older versions crash running its "
+            "kernels; pip install -U numba"
+        )
 
 
 def __getattr__(name: str):

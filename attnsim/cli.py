@@ -15,7 +15,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import DependencyError, __version__
+from . import DependencyError, SimulationError, __version__
 
 
 class UsageError(Exception):
@@ -117,8 +117,10 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     try:
         from .config import ConfigError
         from .data import DataError
-        from .dynamics import SimulationError
         from .results import OutputError
+
+        if args.command in ("sweep", "figures"):
+            _check_numba()
     except DependencyError as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 1
@@ -142,6 +144,23 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     except SimulationError as exc:
         print(f"attnsim: run failed: {exc}", file=sys.stderr)
         return 1
+    except DependencyError as exc:  # raised where a command first loads the kernels
+        print(f"attnsim: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _check_numba() -> None:
+    """The kernels' Numba version rule, read from the installed package's
+    metadata: sweeps and figures start their worker processes (which load the
+    kernels) without importing Numba here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import check_numba_version
+
+    try:
+        check_numba_version(version("numba"))
+    except PackageNotFoundError:
+        raise DependencyError("attnsim needs numba; pip install numba") from None
 
 
 def cmd_run(args, t_start: float) -> int:

@@ -19,16 +19,12 @@ from typing import Protocol
 
 import numpy as np
 
-from . import metrics, theory
+from . import SimulationError, metrics, theory
 from .config import Config
 from .kernels import DIVERGED, FROZEN, EvaluationBudgetExceeded, Observation
 
 PROGRESS_CHUNK = 20_000  # steps per kernel call when a progress bar is shown
 RECORD_CHUNK = 64  # log points whose score metrics are computed at once
-
-
-class SimulationError(RuntimeError):
-    """A run that failed (diverged); the command line exits with code 1."""
 
 
 class Stepper(Protocol):

@@ -23,19 +23,9 @@ from __future__ import annotations
 
 import numba
 
-from .. import DependencyError
+from .. import MIN_NUMBA, check_numba_version
 
-MIN_NUMBA = (0, 63)
-
-
-def check_numba_version(version: str) -> None:
-    """DependencyError (an ImportError) if ``version`` (numba's) is older than ``MIN_NUMBA``."""
-    if tuple(int(part) for part in version.split(".")[:2]) < MIN_NUMBA:
-        need = ".".join(map(str, MIN_NUMBA))
-        raise DependencyError(
-            f"attnsim needs numba >= {need} (found {version}): older versions crash running its "
-            "kernels; pip install -U numba"
-        )
+__all__ = ["MIN_NUMBA", "INSTALLED", "check_numba_version", "install"]
 
 
 def install() -> bool:
