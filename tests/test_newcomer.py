@@ -208,3 +208,39 @@ def test_the_cli_names_a_too_old_numba_in_one_line(tmp_path):
         "attnsim: error: attnsim needs numba >= 0.63 (found 0.62.1): older versions crash running its "
         "kernels; pip install -U numba"
     )
+
+
+def test_sweeps_and_figures_name_a_too_old_numba_before_starting_workers(tmp_path):
+    """They check the version from package metadata (their main process does
+    not import Numba); one line, exit 1, nothing written."""
+    code = (
+        "import sys, importlib.metadata as md\n"
+        "real = md.version\n"
+        "md.version = lambda name: '0.62.1' if name == 'numba' else real(name)\n"
+        "from attnsim.cli import main\n"
+        "sys.exit(main(['figures', 'heatmaps', '--quick', '--outdir', sys.argv[1], '--cache', sys.argv[2]]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out"), str(tmp_path / "cache")],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 1 and out.stderr.strip().startswith(
+        "attnsim: error: attnsim needs numba >= 0.63"
+    )
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_sweep_with_nothing_left_to_compute_never_imports_numba(tmp_path):
+    """The parent of a sweep only plans, reads and writes records (the workers load the kernels)."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[sweep]\nname = "light"\n[base]\nn = 4\nT = 4\nd = 20\nsteps = 5\npop_points = 16\n'
+                     "[grid]\nsignal_norm = [2.0, 3.0]\n")  # fmt: skip
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--workers", "1"]) == 0
+    code = (
+        "import sys\n"
+        "from attnsim.cli import main\n"
+        "code = main(['sweep', sys.argv[1], '--out', sys.argv[2]])\n"
+        "print(code, 'numba' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(sweep), str(tmp_path / "sw")], capture_output=True, text=True
+    )
+    assert out.stdout.split()[-2:] == ["0", "False"], out.stdout + out.stderr
