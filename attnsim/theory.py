@@ -185,15 +185,12 @@ def selected_tokens(roles, final_s, final_u, y, noisy) -> np.ndarray:
     observed label (y_i u_it > 0), held fixed over the trajectory; without
     token values (the encoder) the highest-final-score token."""
     n, T = final_s.shape
-    sel = -np.ones(n, dtype=np.int64)
-    for i in range(n):
-        if noisy[i]:
-            cand = y[i] * final_u[i] > 0 if final_u is not None else np.ones(T, dtype=bool)
-        else:
-            cand = roles[i] == RELEVANT if roles is not None else np.zeros(T, dtype=bool)
-        if cand.any():
-            sel[i] = int(np.argmax(np.where(cand, final_s[i], -np.inf)))
-    return sel
+    noisy = np.asarray(noisy, dtype=bool)[:, None]
+    agree = y[:, None] * final_u > 0 if final_u is not None else np.ones((n, T), dtype=bool)
+    relevant = roles == RELEVANT if roles is not None else np.zeros((n, T), dtype=bool)
+    cand = np.where(noisy, agree, relevant)
+    sel = np.argmax(np.where(cand, final_s, -np.inf), axis=1)  # the first of equal scores, per sample
+    return np.where(cand.any(axis=1), sel, -1).astype(np.int64)
 
 
 def gap_summaries(logits, roles, final_s, final_u, y, noisy, per_sample: bool = False) -> dict:
