@@ -339,14 +339,8 @@ def _sq_dist(a, b):
         j = 8 * i
         d0, d1, d2, d3 = a[j] - b[j], a[j + 1] - b[j + 1], a[j + 2] - b[j + 2], a[j + 3] - b[j + 3]
         d4, d5, d6, d7 = a[j + 4] - b[j + 4], a[j + 5] - b[j + 5], a[j + 6] - b[j + 6], a[j + 7] - b[j + 7]
-        s0 += d0 * d0
-        s1 += d1 * d1
-        s2 += d2 * d2
-        s3 += d3 * d3
-        s4 += d4 * d4
-        s5 += d5 * d5
-        s6 += d6 * d6
-        s7 += d7 * d7
+        s0, s1, s2, s3 = s0 + d0 * d0, s1 + d1 * d1, s2 + d2 * d2, s3 + d3 * d3
+        s4, s5, s6, s7 = s4 + d4 * d4, s5 + d5 * d5, s6 + d6 * d6, s7 + d7 * d7
     tail = 0.0
     for j in range(8 * m, a.size):
         d = a[j] - b[j]
