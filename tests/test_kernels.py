@@ -194,3 +194,29 @@ def test_the_x_w_form_reports_divergence_and_frozen_states():
     # nu = 0: every token value and output is 0, so every c_it = 0
     seg = kernels.SegmentXW(X.reshape(12, 14), y, W, p, 0 * nu, 3, 0.1, ("W", "p"), "logistic", np.ones(12))
     assert seg.advance(0, 10) == (kernels.FROZEN, 0)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (8,), (3, 5), (162, 163)])
+def test_sq_dist_is_the_squared_distance_in_its_stated_order(shape):
+    """|a - b|^2 as eight interleaved partial sums and a tail, added in the
+    order the docstring gives; equal to NumPy's sum to rounding."""
+    from attnsim.kernels.attention import _sq_dist
+
+    rng = np.random.default_rng(sum(shape))
+    a, b = rng.standard_normal(shape), rng.standard_normal(shape)
+    d = (a - b).ravel()
+    m = d.size // 8
+    lanes = [0.0] * 8
+    for lane in range(8):  # the partial sums in the kernel's order, one term at a time
+        acc = 0.0
+        for i in range(m):
+            acc += d[8 * i + lane] * d[8 * i + lane]
+        lanes[lane] = acc
+    tail = 0.0
+    for v in d[8 * m :]:
+        tail += v * v
+    ref = (
+        ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    ) + tail
+    assert _sq_dist(np.ascontiguousarray(a), np.ascontiguousarray(b)) == ref
+    assert _sq_dist(a, b) == pytest.approx(float(np.sum(d * d)), rel=1e-13)
