@@ -44,7 +44,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import lapack
 
 from .config import Config, ConfigError
 from .data import (
@@ -456,6 +455,8 @@ def _times_inverse_transpose(A: np.ndarray, L: np.ndarray) -> np.ndarray:
     with d right-hand sides (LAPACK's solve runs at a fraction of the product's
     rate for m = 162); the second pass and the Gram check of
     :func:`orthonormal_basis` see to the accuracy."""
+    from scipy.linalg import lapack  # here: planning a sweep imports this module, and needs no SciPy
+
     Linv, info = lapack.dtrtri(L, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError("singular triangular factor")

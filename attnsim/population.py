@@ -134,6 +134,7 @@ def sobol_normals(T: int, points: int, rng: np.random.Generator) -> np.ndarray:
 
 
 _ZETA_CACHE: dict = {}
+_POPULATION_CACHE: dict = {}
 
 
 def cached_sobol_normals(seed: int, T: int, points: int, rng) -> np.ndarray:
@@ -371,6 +372,22 @@ class Population:
         }
         out.update({f"prob_{name}": float(roles[code].mean() / 2) for code, name in enumerate(ROLE_NAMES)})
         return out
+
+
+def cached_population(seed: int, roles: np.ndarray, rho: float, sigma: float, points: int, loss: str,
+                      rng) -> Population:  # fmt: skip
+    """The :class:`Population` of a run (its points from :func:`cached_sobol_normals`),
+    shared by the runs of a process that ask for the same one: a sweep's points
+    differ in signal strength, which enters only the scalars each evaluation
+    takes. Its work arrays are reused like the kernels' (one evaluation at a
+    time per process; a run collects its evaluations before it returns)."""
+    key = (seed, tuple(int(r) for r in roles), float(rho), float(sigma), points, loss)
+    if key not in _POPULATION_CACHE:
+        if len(_POPULATION_CACHE) > 16:
+            _POPULATION_CACHE.clear()
+        zeta = cached_sobol_normals(seed, len(roles), points, rng)
+        _POPULATION_CACHE[key] = Population(roles, rho, sigma, zeta, loss)
+    return _POPULATION_CACHE[key]
 
 
 def state_scalars(problem, W: np.ndarray | None, p: np.ndarray, nu: np.ndarray,

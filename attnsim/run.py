@@ -16,7 +16,7 @@ from .config import Config, as_config
 from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine
 from .kernels import state_q
-from .population import HERMITE_NODES, Population, cached_sobol_normals, expected_softplus, hermite_rule
+from .population import HERMITE_NODES, Population, cached_population, expected_softplus, hermite_rule
 
 _warm: set[str] = set()
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -72,8 +72,8 @@ def make_population(cfg: Config, ds: Dataset, rng) -> Population | None:
     if ds.population_reason is not None or cfg.model == "encoder":
         return None
     roles = np.repeat(np.arange(4), ds.role_counts)
-    zeta = cached_sobol_normals(cfg.seed, roles.size, cfg.pop_points, rng)
-    return Population(roles, ds.rho if ds.rho is not None else cfg.rho, ds.sigma, zeta, cfg.loss)
+    rho = ds.rho if ds.rho is not None else cfg.rho
+    return cached_population(cfg.seed, roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng)
 
 
 def simulate(
