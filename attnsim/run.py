@@ -14,7 +14,7 @@ import numpy as np
 from . import dynamics, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, changed_keys, config_for_data, generate, make_streams
-from .engines import build, check_resources, choose_engine
+from .engines import build, check_resources, choose_engine, reserve_w0
 from .kernels import state_q
 from .population import HERMITE_NODES, Population, cached_population, expected_softplus, hermite_rule
 
@@ -117,6 +117,8 @@ def simulate(
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)
     startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce)
+    if not _warmup and data is None and engine == "reduced" and cfg.model != "encoder":
+        startup += reserve_w0(cfg.d)  # once per process, counted in start-up like the kernel loads
     # Multithreaded BLAS pays off only for the d^2 k setup products at large d;
     # elsewhere its threads keep spinning after each call and slow Numba's.
     setup_threads = None if engine != "implicit" and cfg.d >= BLAS_THREADS_FROM_D else 1

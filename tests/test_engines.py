@@ -231,3 +231,18 @@ def test_reduced_setup_is_shared_across_signal_strengths_exactly():
     assert first.final["train_loss"] != shared.final["train_loss"]
     _same(shared, fresh)
     _same(shared, dense)
+
+
+def test_the_w0_buffer_is_reserved_once_per_process_and_counted_in_start_up(monkeypatch):
+    """A fresh run's first touch of the reused W(0) buffer happens in start-up
+    (startup_s), and a later setup of that size or smaller reuses it."""
+    from attnsim import engines, run
+
+    monkeypatch.setattr(engines, "_W0_BUFFER", [np.empty(0)])
+    seen = []
+    monkeypatch.setattr(run, "reserve_w0", lambda d: seen.append(d) or engines.reserve_w0(d))
+    res = run.simulate({"d": 300, "steps": 3, "pop_points": 16})
+    assert seen == [300] and engines._W0_BUFFER[0].size == 300 * 300
+    assert engines.reserve_w0(300) == 0.0 and engines.reserve_w0(200) == 0.0  # nothing left to do
+    assert engines.reserve_w0(400) > 0.0 and engines._W0_BUFFER[0].size == 400 * 400
+    assert res.startup_s > 0.0 and res.engine["used"] == "reduced"
