@@ -29,6 +29,12 @@ def test_cli_version_and_run_writes_results(tmp_path):
     assert (tmp_path / "r" / "scores.png").stat().st_size > 1000
     tr = np.load(tmp_path / "r" / "trajectory.npz")
     assert {"step", "train_loss", "train_acc", "pop_error"} <= set(tr.files)
+    # the command ends its process without Python's teardown: output flushed, exit codes kept
+    assert run.stdout.rstrip().splitlines()[-1].startswith(f"wrote {tmp_path / 'r'}/result.json")
+    bad = _cli("run", "--set", "foo=1", "--out", str(tmp_path / "b"))
+    assert bad.returncode == 2 and bad.stderr.startswith("attnsim: error: unknown config key 'foo'")
+    div = _cli("run", *SMALL, "--set", "lr=1e200", "--quiet", "--out", str(tmp_path / "d"))
+    assert div.returncode == 1 and "diverged" in div.stderr
 
 
 def test_cli_check_grad_last_number_is_small():
