@@ -517,7 +517,7 @@ def _build_reduced_generated(cfg: Config, streams: Streams, reason: str) -> tupl
         noise = draw_noise(cfg, streams.data)
         after = copy.deepcopy(streams.data)  # the labels come next from this stream
         setup = _reduced_setup(cfg, noise, None, None, None, None, None, streams, generated=True, w0=w0)
-        noise_Q = noise.reshape(cfg.n * cfg.T, cfg.d) @ setup["Q"]
+        noise_Q = setup.pop("tokens_Q")
         SETUP_CACHE[key] = (setup, noise_Q, after)
         while len(SETUP_CACHE) > SETUP_CACHE_SIZE:
             SETUP_CACHE.popitem(last=False)
@@ -540,7 +540,7 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str) -> P
     setup = _reduced_setup(cfg, ds.X, ds.mu_pos, ds.mu_neg, ds.nu, ds.W0, ds.p0, streams, generated=False)
     Q = setup["Q"]
     proj = lambda v: None if v is None else Q.T @ v
-    X2 = np.ascontiguousarray(ds.X.reshape(n * T, d) @ Q)
+    X2 = setup.pop("tokens_Q")
     return Problem(
         engine="reduced", reason=reason, X2=X2, y=ds.y, T=T, nu0=Q.T @ ds.nu, mu_pos=proj(ds.mu_pos),
         mu_neg=proj(ds.mu_neg), **setup,
@@ -560,7 +560,8 @@ def _start_W0(cfg: Config, streams: Streams, d: int) -> tuple:
 def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams, generated: bool,
                    w0: tuple | None = None) -> dict:  # fmt: skip
     """Q, R, W~(0) = Q^T W(0) R, p~(0), the factor U of the part of W(0)R outside
-    span(Q), and how to redraw W(0). X (n, T, d): the tokens (generated: their noise).
+    span(Q), and how to redraw W(0); ``tokens_Q``, X in Q coordinates (for the
+    builder, not the :class:`Problem`). X (n, T, d): the tokens (generated: their noise).
 
     For generated data the signals lie on e1, e2, so Q is built from the tokens
     with those two coordinates zeroed plus e1 and e2: the same span as the
@@ -608,6 +609,7 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
         part = _split_sum(lambda a, b, blk=block, lo=lo: QT[:, lo + a : lo + b] @ blk[a:b], block.shape[0])
         MT = part if MT is None else MT + part
     M = MT.T
+    tokens_Q = submit(np.matmul, X2, Q)  # X Q on the second thread while this one builds R
     p0 = p0 if p0 is not None else draw_p0(cfg, streams.init, d)
     R, Tm = orthonormal_basis(M, with_factor=True)
     W0r = Tm.T  # = M^T R
@@ -629,6 +631,7 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
 
         G += _split_sum(gram, block.shape[0])
     return {
+        "tokens_Q": tokens_Q.result(),  # (n T, k): the tokens (generated: their noise) in Q coordinates
         "W0": np.ascontiguousarray(W0r),
         "p0": R.T @ p0,
         "U_perp": psd_factor(G - W0r.T @ W0r),  # H^T H, H = (I - QQ^T) W(0) R
