@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import sys
 import threading
@@ -431,18 +430,13 @@ def _check_grad_encoder(args, cfg) -> int:
 
 
 def entry() -> None:
-    """The console command: :func:`main`, then the end of the process without
-    Python's teardown of what it loaded (0.1-0.2 s here, mostly Numba's and
-    LLVM's objects, for nothing: every result is written and closed, worker
-    processes are stopped, and stdout and stderr are flushed first). An
-    uncaught exception or SystemExit (--help, --version) ends the usual way."""
+    """The console command: :func:`main`, then :func:`attnsim.parallel.end_process`
+    (every result is written and closed and the workers are stopped by then).
+    An uncaught exception or SystemExit (--help, --version) ends the usual way."""
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:  # a closed pipe (| head): let Python report it as usual
-        sys.exit(code)
-    os._exit(code)
+    from .parallel import end_process
+
+    end_process(code)
 
 
 if __name__ == "__main__":

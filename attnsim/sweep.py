@@ -51,7 +51,6 @@ import multiprocessing as mp
 import os
 import re
 import signal
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -62,7 +61,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .config import KEYS, Config, ConfigError, from_mapping, read_toml, suggest, unknown_key_message
-from .parallel import on_signal
+from .parallel import end_process, on_signal
 from .results import SCHEMA_VERSION, atomic_write, json_safe
 
 META_KEYS = ("name", "seeds", "save", "data")
@@ -625,12 +624,7 @@ def _worker_main(conn) -> None:
         _serve(conn)
     except SystemExit as exc:  # SIGTERM, after unwinding (temporary files removed, locks released)
         code = exc.code if isinstance(exc.code, int) else 1
-    # end without Python's teardown of the loaded kernels (0.1-0.2 s, which the
-    # parent would wait for): every record is written and closed, the pipe flushed
-    with contextlib.suppress(OSError):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
+    end_process(code)  # every record is written and closed; the parent would wait for a teardown
 
 
 def _serve(conn) -> None:
