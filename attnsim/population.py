@@ -243,13 +243,29 @@ class Population:
     ----------
     roles : (T,) role code of each token of a fresh sample.
     rho : weak-relevance factor.  sigma : token noise sd.
-    zeta : (N_SCRAMBLES, M, T) standard normal QMC points (:func:`sobol_normals`).
+    zeta : (N_SCRAMBLES, M, T) standard normal QMC points (:func:`sobol_normals`),
+        or a function that returns them, called at the first evaluation
+        (:func:`cached_population`: a run's points are then drawn on the
+        background thread that evaluates, while its steps start).
     loss : "logistic" or "linear".
     """
 
-    def __init__(self, roles, rho: float, sigma: float, zeta: np.ndarray, loss: str = "logistic"):
+    def __init__(self, roles, rho: float, sigma: float, zeta, loss: str = "logistic"):
         self.roles = np.asarray(roles, dtype=np.int64)
         self.rho, self.sigma, self.loss = float(rho), float(sigma), loss
+        # token mean a_t = c_own * mu_y + c_other * mu_{-y}: as (class, token, [mu+, mu-]) coefficients
+        self.c_own, self.c_other = role_coefficients(self.roles, rho)
+        self._coef = np.stack(
+            [np.stack([self.c_own, self.c_other], 1), np.stack([self.c_other, self.c_own], 1)]
+        )
+        self._role_sum = (self.roles[None, :] == np.arange(4)[:, None]).astype(np.float64)  # (4, T)
+        self._score_keys = tuple(f"pop_score_{r}" for r in ROLE_NAMES)
+        self._draw = zeta if callable(zeta) else None
+        if self._draw is None:
+            self._take_points(zeta)
+
+    def _take_points(self, zeta: np.ndarray) -> None:
+        """The points and the arrays sized by them."""
         R, M, T = zeta.shape
         if T != self.roles.size:
             raise ValueError(f"Population: points have {T} coordinates, roles {self.roles.size}")
@@ -262,15 +278,14 @@ class Population:
         # a reused (T, N) work array: fresh temporaries of this size are mapped
         # from the OS on every call, and the page faults cost more than the math
         self._E = np.empty_like(self.zeta)
-        # token mean a_t = c_own * mu_y + c_other * mu_{-y}: as (class, token, [mu+, mu-]) coefficients
-        self.c_own, self.c_other = role_coefficients(self.roles, rho)
-        self._coef = np.stack(
-            [np.stack([self.c_own, self.c_other], 1), np.stack([self.c_other, self.c_own], 1)]
-        )
-        self._role_sum = (self.roles[None, :] == np.arange(4)[:, None]).astype(np.float64)  # (4, T)
-        self._score_keys = tuple(f"pop_score_{r}" for r in ROLE_NAMES)
         self._moments = np.empty((4, 2, R * M))  # reused work arrays: the conditional moments,
         self._terms = np.empty((4, 2 * R * M))  # ... the per-point terms
+
+    def _points(self) -> None:
+        """Draw the points now if they were left for the first evaluation."""
+        if self._draw is not None:
+            self._take_points(self._draw())
+            self._draw = None
 
     def class_means(self, q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg) -> tuple[np.ndarray, np.ndarray]:
         """(2, T) mean logits a_t . q and mean values a_t . nu, class +1 then -1."""
@@ -280,6 +295,7 @@ class Population:
     def evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
         """Error (with standard error), loss and per-role scores from the scalars
         q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
+        self._points()
         sig = self.sigma
         aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
         qn = math.sqrt(max(qq, 0.0))
@@ -360,6 +376,7 @@ class Population:
         standard error over scrambles), ``relevant_prob`` (the probability that
         the selected token is a relevant one, with its standard error) and the
         probability of each role being selected."""
+        self._points()
         sig = self.sigma
         aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
         qn = math.sqrt(max(qq, 0.0))
@@ -392,16 +409,17 @@ class Population:
 
 def cached_population(seed: int, roles: np.ndarray, rho: float, sigma: float, points: int, loss: str,
                       rng) -> Population:  # fmt: skip
-    """The :class:`Population` of a run (its points from :func:`cached_sobol_normals`),
-    shared by the runs of a process that ask for the same one: a sweep's points
-    differ in signal strength, which enters only the scalars each evaluation
-    takes. Its work arrays are reused like the kernels' (one evaluation at a
-    time per process; a run collects its evaluations before it returns)."""
+    """The :class:`Population` of a run (its points from :func:`cached_sobol_normals`,
+    drawn at its first evaluation: ``rng`` serves nothing else), shared by the
+    runs of a process that ask for the same one: a sweep's points differ in
+    signal strength, which enters only the scalars each evaluation takes. Its
+    work arrays are reused like the kernels' (one evaluation at a time per
+    process; a run collects its evaluations before it returns)."""
     key = (seed, tuple(int(r) for r in roles), float(rho), float(sigma), points, loss)
     if key not in _POPULATION_CACHE:
         if len(_POPULATION_CACHE) > 16:
             _POPULATION_CACHE.clear()
-        zeta = cached_sobol_normals(seed, len(roles), points, rng)
+        zeta = functools.partial(cached_sobol_normals, seed, len(roles), points, rng)
         _POPULATION_CACHE[key] = Population(roles, rho, sigma, zeta, loss)
     return _POPULATION_CACHE[key]
 

@@ -322,3 +322,22 @@ def test_a_state_that_overflowed_gives_a_non_finite_loss(nunu):
     rng = np.random.default_rng(0)
     pop = Population(np.repeat(np.arange(4), (1, 1, 1, 5)), 0.1, 1.0, sobol_normals(8, 256, rng))
     assert not np.isfinite(pop.evaluate(1.0, 0.5, 0.1, 2.0, 0.7, -0.7, nunu)["pop_loss"])
+
+
+def test_population_with_points_drawn_at_first_evaluation():
+    """A Population given a function for its points calls it once, at its first
+    evaluation, and then evaluates exactly as one given the points."""
+    roles = np.repeat(np.arange(4), (1, 1, 1, 5))
+    calls = []
+
+    def draw():
+        calls.append(1)
+        return sobol_normals(8, 256, np.random.default_rng(3))
+
+    lazy = Population(roles, 0.1, 1.0, draw)
+    eager = Population(roles, 0.1, 1.0, sobol_normals(8, 256, np.random.default_rng(3)))
+    assert calls == []
+    args = (2.0, -1.0, 0.5, 9.0, 1.5, -0.5, 2.0)
+    assert lazy.evaluate(*args) == eager.evaluate(*args)
+    assert lazy.hard_limit(*args) == eager.hard_limit(*args)
+    assert calls == [1]
