@@ -85,7 +85,9 @@ def sobol_direction_numbers(dim: int, bits: int = SOBOL_BITS) -> np.ndarray:
     return v << np.arange(bits - 1, -1, -1, dtype=np.int64)
 
 
-def _scrambles(v: np.ndarray, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+def _scramble_directions(
+    v: np.ndarray, rng: np.random.Generator, count: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``count`` random linear matrix scrambles with digital shifts of the
     direction numbers v (dim, bits) (Matousek 1998): (count, dim, bits)
     scrambled direction numbers and (count, dim) shifts.
@@ -128,12 +130,12 @@ def sobol_integers(v: np.ndarray, m: int, rng: np.random.Generator | None = None
     """(2^m, dim) Sobol points as integers in [0, 2^bits), in Gray-code order.
 
     With ``rng``: a random linear matrix scramble and a random digital shift
-    (:func:`_scrambles`); the points stay a (t, m, s)-net and each is uniform
+    (:func:`_scramble_directions`); the points stay a (t, m, s)-net and each is uniform
     on the cube.
     """
     if rng is None:
         return _gray_points(v, np.zeros(v.shape[0], dtype=np.int64), m)
-    vs, shift = _scrambles(v, rng, 1)
+    vs, shift = _scramble_directions(v, rng, 1)
     return _gray_points(vs[0], shift[0], m)
 
 
@@ -143,7 +145,7 @@ def sobol_normals(T: int, points: int, rng: np.random.Generator) -> np.ndarray:
     same numbers as one :func:`sobol_integers` call per scramble, all
     scrambles' points built at once)."""
     m = int(np.log2(max(points // N_SCRAMBLES, 1)))
-    vs, shift = _scrambles(sobol_direction_numbers(T), rng, N_SCRAMBLES)
+    vs, shift = _scramble_directions(sobol_direction_numbers(T), rng, N_SCRAMBLES)
     x = _gray_points(vs.reshape(N_SCRAMBLES * T, -1), shift.reshape(-1), m)  # (2^m, scramble and coordinate)
     x = x.reshape(1 << m, N_SCRAMBLES, T).transpose(1, 0, 2)
     return ndtri((x + 0.5) * 2.0**-SOBOL_BITS)  # cell midpoints: never 0 or 1
