@@ -186,6 +186,37 @@ def test_cached_kernels_load_without_refreshing_the_compiler(tmp_path):
     assert int(hit[2]) == 0  # loaded from the cache without it
 
 
+_PARALLEL_FIRST = """
+import numpy as np
+from attnsim.kernels import attention as A
+W, g, p = np.zeros((4, 3)), np.zeros(4), np.zeros(3)
+A._w_pass_parallel(W, g, g, p, 0.1, np.zeros((A.N_CHUNKS, 3)))
+"""
+_WARMUP = "from attnsim.kernels import attention\nattention.warmup()\nprint('ok')\n"
+
+
+@pytest.mark.slow
+def test_gd_kernels_load_from_a_cache_filled_parallel_kernel_first(tmp_path):
+    """The GD kernels call the parallel W pass. If the W pass came from the
+    cache while they were compiled (two sweep workers filling a cold cache at
+    once, or a process that used only the W pass first), their cache entries
+    do not start Numba's threading layer, and every later process that loaded
+    them crashed with a segmentation fault (Numba issues 8578, 9938): here in
+    three fresh processes on a cold cache of their own."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+        )
+
+    first = run(_PARALLEL_FIRST)
+    assert first.returncode == 0, first.stderr[-2000:]
+    for _ in range(2):  # compiles the other kernels, then loads every one from the cache
+        out = run(_WARMUP)
+        assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr[-2000:]
+
+
 def test_a_numba_too_old_for_the_kernels_is_refused_by_name():
     from attnsim.kernels._cacheload import MIN_NUMBA, check_numba_version
 

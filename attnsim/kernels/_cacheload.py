@@ -11,7 +11,18 @@ anything (``CompilerBase.__init__``), and later loads are unaffected by it.
 
 The patch replaces one method of ``numba.core.caching.Cache``, whose body is
 ``refresh(); with guard: return _load_overload(...)``; it is applied only if
-the pieces it calls exist (checked below), otherwise Numba is left as it is.
+the pieces it calls exist (checked below), otherwise Numba's method is kept.
+
+Either way a cache load first starts Numba's threading layer (once per
+process). A cached kernel that calls a ``parallel=True`` one (the GD kernels
+call the parallel W pass) links the layer's scheduling symbols, but Numba
+keeps the start of the layer only with the parallel function's own compile:
+if that function came from the cache while its caller was compiled (two
+processes filling a cold cache at once, or one that used only the parallel
+function first), the caller's cache entry does not start it, and every later
+process that loads the caller crashes with a segmentation fault until the
+cache is deleted (Numba issues 8578 and 9938). Starting the layer takes about
+20 ms, which loading the kernels paid before anyway.
 
 Importing this module (the kernels package does, first) also refuses a Numba
 older than ``MIN_NUMBA`` with a clear error: 0.59.1, 0.60.0 and 0.62.1 were
@@ -28,19 +39,39 @@ from .. import MIN_NUMBA, check_numba_version
 __all__ = ["MIN_NUMBA", "INSTALLED", "check_numba_version", "install"]
 
 
-def install() -> bool:
-    """Make cache loads skip the compiler refresh; whether it was applied."""
+def _threading_layer_starter():
+    """Numba's idempotent start of its threading layer (a no-op if this Numba has none)."""
     try:
-        from numba.core import caching
-        from numba.core.runtime import rtsys
-    except ImportError:  # pragma: no cover - a Numba without these modules
-        return False
+        from numba.np.ufunc.parallel import _launch_threads
+    except ImportError:  # pragma: no cover - a Numba without it
+        return lambda: None
+    return _launch_threads
+
+
+def install() -> bool:
+    """Make cache loads start the threading layer first and skip the compiler
+    refresh; whether the refresh is skipped."""
+    from numba.core import caching
+
     cache = caching.Cache
+    start_layer = _threading_layer_starter()
+    numba_load = cache.load_overload
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:  # pragma: no cover - a Numba without this module
+        rtsys = None
     needed = ("_load_overload", "_guard_against_spurious_io_errors")
-    if not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
+    if rtsys is None or not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
+
+        def load_with_layer(self, sig, target_context):
+            start_layer()
+            return numba_load(self, sig, target_context)
+
+        cache.load_overload = load_with_layer
         return False
 
     def load_overload(self, sig, target_context):
+        start_layer()
         rtsys.initialize(target_context)
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
