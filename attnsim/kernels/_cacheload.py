@@ -48,37 +48,42 @@ def _threading_layer_starter():
     return _launch_threads
 
 
-def install() -> bool:
-    """Make cache loads start the threading layer first and skip the compiler
-    refresh; whether the refresh is skipped."""
-    from numba.core import caching
-
-    cache = caching.Cache
-    start_layer = _threading_layer_starter()
-    numba_load = cache.load_overload
+def _load_without_refresh(cache):
+    """``Cache.load_overload`` without the compiler refresh, or None if this
+    Numba lacks the pieces it calls."""
     try:
         from numba.core.runtime import rtsys
     except ImportError:  # pragma: no cover - a Numba without this module
-        rtsys = None
+        return None
     needed = ("_load_overload", "_guard_against_spurious_io_errors")
-    if rtsys is None or not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
+    if not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
+        return None
 
-        def load_with_layer(self, sig, target_context):
-            start_layer()
-            return numba_load(self, sig, target_context)
-
-        cache.load_overload = load_with_layer
-        return False
-
-    def load_overload(self, sig, target_context):
-        start_layer()
+    def load(self, sig, target_context):
         rtsys.initialize(target_context)
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
         return None  # the guard swallowed an I/O error: a cache miss
 
+    return load
+
+
+def install() -> bool:
+    """Make cache loads start the threading layer first and skip the compiler
+    refresh where this Numba allows; whether the refresh is skipped."""
+    from numba.core import caching
+
+    cache = caching.Cache
+    start_layer = _threading_layer_starter()
+    fast = _load_without_refresh(cache)
+    load = fast if fast is not None else cache.load_overload
+
+    def load_overload(self, sig, target_context):
+        start_layer()
+        return load(self, sig, target_context)
+
     cache.load_overload = load_overload
-    return True
+    return fast is not None
 
 
 check_numba_version(numba.__version__)
