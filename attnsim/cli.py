@@ -240,6 +240,14 @@ def _fmt(x, spec: str = ".4f") -> str:
     return "n/a" if x is None or x != x else format(x, spec)
 
 
+def format_error(value: float, se: float, resolved: float | None) -> str:
+    """A population error as printed: "v +- se", or "< bound (unresolved)"
+    when the estimator could not resolve it (the value is then an upper bound)."""
+    if resolved is not None and resolved == 0.0:
+        return f"< {value:.2g} (unresolved: an upper bound)"
+    return f"{_fmt(value, '.3g')} +- {_fmt(se, '.2g')}"
+
+
 def _data_line(res) -> str:
     c, f, th = res.config, res.final, res.theory
     snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
@@ -270,7 +278,8 @@ def format_summary(res) -> str:
         lines.append(f"test:  loss {_fmt(f['test_loss'])}, acc {_fmt(f['test_acc'], '.4f')}")
     if f.get("pop_error") == f.get("pop_error"):
         lines.append(
-            f"population: error {_fmt(f['pop_error'], '.3g')} +- {_fmt(f['pop_error_se'], '.2g')} "
+            f"population: error "
+            f"{format_error(f['pop_error'], f['pop_error_se'], f.get('pop_error_resolved'))} "
             f"(at init {_fmt(f['pop_error_init'], '.3g')}), loss {_fmt(f['pop_loss'])}, "
             f"fresh-sample relevant score {_fmt(f.get('pop_score_relevant'), '.3f')}"
         )

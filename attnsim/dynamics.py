@@ -93,8 +93,9 @@ class Trajectory:
     refined: dict[str, float | None] = field(default_factory=dict)  # times located between log points
 
 
-# metrics that are NaN by design for an empty group (no noisy samples, say)
-_MAY_BE_NAN = ("train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", "score_")
+# metrics that are NaN by design: for an empty group (no noisy samples, say), and the
+# standard error of a population error the estimator could not resolve (then a bound)
+_MAY_BE_NAN = ("train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", "score_", "pop_error_se")
 
 
 class Recorder:

@@ -9,7 +9,13 @@ from .data import ROLE_NAMES
 GROUPS = ("clean", "noisy")
 REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted")
 SCORE_KEYS = tuple(f"score_{g}_{r}" for g in GROUPS for r in ROLE_NAMES)
-POP_KEYS = ("pop_error", "pop_error_se", "pop_loss", *(f"pop_score_{r}" for r in ROLE_NAMES))
+POP_KEYS = (
+    "pop_error",
+    "pop_error_se",
+    "pop_error_resolved",
+    "pop_loss",
+    *(f"pop_score_{r}" for r in ROLE_NAMES),
+)
 TEST_KEYS = ("test_loss", "test_acc")
 COUNT_KEYS = ("n_fitted", "n_fitted_clean", "n_fitted_noisy")
 GAP_KEYS = tuple(f"gap_{g}_{kind}" for g in GROUPS for kind in ("min", "mean", "eff"))

@@ -35,11 +35,12 @@ import math
 from pathlib import Path
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import log_ndtr, ndtr, ndtri
 
 from .data import ROLE_NAMES, role_coefficients
 from .kernels import expected_softplus_series
 from .kernels import population as kpop
+from .tail import RESOLVED_REL, TailError, tail_points
 
 N_SCRAMBLES = 8
 SOBOL_BITS = 30
@@ -151,20 +152,35 @@ def sobol_normals(T: int, points: int, rng: np.random.Generator) -> np.ndarray:
     return ndtri((x + 0.5) * 2.0**-SOBOL_BITS)  # cell midpoints: never 0 or 1
 
 
-_ZETA_CACHE: dict = {}
+_POINTS_CACHE: dict = {}
 _POPULATION_CACHE: dict = {}
 
 
-def cached_sobol_normals(seed: int, T: int, points: int, rng) -> np.ndarray:
-    """:func:`sobol_normals` for a run whose population stream comes from
+def tail_count(points: int) -> int:
+    """Importance points per class of the error's tail estimator (:mod:`attnsim.tail`)
+    for ``pop_points`` quasi-random points: a quarter of them, at least 64."""
+    return max(points // 4, 64)
+
+
+def population_points(T: int, points: int, rng: np.random.Generator) -> tuple:
+    """Every random number of a run's population metrics, from its population
+    stream ``rng`` in this order: the (N_SCRAMBLES, points / N_SCRAMBLES, T)
+    scrambled Sobol normals of the bulk metrics (:func:`sobol_normals`), then
+    the tail estimator's normals and uniforms (:func:`attnsim.tail.tail_points`)."""
+    zeta = sobol_normals(T, points, rng)
+    return (zeta, *tail_points(T, tail_count(points), rng))
+
+
+def cached_points(seed: int, T: int, points: int, rng) -> tuple:
+    """:func:`population_points` for a run whose population stream comes from
     ``seed`` (the stream is used for nothing else, so the points depend only
     on seed, T and points); sweeps reuse them across runs."""
     key = (seed, T, points)
-    if key not in _ZETA_CACHE:
-        if len(_ZETA_CACHE) > 16:
-            _ZETA_CACHE.clear()
-        _ZETA_CACHE[key] = sobol_normals(T, points, rng)
-    return _ZETA_CACHE[key]
+    if key not in _POINTS_CACHE:
+        if len(_POINTS_CACHE) > 16:
+            _POINTS_CACHE.clear()
+        _POINTS_CACHE[key] = population_points(T, points, rng)
+    return _POINTS_CACHE[key]
 
 
 # -- the expected loss given zeta ---------------------------------------------------
@@ -245,14 +261,15 @@ class Population:
     ----------
     roles : (T,) role code of each token of a fresh sample.
     rho : weak-relevance factor.  sigma : token noise sd.
-    zeta : (N_SCRAMBLES, M, T) standard normal QMC points (:func:`sobol_normals`),
-        or a function that returns them, called at the first evaluation
-        (:func:`cached_population`: a run's points are then drawn on the
-        background thread that evaluates, while its steps start).
+    points : the random numbers of :func:`population_points` (the bulk QMC
+        points, then the tail estimator's), or a function that returns them,
+        called at the first evaluation (:func:`cached_population`: a run's
+        points are then drawn on the background thread that evaluates, while
+        its steps start).
     loss : "logistic" or "linear".
     """
 
-    def __init__(self, roles, rho: float, sigma: float, zeta, loss: str = "logistic"):
+    def __init__(self, roles, rho: float, sigma: float, points, loss: str = "logistic"):
         self.roles = np.asarray(roles, dtype=np.int64)
         self.rho, self.sigma, self.loss = float(rho), float(sigma), loss
         # token mean a_t = c_own * mu_y + c_other * mu_{-y}: as (class, token, [mu+, mu-]) coefficients
@@ -262,14 +279,14 @@ class Population:
         )
         self._role_sum = (self.roles[None, :] == np.arange(4)[:, None]).astype(np.float64)  # (4, T)
         self._score_keys = tuple(f"pop_score_{r}" for r in ROLE_NAMES)
-        self._draw = zeta if callable(zeta) else None
+        self._draw = points if callable(points) else None
         if self._draw is None:
-            self._take_points(zeta)
+            self._take_points(*points)
 
-    def _take_points(self, zeta: np.ndarray) -> None:
+    def _take_points(self, zeta: np.ndarray, tail_X: np.ndarray, tail_u: np.ndarray) -> None:
         """The points and the arrays sized by them."""
         R, M, T = zeta.shape
-        if T != self.roles.size:
+        if T != self.roles.size or tail_X.shape[1] != T + 1:
             raise ValueError(f"Population: points have {T} coordinates, roles {self.roles.size}")
         self.R, self.M = R, M
         # token-major (T, N): reductions over tokens run along contiguous rows
@@ -282,11 +299,12 @@ class Population:
         self._E = np.empty_like(self.zeta)
         self._moments = np.empty((4, 2, R * M))  # reused work arrays: the conditional moments,
         self._terms = np.empty((4, 2 * R * M))  # ... the per-point terms
+        self.tail = TailError(tail_X, tail_u)
 
     def _points(self) -> None:
         """Draw the points now if they were left for the first evaluation."""
         if self._draw is not None:
-            self._take_points(self._draw())
+            self._take_points(*self._draw())
             self._draw = None
 
     def class_means(self, q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg) -> tuple[np.ndarray, np.ndarray]:
@@ -295,8 +313,11 @@ class Population:
         return both[:, :, 0], both[:, :, 1]
 
     def evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
-        """Error (with standard error), loss and per-role scores from the scalars
-        q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
+        """Error (with standard error and whether it is resolved), loss and
+        per-role scores from the scalars q.mu+, q.mu-, q.nu, |q|^2, nu.mu+,
+        nu.mu-, |nu|^2. The error comes from the tail estimator
+        (:class:`attnsim.tail.TailError`), the loss and the scores from the
+        quasi-random points."""
         self._points()
         sig = self.sigma
         aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
@@ -304,26 +325,24 @@ class Population:
         if qn > 0.0:
             qhat_nu = q_nu / qn
             args = (aq, anu, sig * qn, sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0)))
-            err_r, loss_r, score = self._scrambles(0, self.R, *args)
+            _, loss_r, score = self._scrambles(0, self.R, *args, error=False)
             score /= self.R
-        else:  # uniform attention: the integrand does not depend on zeta; one point
+            out = self.tail.estimate(*args)
+        else:  # uniform attention: the integrand does not depend on zeta; one point, exact
             args = (aq, anu, 0.0, 0.0, sig * math.sqrt(max(nunu, 0.0)))
             err_r, loss_r, score = self._scrambles(0, 1, *args, points=1)
-            err_r, loss_r = np.repeat(err_r, self.R), np.repeat(loss_r, self.R)
-        errs, R = err_r.tolist(), self.R
-        mean = math.fsum(errs) / R
-        out = {
-            "pop_error": mean,
-            "pop_error_se": math.sqrt(math.fsum((e - mean) ** 2 for e in errs) / (R - 1) / R),
-            "pop_loss": math.fsum(loss_r.tolist()) / R,
-        }
+            loss_r = np.repeat(loss_r, self.R)
+            out = {"pop_error": float(err_r[0]), "pop_error_se": 0.0, "pop_error_resolved": 1.0}
+        out["pop_loss"] = math.fsum(loss_r.tolist()) / self.R
         out.update(zip(self._score_keys, (self._role_sum @ score).tolist()))
         return out
 
-    def _scrambles(self, r0: int, r1: int, aq, anu, sq, b, sdc, points: int | None = None):
+    def _scrambles(self, r0: int, r1: int, aq, anu, sq, b, sdc, points: int | None = None,
+                   error: bool = True):  # fmt: skip
         """Scrambles r0..r1-1 (the first ``points`` points when given): per
-        scramble (error, loss) means, and the token scores summed over
-        scrambles (each a mean over its points and both classes)."""
+        scramble (error, loss) means (the error only with ``error``), and the
+        token scores summed over scrambles (each a mean over its points and
+        both classes)."""
         M = self.M if points is None else points
         cols = slice(r0 * self.M, r0 * self.M + (r1 - r0) * M)
         x, sd, t, score = self._conditional(cols, aq, anu, sq, b, sdc)
@@ -332,7 +351,7 @@ class Population:
         # the Taylor loss unless every point needs another rule (as when nu is trained);
         # a NaN sd keeps it, so a NaN state gives a NaN loss (reported as divergence)
         err, loss = kpop.point_terms(
-            t, x, sd, linear, taylor=not lo_sd > TAYLOR_SD, work=self._terms[:, : t.size]
+            t, x, sd, linear, taylor=not lo_sd > TAYLOR_SD, work=self._terms[:, : t.size], error=error
         )
         if top_sd > TAYLOR_SD:
             if lo_sd > TAYLOR_SD:
@@ -371,47 +390,134 @@ class Population:
         return x, sd, t, score / 2
 
     def hard_limit(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
-        """The population metrics as |q| -> infinity along q (softmax -> argmax):
-        a fresh sample selects its token of largest logit z_t = a_t.q + sigma |q| zeta_t,
-        and given zeta, f = u_{t*} is Gaussian with mean a_t*.nu + sigma (q^.nu) zeta_t*
-        and sd sigma sqrt(|nu|^2 - (q^.nu)^2). Returns the error (with its
-        standard error over scrambles), ``relevant_prob`` (the probability that
-        the selected token is a relevant one, with its standard error) and the
-        probability of each role being selected."""
-        self._points()
-        sig = self.sigma
+        """The population metrics as |q| -> infinity along q (softmax -> argmax),
+        by one-dimensional quadrature (:func:`hard_limit_terms`): the error,
+        ``relevant_prob`` (the probability that a fresh clean sample selects a
+        relevant token) and the probability of each role being selected. The
+        ``_se`` entries are the quadrature's error bounds."""
         aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
         qn = math.sqrt(max(qq, 0.0))
         if not qn > 0.0:
             raise ValueError("the hard-attention limit needs a direction q != 0")
+        sig = self.sigma
         qhat_nu = q_nu / qn
         b, sdc = sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0))
-        zeta, N = self.zeta, self.zeta.shape[1]
-        cols = np.arange(N)
-        err = np.zeros(N)
-        roles = np.zeros((4, N))
+        err = err_bound = 0.0
+        roles = np.zeros(4)
+        role_bound = np.zeros(4)
         for c, y in enumerate((1.0, -1.0)):
-            star = np.argmax(aq[c][:, None] + (sig * qn) * zeta, axis=0)  # the selected token of each point
-            ym = y * (anu[c][star] + b * zeta[star, cols])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                err += ndtr(-ym / sdc) if sdc > 0.0 else (ym < 0.0) + 0.5 * (ym == 0.0)
-            roles[self.roles[star], cols] += 1.0
-        err_r = err.reshape(self.R, -1).mean(axis=1) / 2
-        rel_r = roles[0].reshape(self.R, -1).mean(axis=1) / 2
-        se = lambda v: float(v.std(ddof=1) / math.sqrt(self.R))
+            sel, sel_b, e, e_b = hard_limit_terms(aq[c] / (sig * qn), anu[c], b, sdc, y)
+            err += 0.5 * e.sum()
+            err_bound += 0.5 * e_b.sum()
+            np.add.at(roles, self.roles, 0.5 * sel)
+            np.add.at(role_bound, self.roles, 0.5 * sel_b)
         out = {
-            "pop_error": float(err_r.mean()),
-            "pop_error_se": se(err_r),
-            "relevant_prob": float(rel_r.mean()),
-            "relevant_prob_se": se(rel_r),
+            "pop_error": float(err),
+            "pop_error_se": float(err_bound),
+            "pop_error_resolved": float(err > 0.0 and err_bound <= RESOLVED_REL * err),
+            "relevant_prob": float(roles[0]),
+            "relevant_prob_se": float(role_bound[0]),
         }
-        out.update({f"prob_{name}": float(roles[code].mean() / 2) for code, name in enumerate(ROLE_NAMES)})
+        out.update({f"prob_{name}": float(roles[code]) for code, name in enumerate(ROLE_NAMES)})
         return out
+
+
+def _log_integral(logf, dlogf, lo: float, hi: float, breaks: tuple[float, ...] = ()) -> tuple[float, float]:
+    """log of the integral of e^{logf} over (lo, hi) for a concave logf with
+    logf'' <= -1 (a log-concave density times a standard normal), and its
+    relative error bound: the integrand is scaled by its maximum over (lo, hi)
+    (bisection on dlogf), integrated by adaptive quadrature over 13 units either
+    side of it (beyond, it falls faster than e^{-x^2/2}: the rest is below
+    1e-37 of the whole), with ``breaks`` (kinks) passed to the quadrature."""
+    from scipy.integrate import quad
+
+    a, b = -60.0, 60.0
+    if dlogf(a) <= 0.0:
+        top = a
+    elif dlogf(b) >= 0.0:
+        top = b
+    else:
+        for _ in range(200):
+            mid = 0.5 * (a + b)
+            if dlogf(mid) > 0.0:
+                a = mid
+            else:
+                b = mid
+            if b - a < 1e-12:
+                break
+        top = 0.5 * (a + b)
+    top = min(max(top, lo), hi)  # the maximum over (lo, hi)
+    lo, hi = max(lo, top - 13.0), min(hi, top + 13.0)
+    if not lo < hi:
+        return -math.inf, 0.0
+    ref = logf(top)
+    pts = [x for x in breaks if lo < x < hi]
+    val, abserr = quad(lambda x: math.exp(logf(x) - ref), lo, hi, points=pts or None, epsabs=0.0,
+                       epsrel=1e-11, limit=200)  # fmt: skip
+    if not val > 0.0:
+        return -math.inf, 0.0
+    return ref + math.log(val), abserr / val + 1e-13
+
+
+def hard_limit_terms(delta: np.ndarray, anu: np.ndarray, b: float, sdc: float, y: float):
+    """For one class of the hard-attention limit, with standardized mean logits
+    delta (T,) (a_t . q / (sigma |q|)) and mean values anu (T,): per token j, the
+    probability that j has the largest logit,
+
+        P_j = int phi(x) prod_{t != j} Phi(x + delta_j - delta_t) dx
+
+    (condition on zeta_j = x; the other tokens are independent), and the
+    probability that j is selected and the sample misclassified, the same
+    integral with the factor Phi(-y (anu_j + b x) / sdc) (the value of token j
+    given zeta_j = x is Gaussian with that mean and sd sdc; a step when
+    sdc = 0). Every integrand is log-concave with log'' <= -1, so each is
+    integrated around its maximum to ~1e-11 relative however small it is.
+    Returns (P, its bound, error terms, their bound), each (T,)."""
+    T = delta.size
+    sel, sel_b, err, err_b = (np.zeros(T) for _ in range(4))
+    for j in range(T):
+        d = np.delete(delta[j] - delta, j)
+
+        def log_sel(x, d=d):
+            return -0.5 * x * x + float(np.sum(log_ndtr(x + d)))
+
+        def dlog_sel(x, d=d):
+            return -x + float(np.sum(_mills_neg(x + d)))
+
+        lp, rel = _log_integral(log_sel, dlog_sel, -math.inf, math.inf)
+        sel[j] = math.exp(lp - 0.5 * math.log(2.0 * math.pi))
+        sel_b[j] = sel[j] * rel
+        if sdc > 0.0:
+
+            def log_err(x, lj=log_sel, j=j):
+                return lj(x) + float(log_ndtr(-y * (anu[j] + b * x) / sdc))
+
+            def dlog_err(x, dj=dlog_sel, j=j):
+                return dj(x) - y * b / sdc * float(_mills_neg(-y * (anu[j] + b * x) / sdc))
+
+            le, rel = _log_integral(log_err, dlog_err, -math.inf, math.inf)
+        else:  # the value is exact: misclassified where y (anu_j + b x) < 0
+            if b == 0.0:
+                wrong = 1.0 if y * anu[j] < 0.0 else 0.5 if anu[j] == 0.0 else 0.0
+                le, rel = (lp + math.log(wrong), rel) if wrong > 0.0 else (-math.inf, 0.0)
+            else:
+                x0 = -anu[j] / b
+                lo, hi = (x0, math.inf) if -y * b > 0.0 else (-math.inf, x0)
+                le, rel = _log_integral(log_sel, dlog_sel, lo, hi, breaks=(x0,))
+        err[j] = math.exp(le - 0.5 * math.log(2.0 * math.pi))
+        err_b[j] = err[j] * rel
+    return sel, sel_b, err, err_b
+
+
+def _mills_neg(x):
+    """phi(x) / Phi(x), the derivative of log Phi(x), without overflow."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.exp(-0.5 * x * x - log_ndtr(x)) / math.sqrt(2.0 * math.pi)
 
 
 def cached_population(seed: int, roles: np.ndarray, rho: float, sigma: float, points: int, loss: str,
                       rng) -> Population:  # fmt: skip
-    """The :class:`Population` of a run (its points from :func:`cached_sobol_normals`,
+    """The :class:`Population` of a run (its points from :func:`cached_points`,
     drawn at its first evaluation: ``rng`` serves nothing else), shared by the
     runs of a process that ask for the same one: a sweep's points differ in
     signal strength, which enters only the scalars each evaluation takes. Its
@@ -421,7 +527,7 @@ def cached_population(seed: int, roles: np.ndarray, rho: float, sigma: float, po
     if key not in _POPULATION_CACHE:
         if len(_POPULATION_CACHE) > 16:
             _POPULATION_CACHE.clear()
-        zeta = functools.partial(cached_sobol_normals, seed, len(roles), points, rng)
+        zeta = functools.partial(cached_points, seed, len(roles), points, rng)
         _POPULATION_CACHE[key] = Population(roles, rho, sigma, zeta, loss)
     return _POPULATION_CACHE[key]
 

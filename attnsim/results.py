@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 3  # 2: regimes from counts; 3: refined times, the limit section, new config keys
+SCHEMA_VERSION = 4  # 2: regimes from counts; 3: refined times, the limit section, new config keys;
+# 4: the population error from importance sampling, with pop_error_resolved
 
 
 @dataclass

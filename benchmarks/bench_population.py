@@ -59,11 +59,10 @@ def worker(states_file: str, points: int, evals: int) -> None:
     states = json.loads(Path(states_file).read_text())
     rng = np.random.default_rng(0)
     roles = np.repeat(np.arange(4), (1, 1, 1, 5))
-    zeta = P.sobol_normals(8, points, rng)
-    try:
-        pop = P.Population(roles, 0.1, 1.0, zeta)  # this checkout's signature
-    except (TypeError, AttributeError):
-        pop = P.Population(roles, 0.1, 1.0, points, rng, zeta=zeta)  # attnsim 0.1.0 (Numba kernel)
+    if hasattr(P, "population_points"):  # this checkout: bulk points and the tail estimator's
+        pop = P.Population(roles, 0.1, 1.0, P.population_points(8, points, rng))
+    else:  # checkouts before the tail estimator: the quasi-random points alone
+        pop = P.Population(roles, 0.1, 1.0, P.sobol_normals(8, points, rng))
     out = {}
     for name, args in states.items():
         pop.evaluate(*args)  # warm (compilation, caches)

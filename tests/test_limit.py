@@ -9,7 +9,7 @@ from scipy.special import ndtr  # noqa: F401 - (used through the population modu
 import attnsim
 from attnsim.config import ConfigError
 from attnsim.limit import att_svm, constraint_rows, kkt_residual
-from attnsim.population import Population, sobol_normals
+from attnsim.population import Population, population_points
 
 
 def _orthonormal_toy(T=5):
@@ -79,7 +79,7 @@ def test_att_svm_detects_selections_no_direction_separates():
 @pytest.mark.slow
 def test_hard_limit_population_matches_argmax_on_fresh_samples():
     roles = np.array([0, 1, 2, 3, 3, 3, 3, 3])
-    pop = Population(roles, 0.1, 1.0, sobol_normals(8, 4096, np.random.default_rng(0)))
+    pop = Population(roles, 0.1, 1.0, population_points(8, 4096, np.random.default_rng(0)))
     rng = np.random.default_rng(7)
     d, norm = 12, 5.0
     mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from scipy.special import ndtr
 
-from attnsim.population import Population, expected_softplus, sobol_normals, uniform_error
+from attnsim.population import Population, expected_softplus, population_points, sobol_normals, uniform_error
 
 ROLES = np.array([0, 1, 2, 3, 3, 3, 3, 3])
 
 
 def _pop(points=4096, seed=0, rho=0.1, sigma=1.0, roles=ROLES):
-    return Population(roles, rho, sigma, sobol_normals(roles.size, points, np.random.default_rng(seed)))
+    return Population(roles, rho, sigma, population_points(roles.size, points, np.random.default_rng(seed)))
 
 
 def _scalars(q, nu, mu_pos, mu_neg):
@@ -273,45 +273,43 @@ def test_scrambled_sobol_points_equal_their_definition():
 
 def test_population_underflow_fallback_matches_direct_softmax():
     """Huge mean logits and noise scale: the factored softmax weights underflow
-    for some points and those are recomputed directly."""
+    for some points and those are recomputed directly (the scores of the
+    quasi-random points against each point's softmax written out)."""
     pop = _pop(points=256)
     args = (3000.0, -2900.0, 0.02, 400.0**2, 0.7, -0.7, 0.05)  # q.mu+ = 3000 with |q| = 400
     out = pop.evaluate(*args)
-    aq, anu = pop.class_means(args[0], args[1], args[4], args[5])
+    aq, _ = pop.class_means(args[0], args[1], args[4], args[5])
     qn = 400.0
-    b = args[2] / qn
-    sdc = np.sqrt(args[6] - b**2)
-    err = []
-    for c, y in enumerate((1.0, -1.0)):
+    score = 0.0
+    for c in range(2):
         z = aq[c][:, None] + qn * pop.zeta
         s = np.exp(z - z.max(axis=0))
         s /= s.sum(axis=0)
-        mean = (s * (anu[c][:, None] + b * pop.zeta)).sum(axis=0)
-        sd = sdc * np.sqrt((s * s).sum(axis=0))
-        err.append(ndtr(-y * mean / sd))
-    assert out["pop_error"] == pytest.approx(np.mean(err), rel=1e-12, abs=1e-300)
+        score += 0.5 * s[0].mean()
+    assert out["pop_score_relevant"] == pytest.approx(score, rel=1e-12, abs=1e-300)
 
 
-def test_standard_error_is_the_spread_of_independent_scrambles():
-    """pop_error_se must be the standard error of the per-scramble estimates:
-    evaluate each scramble alone and compare."""
+def test_bulk_metrics_are_the_mean_over_independent_scrambles():
+    """The loss and the scores of the quasi-random points are the means of the
+    per-scramble estimates: evaluate each scramble alone and compare."""
     rng = np.random.default_rng(2)
-    zeta = sobol_normals(8, 2048, rng)
+    zeta, *tail = population_points(8, 2048, rng)
     d, norm = 6, 5.0
     mu_p, mu_n = np.eye(d)[0] * norm, np.eye(d)[1] * norm
     nu = (mu_p - mu_n) / np.linalg.norm(mu_p - mu_n) / norm + 0.03 * rng.standard_normal(d)
     q = np.array([0.3, 0.25, 0.4, -0.3, 0.2, 0.1])
     for scale in (1.0, 6.0, 20.0):  # conditional sd from the Taylor range to the series
         args = _scalars(q, scale * nu, mu_p, mu_n)
-        whole = Population(ROLES, 0.1, 1.0, zeta).evaluate(*args)
+        whole = Population(ROLES, 0.1, 1.0, (zeta, *tail)).evaluate(*args)
         parts = [
-            Population(ROLES, 0.1, 1.0, np.repeat(zeta[r : r + 1], 2, axis=0)).evaluate(*args)
+            Population(ROLES, 0.1, 1.0, (np.repeat(zeta[r : r + 1], 2, axis=0), *tail)).evaluate(*args)
             for r in range(8)
         ]
-        errs = np.array([p["pop_error"] for p in parts])
-        assert whole["pop_error"] == pytest.approx(errs.mean(), rel=1e-12)
-        assert whole["pop_error_se"] == pytest.approx(errs.std(ddof=1) / np.sqrt(8), rel=1e-9)
         assert whole["pop_loss"] == pytest.approx(np.mean([p["pop_loss"] for p in parts]), rel=1e-12)
+        assert whole["pop_score_relevant"] == pytest.approx(
+            np.mean([p["pop_score_relevant"] for p in parts]), rel=1e-12
+        )
+        assert all(p["pop_error"] == whole["pop_error"] for p in parts)  # the error has its own points
 
 
 @pytest.mark.parametrize("nunu", [np.nan, np.inf])
@@ -320,7 +318,7 @@ def test_a_state_that_overflowed_gives_a_non_finite_loss(nunu):
     or infinite |nu|^2 must not come back as a finite number (whichever rule
     the points' conditional sd would pick)."""
     rng = np.random.default_rng(0)
-    pop = Population(np.repeat(np.arange(4), (1, 1, 1, 5)), 0.1, 1.0, sobol_normals(8, 256, rng))
+    pop = Population(np.repeat(np.arange(4), (1, 1, 1, 5)), 0.1, 1.0, population_points(8, 256, rng))
     assert not np.isfinite(pop.evaluate(1.0, 0.5, 0.1, 2.0, 0.7, -0.7, nunu)["pop_loss"])
 
 
@@ -332,10 +330,10 @@ def test_population_with_points_drawn_at_first_evaluation():
 
     def draw():
         calls.append(1)
-        return sobol_normals(8, 256, np.random.default_rng(3))
+        return population_points(8, 256, np.random.default_rng(3))
 
     lazy = Population(roles, 0.1, 1.0, draw)
-    eager = Population(roles, 0.1, 1.0, sobol_normals(8, 256, np.random.default_rng(3)))
+    eager = Population(roles, 0.1, 1.0, population_points(8, 256, np.random.default_rng(3)))
     assert calls == []
     args = (2.0, -1.0, 0.5, 9.0, 1.5, -0.5, 2.0)
     assert lazy.evaluate(*args) == eager.evaluate(*args)

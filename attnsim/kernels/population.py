@@ -438,12 +438,13 @@ def hermite(x: np.ndarray, sd: np.ndarray, tops: np.ndarray, n_nodes: np.ndarray
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _point_terms(t, g, x, sd, ex, loss_rule, err, loss):
-    """Per point: the error Phi(-t) (from g = e^{-t^2/2}) and the expected
-    loss by ``loss_rule``: LOSS_LINEAR (x itself), LOSS_TAYLOR (:func:`_taylor`
-    from ex = e^{-|x|}; meaningful where sd <= TAYLOR_SD, the caller replaces
-    the rest) or LOSS_NONE (left to the caller)."""
-    _upper_tails(t, g, err)
+def _point_terms(t, g, x, sd, ex, error, loss_rule, err, loss):
+    """Per point: the error Phi(-t) (from g = e^{-t^2/2}; only with ``error``)
+    and the expected loss by ``loss_rule``: LOSS_LINEAR (x itself),
+    LOSS_TAYLOR (:func:`_taylor` from ex = e^{-|x|}; meaningful where sd <=
+    TAYLOR_SD, the caller replaces the rest) or LOSS_NONE (left to the caller)."""
+    if error:
+        _upper_tails(t, g, err)
     if loss_rule == LOSS_LINEAR:
         for i in range(t.size):
             loss[i] = x[i]
@@ -453,23 +454,26 @@ def _point_terms(t, g, x, sd, ex, loss_rule, err, loss):
 
 
 def point_terms(t: np.ndarray, x: np.ndarray, sd: np.ndarray, linear: bool, taylor: bool = True,
-                work: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                work: np.ndarray | None = None,
+                error: bool = True) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """:func:`_point_terms` on arrays of one shape: (error, loss) per point;
-    without ``taylor`` the logistic loss is left for the caller. ``work``: a
-    reused (4, t.size) array the results and temporaries are written to."""
+    without ``taylor`` the logistic loss is left for the caller, without
+    ``error`` the error (its entries are then undefined). ``work``: a reused
+    (4, t.size) array the results and temporaries are written to."""
     shape = t.shape
     t, x, sd = (np.ascontiguousarray(a, dtype=np.float64).reshape(-1) for a in (t, x, sd))
     g, ex, err, loss = np.empty((4, t.size)) if work is None else work
-    with np.errstate(over="ignore", invalid="ignore"):  # t^2 may overflow: g = 0 then, as it should
-        np.multiply(t, t, out=g)
-        np.multiply(g, -0.5, out=g)
-        np.exp(g, out=g)
+    if error:
+        with np.errstate(over="ignore", invalid="ignore"):  # t^2 may overflow: g = 0 then, as it should
+            np.multiply(t, t, out=g)
+            np.multiply(g, -0.5, out=g)
+            np.exp(g, out=g)
     rule = LOSS_LINEAR if linear else LOSS_TAYLOR if taylor else LOSS_NONE
     if rule == LOSS_TAYLOR:
         np.abs(x, out=ex)
         np.negative(ex, out=ex)
         np.exp(ex, out=ex)
-    _point_terms(t, g, x, sd, ex, rule, err, loss)
+    _point_terms(t, g, x, sd, ex, error, rule, err, loss)
     return err.reshape(shape), loss.reshape(shape)
 
 
@@ -613,3 +617,615 @@ def conditional_moments(E, zeta, wa, anu, b: float, sdc: float, underflow: float
     bad = _conditional_moments(E, zeta, np.ascontiguousarray(wa), np.ascontiguousarray(anu), float(b),
                                float(sdc), float(underflow), shared, inv, ym, sd, t)  # fmt: skip
     return inv, ym, sd, t, bad
+
+
+# -- the tail of the error: design points and importance sampling (attnsim.tail) ------------------
+
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+PLANE_ITERS = 40  # Newton iterations of a design point at most (converged in 5-10 at the defaults)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _log_upper(t):
+    """log Phi(-t) for any finite t (the scaled erfc beyond t = 3, so no underflow)."""
+    return _log_upper_mills(t)[0]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _log_upper_mills(t):
+    """(log Phi(-t), phi(t) / Phi(-t)): the latter is the derivative of -log Phi(-t)."""
+    a = t * _SQRT1_2
+    if t > 3.0:
+        ex = _erfcx(a)
+        return math.log(0.5 * ex) - 0.5 * t * t, _SQRT_2_PI / ex
+    up = 0.5 * math.erfc(a)
+    return math.log(up), _INV_SQRT2PI * math.exp(-0.5 * t * t) / up
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _t_grad(zeta, aq, an, kappa, b, sdc, y, s, grad):
+    """t(zeta) = y m / (sdc |s|) of one class at the standardized logit noises
+    zeta (T,), and its gradient into ``grad`` (s: a (T,) work array).
+
+    With s = softmax(aq + kappa zeta), values v = an + b zeta, m = s . v and
+    Q = s . s: dm/dzeta_u = kappa s_u (v_u - m) + b s_u and
+    dQ/dzeta_u = 2 kappa s_u (s_u - Q), so dt = y dm / D - t dQ / (2 Q), D = sdc sqrt(Q).
+    """
+    T = zeta.size
+    top = -math.inf
+    for i in range(T):
+        s[i] = aq[i] + kappa * zeta[i]
+        top = max(top, s[i])
+    tot = 0.0
+    for i in range(T):
+        s[i] = math.exp(s[i] - top)
+        tot += s[i]
+    m = 0.0
+    Q = 0.0
+    for i in range(T):
+        s[i] /= tot
+        m += s[i] * (an[i] + b * zeta[i])
+        Q += s[i] * s[i]
+    D = sdc * math.sqrt(Q)
+    t = y * m / D
+    for u in range(T):
+        dm = kappa * s[u] * (an[u] + b * zeta[u] - m) + b * s[u]
+        dQ = 2.0 * kappa * s[u] * (s[u] - Q)
+        grad[u] = y * dm / D - t * dQ / (2.0 * Q)
+    return t
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _psi_plane(u, w, d1, d2, aq, an, kappa, b, sdc, y, zeta, s):
+    """psi = -|zeta|^2 / 2 + log Phi(-t) at zeta = u d1 + w d2 with its first
+    and second derivatives in (u, w): (psi, psi_u, psi_w, psi_uu, psi_uw, psi_ww).
+
+    Along a direction d the softmax moves as s' = kappa s (d - dbar), dbar = s . d,
+    and the values v = an + b zeta as v' = b d; so m = s . v has
+    m' = kappa s . ((d - dbar) v) + b dbar, Q = s . s has Q' = 2 s . s', and
+    for a second direction e, s'' = kappa (s'_e (d - dbar) - s dbar'_e) with
+    dbar'_e = s'_e . d, m'' = s'' . v + b (s'_d . e + s'_e . d),
+    Q'' = 2 (s'_d . s'_e + s . s''). With t = c m Q^(-1/2), c = y / sdc, and
+    log Phi(-t)' = -lam t', '' = -lam (lam - t) t' t' - lam t'' (lam the
+    inverse Mills ratio) the rest is the chain rule.
+    """
+    T = zeta.size
+    for i in range(T):
+        zeta[i] = u * d1[i] + w * d2[i]
+    top = -math.inf
+    for i in range(T):
+        s[i] = aq[i] + kappa * zeta[i]
+        top = max(top, s[i])
+    tot = 0.0
+    for i in range(T):
+        s[i] = math.exp(s[i] - top)
+        tot += s[i]
+    m = Q = m1 = m2 = b1 = b2 = 0.0
+    for i in range(T):
+        s[i] /= tot
+        vi = an[i] + b * zeta[i]
+        m += s[i] * vi
+        Q += s[i] * s[i]
+        b1 += s[i] * d1[i]
+        b2 += s[i] * d2[i]
+    # first derivatives of m and Q along d1, d2; second ones along (d1 d1), (d1 d2), (d2 d2)
+    q1 = q2 = m11 = m12 = m22 = q11 = q12 = q22 = 0.0
+    c11 = c12 = c22 = 0.0  # dbar'
+    for i in range(T):
+        s1 = kappa * s[i] * (d1[i] - b1)
+        s2 = kappa * s[i] * (d2[i] - b2)
+        vi = an[i] + b * zeta[i]
+        m1 += s1 * vi
+        m2 += s2 * vi
+        q1 += 2.0 * s[i] * s1
+        q2 += 2.0 * s[i] * s2
+        c11 += s1 * d1[i]
+        c12 += s2 * d1[i]  # d/d2 of dbar_1
+        c22 += s2 * d2[i]
+    m1 += b * b1
+    m2 += b * b2
+    for i in range(T):
+        s1 = kappa * s[i] * (d1[i] - b1)
+        s2 = kappa * s[i] * (d2[i] - b2)
+        vi = an[i] + b * zeta[i]
+        s11 = kappa * (s1 * (d1[i] - b1) - s[i] * c11)
+        s12 = kappa * (s2 * (d1[i] - b1) - s[i] * c12)
+        s22 = kappa * (s2 * (d2[i] - b2) - s[i] * c22)
+        m11 += s11 * vi + 2.0 * b * s1 * d1[i]
+        m12 += s12 * vi + b * (s1 * d2[i] + s2 * d1[i])
+        m22 += s22 * vi + 2.0 * b * s2 * d2[i]
+        q11 += 2.0 * (s1 * s1 + s[i] * s11)
+        q12 += 2.0 * (s1 * s2 + s[i] * s12)
+        q22 += 2.0 * (s2 * s2 + s[i] * s22)
+    c = y / sdc
+    r = 1.0 / math.sqrt(Q)
+    t = c * m * r
+    t1 = c * (m1 * r - 0.5 * m * r * r * r * q1)
+    t2 = c * (m2 * r - 0.5 * m * r * r * r * q2)
+    r3, r5 = r * r * r, r * r * r * r * r
+    t11 = c * (m11 * r - m1 * r3 * q1 - 0.5 * m * r3 * q11 + 0.75 * m * r5 * q1 * q1)
+    t12 = c * (m12 * r - 0.5 * (m1 * q2 + m2 * q1) * r3 - 0.5 * m * r3 * q12 + 0.75 * m * r5 * q1 * q2)
+    t22 = c * (m22 * r - m2 * r3 * q2 - 0.5 * m * r3 * q22 + 0.75 * m * r5 * q2 * q2)
+    psi, lam = _log_upper_mills(t)
+    curv = lam * (lam - t)
+    zz = z1 = z2 = 0.0
+    for i in range(T):
+        zz += zeta[i] * zeta[i]
+        z1 += zeta[i] * d1[i]
+        z2 += zeta[i] * d2[i]
+    n11 = n12 = n22 = 0.0
+    for i in range(T):
+        n11 += d1[i] * d1[i]
+        n12 += d1[i] * d2[i]
+        n22 += d2[i] * d2[i]
+    return (psi - 0.5 * zz, -z1 - lam * t1, -z2 - lam * t2, -n11 - curv * t1 * t1 - lam * t11,
+            -n12 - curv * t1 * t2 - lam * t12, -n22 - curv * t2 * t2 - lam * t22)  # fmt: skip
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _plane_optimum(d1, d2, plane, u, w, aq, an, kappa, b, sdc, y, zeta, s):
+    """The maximum of psi over the plane zeta = u d1 + w d2 (``plane``; else
+    the line zeta = u d1, w = 0) by Newton's method from (u, w) (the exact
+    Hessian of :func:`_psi_plane`, shifted to be negative definite; steps at
+    most 3 long; backtracking): (u, w, psi)."""
+    if not plane:
+        w = 0.0
+    psi, gu, gw, huu, huw, hww = _psi_plane(u, w, d1, d2, aq, an, kappa, b, sdc, y, zeta, s)
+    for _ in range(PLANE_ITERS):
+        huu, huw, hww = -huu, -huw, -hww  # positive definite at a maximum
+        if not plane:
+            gw, huw, hww = 0.0, 0.0, 1.0
+        tr = huu + hww
+        det = huu * hww - huw * huw
+        low = 0.5 * (tr - math.sqrt(max(tr * tr - 4.0 * det, 0.0)))
+        if not low > 1e-3:
+            shift = 1e-3 - low if low == low else 1.0
+            huu += shift
+            hww += shift
+            det = huu * hww - huw * huw
+        du = (hww * gu - huw * gw) / det
+        dw = (huu * gw - huw * gu) / det
+        size = math.sqrt(du * du + dw * dw)
+        if size > 3.0:
+            du *= 3.0 / size
+            dw *= 3.0 / size
+        slope = gu * du + gw * dw
+        step = 1.0
+        moved = False
+        for _ in range(40):
+            new = _psi_plane(u + step * du, w + step * dw, d1, d2, aq, an, kappa, b, sdc, y, zeta, s)
+            if new[0] >= psi + 1e-4 * step * slope:
+                u += step * du
+                w += step * dw
+                psi, gu, gw, huu, huw, hww = new
+                moved = True
+                break
+            step *= 0.5
+        if not moved or step * size < 1e-7 * (1.0 + abs(u) + abs(w)):
+            break
+    return u, w, psi
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _centered(v, out):
+    """out = v minus its mean, normalized: a direction orthogonal to (1, ..., 1),
+    along which the softmax does not move (shifting every logit alike costs
+    |zeta|^2 and changes nothing but the values' b zeta part)."""
+    T = v.size
+    mean = 0.0
+    for i in range(T):
+        mean += v[i]
+    mean /= T
+    norm = 0.0
+    for i in range(T):
+        out[i] = v[i] - mean
+        norm += out[i] * out[i]
+    norm = math.sqrt(norm)
+    for i in range(T):
+        out[i] = out[i] / norm if norm > 0.0 else 0.0  # v constant: no direction
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _token_groups(aq, an, members, offsets):
+    """Group the tokens of one class into exchangeable groups, tokens of equal
+    (aq, an) (the integrand is symmetric under permutations within each):
+    group g holds tokens members[offsets[g]:offsets[g+1]] in increasing order,
+    its first one the group's representative. Returns the number of groups."""
+    T = aq.size
+    done = np.zeros(T, np.bool_)
+    pos = 0
+    n = 0
+    for i in range(T):
+        if done[i]:
+            continue
+        offsets[n] = pos
+        for j in range(i, T):
+            if not done[j] and aq[j] == aq[i] and an[j] == an[i]:
+                done[j] = True
+                members[pos] = j
+                pos += 1
+        n += 1
+    offsets[n] = pos
+    return n
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t0, rep):
+    """Design points of one class's error integrand phi(zeta) Phi(-t(zeta)):
+    the origin; the maximum of psi = -|zeta|^2/2 + log Phi(-t) on the line of
+    the anchor group's direction (the group of the token that carries the
+    margin, y an_t s_t largest at zeta = 0, falling together against all the
+    other tokens: directions are centered, :func:`_centered`); then for the
+    representative j of each other group the maximum of psi over the plane
+    spanned by that direction and token j's (rising as well), and on the
+    line of token j's direction (rising alone): the failure boundary is
+    curved, and these points cover its arc. Writes points Z (K, T), gradients of t there
+    G (K, T), t there t0 (K,) and rep (K,): the group whose representative
+    the point favours (-1: symmetric within every group); returns K (at most 2 T)."""
+    T = aq.size
+    s = np.empty(T)
+    zeta = np.zeros(T)
+    top = aq.max()
+    r = 0
+    best = -math.inf
+    for i in range(T):
+        v = math.exp(aq[i] - top) * y * an[i]
+        if v > best:
+            best, r = v, i
+    eg = np.zeros(T)
+    anchor = 0
+    for g in range(n_groups):
+        for m in range(offsets[g], offsets[g + 1]):
+            if members[m] == r:
+                anchor = g
+    for m in range(offsets[anchor], offsets[anchor + 1]):
+        eg[members[m]] = 1.0
+    dg = np.empty(T)
+    _centered(eg, dg)  # the anchor group falling against all the others
+    for i in range(T):
+        Z[0, i] = 0.0
+    t0[0] = _t_grad(Z[0], aq, an, kappa, b, sdc, y, s, G[0])
+    rep[0] = -1
+    gap = (aq[r] - aq.min() + 2.0) / kappa if kappa > 0.0 else 12.0
+    u, _, _ = _plane_optimum(dg, dg, False, -min(max(gap, 0.3), 12.0), 0.0, aq, an, kappa, b, sdc, y, zeta, s)
+    for i in range(T):
+        Z[1, i] = u * dg[i]
+    t0[1] = _t_grad(Z[1], aq, an, kappa, b, sdc, y, s, G[1])
+    rep[1] = -1
+    K = 2
+    if T < 3:  # two tokens: one contrast, the line above holds every design point
+        return K
+    ej = np.zeros(T)
+    dj = np.empty(T)
+    for g in range(n_groups):
+        if g == anchor:
+            continue
+        j = members[offsets[g]]
+        ej[j] = 1.0
+        _centered(ej, dj)  # token j rising against all the others
+        ej[j] = 0.0
+        a = (aq[r] - aq[j] + 2.0) / (2.0 * kappa) if kappa > 0.0 else 12.0
+        a = min(max(a, 0.3), 12.0)
+        u, w, _ = _plane_optimum(dg, dj, True, -a, a, aq, an, kappa, b, sdc, y, zeta, s)
+        for i in range(T):
+            Z[K, i] = u * dg[i] + w * dj[i]
+        # token j rising alone: the other end of the failure boundary's arc
+        w, _, _ = _plane_optimum(dj, dj, False, 2.0 * a, 0.0, aq, an, kappa, b, sdc, y, zeta, s)
+        for i in range(T):
+            Z[K + 1, i] = w * dj[i]
+        for h in range(2):
+            t0[K + h] = _t_grad(Z[K + h], aq, an, kappa, b, sdc, y, s, G[K + h])
+            rep[K + h] = g if offsets[g + 1] - offsets[g] > 1 else -1
+        K += 2
+    return K
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _tail_components(aq, an, kappa, b, sdc, y, N, defensive, floor, merge, max_beta, prune, members, offsets,
+                     Z, G, t0, rep, off, beta, log_mass, A, counts, starts):  # fmt: skip
+    """The importance components of one class (:mod:`attnsim.tail`): the
+    design points (:func:`_design_points`), their linearizations t ~ off_k +
+    G_k . zeta with indices beta_k = off_k / sqrt(1 + |G_k|^2) and FORM
+    masses log Phi(-beta_k); merged (points closer than ``merge``: the one of
+    smaller beta stays), without those beyond ``max_beta`` or with a mass
+    below ``prune`` times the largest, in increasing beta. Their shares of
+    the N points: ``defensive`` for N(0, I) (stratum 0), the rest in
+    proportion to the masses, each at least ``floor`` of it. Writes the
+    token groups (members, offsets: :func:`_token_groups`), the kept
+    components into the first K rows of Z, G, rep, off, beta, log_mass and
+    rows 1..K of A ((-G_k, 1) / sqrt(1 + |G_k|^2): the normal of the
+    half-space whose truncation gives component k), the stratum sizes counts
+    (K + 1) and their first points starts (K + 2); returns (K, number of groups)."""
+    T = aq.size
+    n_groups = _token_groups(aq, an, members, offsets)
+    K0 = _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t0, rep)
+    for k in range(K0):
+        gz = 0.0
+        gg = 0.0
+        for i in range(T):
+            gz += G[k, i] * Z[k, i]
+            gg += G[k, i] * G[k, i]
+        off[k] = t0[k] - gz
+        beta[k] = off[k] / math.sqrt(1.0 + gg)
+        if not (beta[k] < max_beta and math.isfinite(gg)):
+            beta[k] = math.inf
+    order = np.argsort(beta[:K0])
+    kept = np.empty(K0, np.int64)
+    K = 0
+    for k in order:
+        if not beta[k] < math.inf:
+            break
+        near = False
+        for m in range(K):
+            dist = 0.0
+            for i in range(T):
+                dist += (Z[k, i] - Z[kept[m], i]) ** 2
+            near = near or dist <= merge * merge
+        if not near:
+            kept[K] = k
+            K += 1
+    Zk, Gk = Z[kept[:K]].copy(), G[kept[:K]].copy()  # gather, then write back in order
+    ok_, bk, rk = off[kept[:K]].copy(), beta[kept[:K]].copy(), rep[kept[:K]].copy()
+    for m in range(K):
+        for i in range(T):
+            Z[m, i] = Zk[m, i]
+            G[m, i] = Gk[m, i]
+        off[m], beta[m], rep[m] = ok_[m], bk[m], rk[m]
+        log_mass[m] = _log_upper(bk[m])
+    top = log_mass[0] if K > 0 else 0.0
+    cut = top + math.log(prune)
+    for m in range(K):
+        if log_mass[m] < cut:
+            K = m
+            break
+    tot = 0.0
+    for m in range(K):
+        tot += math.exp(log_mass[m] - top)
+    tot_share = 0.0
+    share = np.empty(K)
+    for m in range(K):
+        share[m] = max(math.exp(log_mass[m] - top) / tot, floor)
+        tot_share += share[m]
+    used = 0
+    for m in range(K):
+        counts[m + 1] = int(math.floor((1.0 - defensive) * share[m] / tot_share * N))
+        used += counts[m + 1]
+    counts[0] = N - used
+    starts[0] = 0
+    for m in range(K + 1):
+        starts[m + 1] = starts[m] + counts[m]
+    for m in range(K):
+        gg = 0.0
+        for i in range(T):
+            gg += G[m, i] * G[m, i]
+        norm = math.sqrt(1.0 + gg)
+        for i in range(T):
+            A[m + 1, i] = -G[m, i] / norm
+        A[m + 1, T] = 1.0 / norm
+    return K, n_groups
+
+
+# Wichura's AS 241 (PPND16, Appl. Statist. 37, 477-484, 1988): the normal quantile to about
+# 1e-16 relative, by rational functions in q = p - 1/2 (|q| <= 0.425) or in
+# r = sqrt(-log(min(p, 1 - p))) (r <= 5, and beyond). Highest power first.
+_AS241_A = (2.5090809287301226727e3, 3.3430575583588128105e4, 6.7265770927008700853e4,
+            4.5921953931549871457e4, 1.3731693765509461125e4, 1.9715909503065514427e3,
+            1.3314166789178437745e2, 3.3871328727963666080e0)  # fmt: skip
+_AS241_B = (5.2264952788528545610e3, 2.8729085735721942674e4, 3.9307895800092710610e4,
+            2.1213794301586595867e4, 5.3941960214247511077e3, 6.8718700749205790830e2,
+            4.2313330701600911252e1, 1.0)  # fmt: skip
+_AS241_C = (7.74545014278341407640e-4, 2.27238449892691845833e-2, 2.41780725177450611770e-1,
+            1.27045825245236838258e0, 3.64784832476320460504e0, 5.76949722146069140550e0,
+            4.63033784615654529590e0, 1.42343711074968357734e0)  # fmt: skip
+_AS241_D = (1.05075007164441684324e-9, 5.47593808499534494600e-4, 1.51986665636164571966e-2,
+            1.48103976427480074590e-1, 6.89767334985100004550e-1, 1.67638483018380384940e0,
+            2.05319162663775882187e0, 1.0)  # fmt: skip
+_AS241_E = (2.01033439929228813265e-7, 2.71155556874348757815e-5, 1.24266094738807843860e-3,
+            2.65321895265761230930e-2, 2.96560571828504891230e-1, 1.78482653991729133580e0,
+            5.46378491116411436990e0, 6.65790464350110377720e0)  # fmt: skip
+_AS241_F = (2.04426310338993978564e-15, 1.42151175831644588870e-7, 1.84631831751005468180e-5,
+            7.86869131145613259100e-4, 1.48753612908506148525e-2, 1.36929880922735805310e-1,
+            5.99832206555887937690e-1, 1.0)  # fmt: skip
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _horner8(c, x):
+    acc = (((c[0] * x + c[1]) * x + c[2]) * x + c[3]) * x + c[4]
+    return ((acc * x + c[5]) * x + c[6]) * x + c[7]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _normal_quantile(p, log_p):
+    """Phi^{-1}(p) from p and its logarithm (AS 241; the tail from log_p, so
+    p far below the smallest double is fine)."""
+    if log_p < -2.5902671654458267:  # p < 0.075: the lower tail, from log p
+        r = math.sqrt(-log_p)
+    else:
+        q = p - 0.5
+        if abs(q) <= 0.425:
+            r = 0.180625 - q * q
+            return q * _horner8(_AS241_A, r) / _horner8(_AS241_B, r)
+        r = math.sqrt(-math.log1p(-p))  # the upper tail
+    if r <= 5.0:
+        v = _horner8(_AS241_C, r - 1.6) / _horner8(_AS241_D, r - 1.6)
+    else:
+        v = _horner8(_AS241_E, r - 5.0) / _horner8(_AS241_F, r - 5.0)
+    return -v if log_p < -0.6931471805599453 else v
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _truncated_normals(u, log_u, starts, K, log_mass, s):
+    """s for the points of strata 1..K: normals truncated to > beta_k, by the
+    inverse of their upper tail, s = -Phi^{-1}(u Phi(-beta_k)) (log Phi(-beta_k)
+    = log_mass[k-1]; u in (0, 1] with its logarithm log_u)."""
+    for k in range(1, K + 1):
+        lm = log_mass[k - 1]
+        scale = math.exp(lm)
+        for n in range(starts[k], starts[k + 1]):
+            s[n] = -_normal_quantile(u[n] * scale, log_u[n] + lm)
+
+
+def normal_quantile(p: np.ndarray) -> np.ndarray:
+    """Phi^{-1}(p) elementwise (1-d; as scipy.special.ndtri), by :func:`_normal_quantile`."""
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        log_p = np.log(p)
+    out = np.empty_like(p)
+    starts = np.array([0, 0, p.size])
+    _truncated_normals(p, log_p, starts, 1, np.zeros(1), out)
+    return -out
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _tail_arguments(X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U,
+                    GU, c, s_work):  # fmt: skip
+    """The importance points, folded into the fundamental domain D (each
+    group's largest coordinate in its representative's place: the integrand
+    is symmetric within groups), into zeta (T, N); keep (N,): 0 for a point of
+    a component favouring group g's representative (rep[k] = g) that drew
+    another member of g largest (outside D before folding: it counts with
+    value 0), else 1. Then the arguments of the exponentials the estimate
+    needs (NumPy takes them in place): the shifted logits aq + kappa zeta - max
+    into E (T, N) and -u_k^2 / 2 into GU (K, N), with u_k = off_k + G_k . zeta,
+    each component's linearized t, into U (K, N).
+
+    The points of stratum k >= 1 (columns starts[k]..starts[k+1]-1) are
+    X[:T] + (s - X . a) a[:T], a = A[k]: the (T+1)-dim normals X (T+1, N) with
+    their coordinate along a replaced by s (drawn > beta_k), the last
+    coordinate dropped; stratum 0 (defensive) is X[:T]. c, s_work: (N,) work arrays."""
+    T, N = zeta.shape
+    for k in range(K + 1):
+        lo, hi = starts[k], starts[k + 1]
+        cv = c[lo:hi]
+        if k == 0:
+            for n in range(hi - lo):
+                cv[n] = 0.0
+        else:
+            sv = s[lo:hi]
+            for n in range(hi - lo):
+                cv[n] = sv[n]
+            for t in range(T + 1):
+                a = A[k, t]
+                xv = X[t, lo:hi]
+                for n in range(hi - lo):
+                    cv[n] -= a * xv[n]
+        for t in range(T):
+            a = A[k, t]
+            xv, zv = X[t, lo:hi], zeta[t, lo:hi]
+            for n in range(hi - lo):
+                zv[n] = xv[n] + cv[n] * a
+        g_rep = rep[k - 1] if k > 0 else -1
+        kv = keep[lo:hi]
+        for n in range(hi - lo):
+            kv[n] = 1.0
+        for g in range(n_groups):  # fold: each group's largest coordinate into its first member's place
+            first, last = offsets[g], offsets[g + 1]
+            if last - first < 2:
+                continue
+            head = zeta[members[first], lo:hi]
+            big, old = c[lo:hi], s_work[lo:hi]  # the running maximum; the first member's value
+            for n in range(hi - lo):
+                big[n] = head[n]
+                old[n] = head[n]
+            for m in range(first + 1, last):
+                zv = zeta[members[m], lo:hi]
+                for n in range(hi - lo):
+                    big[n] = max(big[n], zv[n])
+            for m in range(first + 1, last):  # the (first) largest member takes the first's old value
+                zv = zeta[members[m], lo:hi]
+                for n in range(hi - lo):
+                    hit = zv[n] == big[n] and head[n] != big[n]
+                    zv[n] = old[n] if hit else zv[n]
+                    head[n] = big[n] if hit else head[n]
+            if g == g_rep:  # a point of this component outside D before folding counts as 0
+                for n in range(hi - lo):
+                    kv[n] = 0.0 if old[n] != big[n] else kv[n]
+    top = c  # reused: the largest logit of each point
+    for n in range(N):
+        top[n] = -math.inf
+    for t in range(T):
+        a, zv, ev = aq[t], zeta[t], E[t]
+        for n in range(N):
+            v = a + kappa * zv[n]
+            ev[n] = v
+            top[n] = max(top[n], v)
+    for t in range(T):
+        ev = E[t]
+        for n in range(N):
+            ev[n] -= top[n]
+    for m in range(K):
+        uv, gv = U[m], GU[m]
+        o = off[m]
+        for n in range(N):
+            uv[n] = o
+        for t in range(T):
+            g, zv = G[m, t], zeta[t]
+            for n in range(N):
+                uv[n] += g * zv[n]
+        for n in range(N):
+            gv[n] = -0.5 * uv[n] * uv[n]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _tail_t(E, zeta, an, b, sdc, y, t, g):
+    """t = y m / (sdc |s|) per point from E (T, N), the exponentials of the
+    shifted logits (the softmax normalizer cancels), and -t^2 / 2 into g."""
+    T, N = E.shape
+    M = np.zeros(N)
+    Q = np.zeros(N)
+    for v in range(T):
+        ev, zv = E[v], zeta[v]
+        a = an[v]
+        for n in range(N):
+            e = ev[n]
+            M[n] += e * (a + b * zv[n])
+            Q[n] += e * e
+    for n in range(N):
+        tn = y * M[n] / (sdc * math.sqrt(Q[n]))
+        t[n] = tn
+        g[n] = -0.5 * tn * tn
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail):
+    """The balance-heuristic estimate of one class's error with its standard
+    error, from t and g = e^{-t^2/2} per (folded) point (the integrand
+    h = Phi(-t), times keep) and each component's u_k (U (K, N)) with
+    e^{-u_k^2/2} (GU): each point's term is h / den,
+    den = n_0/N + sum_k factor_k (n_k/N) Phi(-u_k)/Phi(-beta_k), the mixture's
+    density on the fundamental domain over M phi (factor_k = 1 for a
+    component symmetric within groups, 1/|g| for one favouring group g's
+    representative). The standard error is the root of sum over strata of
+    n_k Var_k / N^2 (two passes, deviations in units of the estimate: squares
+    of terms near 1e-200 would underflow). h, den, tail: (N,) work arrays;
+    h ends holding the terms."""
+    N = t.size
+    _upper_tails(t, g, h)
+    for n in range(N):
+        den[n] = counts[0] / N
+    for m in range(K):
+        scale = factor[m] * counts[m + 1] / N * math.exp(-log_mass[m])
+        _upper_tails(U[m], GU[m], tail)
+        for n in range(N):
+            den[n] += scale * tail[n]
+    for n in range(N):
+        h[n] = keep[n] * h[n] / den[n]
+    total = 0.0
+    for n in range(N):
+        total += h[n]
+    ref = total / N if total > 0.0 else 1.0
+    var = 0.0
+    for k in range(K + 1):
+        lo, hi = starts[k], starts[k + 1]
+        if hi - lo < 2:
+            continue
+        mean = 0.0
+        for n in range(lo, hi):
+            mean += h[n]
+        mean /= hi - lo
+        dev = 0.0
+        for n in range(lo, hi):
+            d = (h[n] - mean) / ref
+            dev += d * d
+        var += dev / (hi - lo - 1) * (hi - lo)
+    return total / N, math.sqrt(var) / N * ref
