@@ -12,6 +12,7 @@ through :func:`run`.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from . import SimulationError, metrics, theory
 from .config import Config
 from .kernels import DIVERGED, FROZEN, EvaluationBudgetExceeded, Observation
 
-PROGRESS_CHUNK = 20_000  # steps per kernel call when a progress bar is shown
+PROGRESS_CHUNK = 20_000  # GD steps per kernel call while a progress bar exists (flows are never cut)
 RECORD_CHUNK = 64  # log points whose score metrics are computed at once
 
 
@@ -259,7 +260,12 @@ def run(
     pending: list[tuple[int, object]] = []  # (log point, job) of deferred evaluations
     snaps: dict[int, object] = {}
     rec = Recorder(ds, grid, save_scores)
-    bar = _progress_bar(cfg.steps, progress)
+    bar = _progress_bar(cfg.steps, progress, cfg.log_scale == "log")
+    # GD steps are exact in any chunks, so a bar may cut them; a flow is integrated
+    # whole between log points and reports its progress from the solver's own steps
+    flow = isinstance(stepper, GradientFlow)
+    if flow and bar is not None:
+        stepper.progress = bar.to
     traj_warnings: list[str] = []
     frozen_at = None
     S_frozen = incr = None
@@ -267,7 +273,7 @@ def run(
     try:
         for j, target in enumerate(grid):
             while frozen_at is None and step < target:
-                chunk = min(target - step, PROGRESS_CHUNK if bar is not None else target - step)
+                chunk = min(target - step, PROGRESS_CHUNK if bar is not None and not flow else target - step)
                 status, reached = stepper.advance(step, chunk)
                 if status == DIVERGED:
                     raise SimulationError(
@@ -283,7 +289,7 @@ def run(
                     warnings.warn(msg, stacklevel=2)
                     break
                 if bar is not None:
-                    bar.update(reached - step)
+                    bar.to(reached)
                 step = reached
             S = stepper.S_acc if frozen_at is None else S_frozen + incr * (target - frozen_at - 1)
             evaluated, job = {}, None
@@ -308,6 +314,8 @@ def run(
             job.cancel()
         if bar is not None:
             bar.close()
+        if flow:
+            stepper.progress = None
     # the in-loop fit record, closed with the final state (the last log point)
     fit = stepper.fit_since.copy()
     fitted_now = ds.y * rec.last.f > 0
@@ -427,6 +435,13 @@ class GradientFlow:
         self.method, self.rtol, self.atol = method, rtol, atol
         self.theta = field.pack(field.W, field.p, field.nu, np.zeros(n))
         self.fit_since = np.where(field.data.y * self.observe().f > 0, 0.0, -1.0)  # real steps (refined)
+        self.progress: Callable[[float], None] | None = None  # called with the step the solver reached
+
+    def _rhs(self, t: float, theta: np.ndarray) -> np.ndarray:
+        """The vector field, reporting the solver's progress every 64 evaluations."""
+        if self.progress is not None and self.field.evals % 64 == 0:
+            self.progress(t / self.lr)
+        return self.field(t, theta)
 
     @property
     def S_acc(self) -> np.ndarray:
@@ -456,7 +471,7 @@ class GradientFlow:
         try:
             with np.errstate(over="ignore", invalid="ignore"):
                 sol = self._solve(
-                    self.field,
+                    self._rhs,
                     span,
                     theta0,
                     method=self.method,
@@ -518,12 +533,43 @@ class GradientFlow:
         return self.field.relevant_increments(s)
 
 
-def _progress_bar(steps: int, progress: bool | None):
+class _Bar:
+    """A progress bar over steps, or over decades of steps for a log grid
+    (position log10(1 + step): a flow to 1e14 spends its time evenly per
+    decade), moved to absolute positions."""
+
+    def __init__(self, steps: int, progress: bool | None, log: bool):
+        from tqdm.auto import tqdm
+
+        self.log = log
+        total = math.log10(1.0 + steps) if log else steps
+        fmt = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
+        self._bar = tqdm(total=total, bar_format=fmt, disable=None if progress is None else not progress)
+        self._bar.set_description_str(f"step 0 of {steps:.3g}", refresh=False)
+        self.steps = steps
+        self._shown = 0.0
+
+    def to(self, step: float) -> None:
+        bar = self._bar
+        now = time.monotonic()
+        if bar.disable or now - self._shown < 0.1:  # redrawn at most ten times a second
+            return
+        self._shown = now
+        bar.n = math.log10(1.0 + step) if self.log else step
+        bar.set_description_str(f"step {step:.3g} of {self.steps:.3g}")
+
+    def close(self) -> None:
+        bar = self._bar
+        if not bar.disable:
+            bar.n = bar.total
+            bar.set_description_str(f"step {self.steps:.3g} of {self.steps:.3g}", refresh=False)
+        bar.close()
+
+
+def _progress_bar(steps: int, progress: bool | None, log: bool) -> _Bar | None:
     if progress is False or steps < 10 * PROGRESS_CHUNK:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=steps, unit="step", disable=None if progress is None else not progress)
+    return _Bar(steps, progress, log)
 
 
 __all__ = [

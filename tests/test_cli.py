@@ -5,7 +5,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
+import attnsim
 from attnsim.cli import main
 
 SMALL = ["--set", "d=60", "--set", "n=6", "--set", "steps=20", "--set", "pop_points=64"]
@@ -56,3 +58,26 @@ def test_cli_diverged_run_exits_1(tmp_path, capsys):
     args += ["--set", "loss=linear", "--set", "train=p,nu", "--out", str(tmp_path / "x")]
     assert main(args) == 1
     assert "diverged at step" in capsys.readouterr().err
+
+
+LONG_FLOWS = {
+    "default": {},
+    "p only, W = I, d = 200": {"d": 200, "train": "p", "init_W": "identity", "lr": 0.05},
+    "|mu| = 5 with the limit": {"signal_norm": 5.0, "limit": True},
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_FLOWS))
+def test_cli_long_flow_finishes_with_the_numbers_of_simulate(name, tmp_path):
+    """A gradient flow to 1e14 steps from the command line (a subprocess, as a
+    user runs it, whose progress bar exists but is not shown) finishes, and its
+    result.json holds exactly what attnsim.simulate computes: progress comes
+    from the solver's own steps, never by cutting the integration."""
+    flow = {"integrator": "flow", "steps": 10**14, "log_scale": "log", **LONG_FLOWS[name]}
+    args = [a for k, v in flow.items() for a in ("--set", f"{k}={str(v).lower()}")]
+    run = _cli("run", *args, "--quiet", "--out", str(tmp_path / "r"))
+    assert run.returncode == 0, run.stderr
+    got = json.loads((tmp_path / "r" / "result.json").read_text())
+    want = json.loads(json.dumps(attnsim.simulate(flow, progress=True).to_json()))
+    assert got["final"] == want["final"] and got["theory"] == want["theory"]
+    assert got.get("limit") == want.get("limit")
