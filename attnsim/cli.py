@@ -240,6 +240,38 @@ def _fmt(x, spec: str = ".4f") -> str:
     return "n/a" if x is None or x != x else format(x, spec)
 
 
+def _regime_reason(f: dict, c: dict) -> str:
+    """What the regime was decided on (SPEC §3)."""
+    regime = f["regime"]
+    if regime == "clean_labels":
+        return "no noisy training label: no label-overfitting verdict"
+    if regime not in ("benign", "harmful"):
+        noisy, clean = f"{f['n_fitted_noisy']} of {f['n_noisy']}", f"{f['n_fitted_clean']} of {f['n_clean']}"
+        return f"{noisy} noisy and {clean} clean samples fitted"
+    if f.get("regime_rule", "").startswith("excess"):
+        side = "at most" if regime == "benign" else "above"
+        return (
+            f"label noise adds {_fmt(f['excess_error'], '.2g')} +- {_fmt(f['excess_error_se'], '.1g')} "
+            f"to the error: {side} benign_error={c['benign_error']:g}; "
+            f"the same run with clean labels: {_fmt(f['error_clean_twin'], '.3g')}"
+        )
+    side = "at most" if regime == "benign" else "above"
+    return f"error {side} benign_error={c['benign_error']:g}, no clean twin"
+
+
+def _generalization(f: dict, c: dict) -> str:
+    """Whether the run generalizes, whatever its labels."""
+    if f.get("generalized"):
+        return f"generalizes (error <= {c['benign_error']:g})"
+    clean = f.get("error_clean_twin")
+    also = (
+        f"; {_fmt(clean, '.3g')} with clean labels too"
+        if clean == clean and clean is not None and clean > c["benign_error"]
+        else ""
+    )
+    return f"does not generalize (error above {c['benign_error']:g}{also})"
+
+
 def format_error(value: float, se: float, resolved: float | None) -> str:
     """A population error as printed: "v +- se", or "< bound (unresolved)"
     when the estimator could not resolve it (the value is then an upper bound)."""
@@ -295,8 +327,9 @@ def format_summary(res) -> str:
             )
     never = "never (within the run)"
     t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
+    lines.append(f"regime: {f['regime']} ({_regime_reason(f, c)}); {_generalization(f, c)}")
     lines.append(
-        f"regime: {f['regime']}; memorized at step {never if t_mem is None else t_mem}, "
+        f"times: memorized at step {never if t_mem is None else t_mem}, "
         f"fresh relevant score >= {c['gen_score']:g} from step {never if t_gen is None else t_gen}"
     )
     for w in res.warnings:

@@ -66,6 +66,7 @@ class Config:
     pop_points: int = 4096
     benign_error: float = 0.05
     gen_score: float = 0.5
+    clean_twin: bool | None = None  # on for the attention model (cheap), off for the encoder
     model: str = "attention"
     mlp_dim: int = 2000
     skip: bool = True
@@ -77,6 +78,8 @@ class Config:
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name)))
         if self.test_n is None:
             object.__setattr__(self, "test_n", _default_test_n(self.model))
+        if self.clean_twin is None:
+            object.__setattr__(self, "clean_twin", _default_clean_twin(self.model))
         _validate(self)
 
     # -- derived quantities -------------------------------------------------
@@ -100,9 +103,15 @@ class Config:
         return (self.n_relevant, self.n_weak_aligned, self.n_weak_opposite, self.T - used)
 
     def replace(self, **changes: Any) -> Config:
-        """A copy with ``changes``; a defaulted ``test_n`` follows a change of model."""
+        """A copy with ``changes``; a defaulted ``test_n`` or ``clean_twin`` follows a change of model."""
         if "model" in changes and "test_n" not in changes and self.test_n == _default_test_n(self.model):
             changes["test_n"] = None
+        if (
+            "model" in changes
+            and "clean_twin" not in changes
+            and self.clean_twin == _default_clean_twin(self.model)
+        ):
+            changes["clean_twin"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, resolved: bool = True) -> dict[str, Any]:
@@ -121,6 +130,12 @@ class Config:
 
 def _default_test_n(model: str) -> int:
     return 1000 if model == "encoder" else 0
+
+
+def _default_clean_twin(model: str) -> bool:
+    """The clean-label twin doubles the step loop: cheap for the attention
+    model (its setup is shared), a second full run for the encoder."""
+    return model != "encoder"
 
 
 KEYS = tuple(f.name for f in fields(Config))
@@ -153,7 +168,7 @@ def _coerce(name: str, value: Any) -> Any:
         if kind != "int" or abs(value) <= MAX_INT:
             return value
     if value is None:
-        if name in ("init_W_scale", "init_p_scale", "test_n"):
+        if name in ("init_W_scale", "init_p_scale", "test_n", "clean_twin"):
             return None
         raise ConfigError(f"{name}: a value is required")
     if kind == "bool":

@@ -168,8 +168,9 @@ class EncoderProblem:
             "test_n": 0 if self.y_test is None else int(self.y_test.size),
         }
 
-    def stepper(self, cfg: Config, rel: np.ndarray) -> EncoderStepper:
-        return EncoderStepper(self.ds.X, self.ds.y, self.P0, cfg, rel)
+    def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> EncoderStepper:
+        """GD on every parameter, trained on the labels ``y`` (default: the observed ones)."""
+        return EncoderStepper(self.ds.X, self.ds.y if y is None else y, self.P0, cfg, rel)
 
     def evaluator(self, cfg: Config, pop=None):
         """Loss and accuracy on the finite test set (no closed form exists), in chunks."""

@@ -124,21 +124,21 @@ class Problem:
             qq += float(h @ h)
         return qk, qq
 
-    def stepper(self, cfg: Config, rel: np.ndarray):
+    def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None):
         """The model stepper of this problem: GD steps (in the X W form when
         log points are far apart, see :func:`attnsim.kernels.make_segment`),
-        or the gradient flow."""
+        or the gradient flow; trained on the labels ``y`` (default: the
+        problem's observed labels)."""
         from .dynamics import GradientFlow
         from .kernels import FlowField, SegmentXW, make_segment
 
-        args = (self.X2, self.y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+        y = self.y if y is None else y
+        args = (self.X2, y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel)
         if cfg.integrator == "gd":
             seg = make_segment(*args, log_gap=cfg.steps / max(1, n_log_points(cfg) - 1))
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
             return seg
-        return GradientFlow(
-            FlowField(*args), self.y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol
-        )
+        return GradientFlow(FlowField(*args), y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol)
 
     def evaluator(self, cfg: Config, pop):
         """Test-set and population metrics of a state, or None when there are

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .data import ROLE_NAMES
 
 GROUPS = ("clean", "noisy")
-REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted")
+REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted", "clean_labels")
 SCORE_KEYS = tuple(f"score_{g}_{r}" for g in GROUPS for r in ROLE_NAMES)
 POP_KEYS = (
     "pop_error",
@@ -164,31 +166,46 @@ def _avg_row(mask: np.ndarray) -> np.ndarray:
     return mask / mask.sum()
 
 
-def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, error: float | None,
+def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, harm: float | None,
            benign_error: float) -> str:  # fmt: skip
     """Classify the end of a run (SPEC §3) from integer counts of fitted samples.
 
-    underfit: some clean sample is not fitted; not_overfitting: every clean
-    sample fitted, no noisy one; partial: some but not all noisy samples;
-    benign / harmful: every sample fitted and ``error`` (the population error,
-    or the finite test error when there is no population metric) at most /
-    above ``benign_error``; fitted: every sample fitted but no error measure.
+    underfit: some clean sample is not fitted; clean_labels: every sample
+    fitted and none of them noisy (no label-overfitting verdict applies);
+    not_overfitting: every clean sample fitted, no noisy one; partial: some
+    but not all noisy samples; benign / harmful: every sample fitted and
+    ``harm`` (the error label noise causes: the excess over the clean-label
+    twin, or the error itself when there is no twin) at most / above
+    ``benign_error``; fitted: every sample fitted but no error measure.
     Counts, not accuracies: a mean of 1/n weights is not exactly 1.0 for most n.
     """
     if fitted_clean < n_clean:
         return "underfit"
+    if n_noisy == 0:
+        return "clean_labels"
     if fitted_noisy < n_noisy:
         return "not_overfitting" if fitted_noisy == 0 else "partial"
-    if error is None or not np.isfinite(error):
+    if harm is None or not np.isfinite(harm):
         return "fitted"
-    return "benign" if error <= benign_error else "harmful"
+    return "benign" if harm <= benign_error else "harmful"
 
 
-def final_metrics(arrays: dict[str, np.ndarray], n_noisy: int, benign_error: float) -> dict:
+def final_metrics(
+    arrays: dict[str, np.ndarray], n_noisy: int, benign_error: float, twin: dict | None = None
+) -> dict:
     """The "final" section of a result: every :data:`LOG_METRICS` key at the
     last log point (NaN for test and population metrics that were not
-    computed), the population error at initialization, the group sizes and
-    the regime."""
+    computed), the population error at initialization, the group sizes, the
+    clean-label twin's error and the excess error label noise causes, whether
+    the run generalizes, and the regime.
+
+    The error measure is the population error, else the finite test error.
+    ``excess_error`` = error - the twin's error (its standard error assumes
+    the two independent: they share the estimator's points, so it is at most
+    that). The regime's harm is the excess; without a twin (``clean_twin =
+    false``, or no noisy sample to flip back) it is the error itself, the
+    paper's absolute rule (``regime_rule`` says which).
+    """
     nan = float("nan")
     final = {k: (arrays[k][-1].item() if k in arrays else nan) for k in LOG_METRICS}
     final = {k: v for k, v in final.items() if k in arrays or k in TEST_KEYS + POP_KEYS}
@@ -196,10 +213,23 @@ def final_metrics(arrays: dict[str, np.ndarray], n_noisy: int, benign_error: flo
     n = int(arrays["y"].size)
     final["n_noisy"] = n_noisy
     final["n_clean"] = n - n_noisy
-    error = final["pop_error"]
+    error, se = final["pop_error"], final["pop_error_se"]
     if not np.isfinite(error) and np.isfinite(final["test_acc"]):
-        error = 1.0 - final["test_acc"]
+        error, se = 1.0 - final["test_acc"], nan
+    twin = twin or {}
+    clean = twin.get("pop_error", nan) if np.isfinite(final["pop_error"]) else twin.get("test_error", nan)
+    clean_se = twin.get("pop_error_se", nan) if np.isfinite(final["pop_error"]) else nan
+    final["error_clean_twin"] = clean
+    final["error_clean_twin_se"] = clean_se
+    final["excess_error"] = error - clean
+    final["excess_error_se"] = math.hypot(se, clean_se)
+    if twin.get("reason"):
+        final["clean_twin"] = twin["reason"]
+    final["generalized"] = bool(np.isfinite(error) and error <= benign_error)
+    has_twin = np.isfinite(clean)
+    final["regime_rule"] = "excess over the clean-label twin" if has_twin else "absolute error (no twin)"
     final["regime"] = regime(
-        n - n_noisy, final["n_fitted_clean"], n_noisy, final["n_fitted_noisy"], error, benign_error
-    )
+        n - n_noisy, final["n_fitted_clean"], n_noisy, final["n_fitted_noisy"],
+        final["excess_error"] if has_twin else error, benign_error,
+    )  # fmt: skip
     return final

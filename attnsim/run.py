@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import dynamics, metrics, results, theory
+from . import SimulationError, dynamics, metrics, results, theory
 from .config import Config, as_config
 from .data import Dataset, changed_keys, config_for_data, generate, make_streams
 from .engines import build, check_resources, choose_engine, reserve_w0
@@ -144,12 +145,13 @@ def simulate(
             progress=progress, watch=watch, refine=cfg.integrator == "flow" or cfg.limit,
         )  # fmt: skip
         limit_section = watch.finish(cfg, traj, pop) if watch is not None else None
+        twin = clean_twin(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy > 0 else None
     arrays = traj.arrays
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean
     if ds.roles is not None:
         arrays["roles"] = ds.roles
-    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error)
+    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error, twin)
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if limit_section is not None:
         theory_section["gen_never"] = limit_section.get("gen_never")
@@ -184,6 +186,35 @@ def simulate(
     # in-memory only (not saved): the engine problem and final state, for figures
     res.problem, res.state = problem, traj.state
     return res
+
+
+def clean_twin(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray) -> dict:
+    """The run's clean-label twin: the same problem (tokens, initialization,
+    engine, schedule) trained on the true labels, measured at the end like
+    the run itself (population error, else the finite test set). Its error
+    is the reference of the excess error label noise causes (SPEC §3).
+    Returns its error measures, or the reason it has none."""
+    twin_cfg = cfg.replace(log_scale="linear", log_every=max(cfg.steps, 1), pop_log_points=2)
+    evaluate = problem.evaluator(twin_cfg, pop)
+    if evaluate is None:
+        return {"reason": "no error measure (no population metrics, no test set)"}
+    twin_ds = dataclasses.replace(ds, y=ds.y_clean)
+    info = dict(problem.info)  # the run's own engine facts, not the twin's
+    try:
+        traj = dynamics.run(problem.stepper(twin_cfg, rel, y=ds.y_clean), twin_ds, twin_cfg, evaluate)
+    except SimulationError as exc:
+        return {"reason": f"the clean-label twin failed: {exc}"}
+    finally:
+        problem.info.clear()
+        problem.info.update(info)
+    arrays = traj.arrays
+    out = {
+        k: float(arrays[k][-1]) for k in ("pop_error", "pop_error_se", "pop_error_resolved") if k in arrays
+    }
+    if "test_acc" in arrays:
+        out["test_error"] = 1.0 - float(arrays["test_acc"][-1])
+    out["train_acc"] = float(arrays["train_acc"][-1])
+    return out
 
 
 class LimitWatch:

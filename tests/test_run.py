@@ -146,7 +146,47 @@ def test_regime_rules_from_counts():
     assert regime(16, 16, 4, 4, 0.1, 0.2) == "benign"
     assert regime(16, 15, 4, 4, 0.01, 0.05) == "underfit"
     assert regime(16, 16, 4, 4, None, 0.05) == "fitted"
-    assert regime(16, 16, 0, 0, 0.01, 0.05) == "benign"  # no noisy samples: all fitted
+    # no noisy samples: no label-overfitting verdict, whatever the error
+    assert regime(16, 16, 0, 0, 0.01, 0.05) == regime(16, 16, 0, 0, 0.3, 0.05) == "clean_labels"
+    assert regime(16, 15, 0, 0, 0.01, 0.05) == "underfit"
+
+
+def _final_with_twin(error, clean, n_noisy=4):
+    y = np.ones(20)
+    acc = {"n_fitted_clean": 20 - n_noisy, "n_fitted_noisy": n_noisy}
+    arrays = {"y": y, "pop_error": np.array([error]), "pop_error_se": np.array([0.0]),
+              **{k: np.array([v]) for k, v in acc.items()}}  # fmt: skip
+    twin = {"pop_error": clean, "pop_error_se": 0.0}
+    return final_metrics(arrays, n_noisy, 0.05, twin)
+
+
+def test_regime_is_the_excess_over_the_clean_label_twin():
+    """benign / harmful follow the error label noise adds, not the error itself:
+    a hard problem (the clean twin already above the threshold) is benign
+    when the noise adds little, and reported as not generalizing."""
+    f = _final_with_twin(0.0035, 0.0006)
+    assert f["regime"] == "benign" and f["generalized"] and f["excess_error"] == pytest.approx(0.0029)
+    f = _final_with_twin(0.12, 0.10)
+    assert f["regime"] == "benign" and not f["generalized"] and f["error_clean_twin"] == 0.10
+    f = _final_with_twin(0.19, 0.10)
+    assert f["regime"] == "harmful" and not f["generalized"]
+    assert f["regime_rule"] == "excess over the clean-label twin"
+    f = _final_with_twin(0.12, float("nan"))  # no twin: the paper's absolute rule
+    assert f["regime"] == "harmful" and f["regime_rule"] == "absolute error (no twin)"
+
+
+def test_no_label_noise_is_never_benign_or_harmful_and_the_twin_is_that_run():
+    """At |mu| = 5 without label noise the error is above 0.05 (uniform attention:
+    0.106): not "harmful overfitting" but clean_labels, not generalizing. The
+    clean-label twin of the noisy run is that same run."""
+    clean = attnsim.simulate({"signal_norm": 5.0, "noise_rate": 0.0})
+    assert clean.final["regime"] == "clean_labels" and not clean.final["generalized"]
+    assert np.isnan(clean.final["excess_error"])
+    noisy = attnsim.simulate({"signal_norm": 5.0})
+    assert noisy.final["error_clean_twin"] == pytest.approx(clean.final["pop_error"], rel=1e-9)
+    assert noisy.final["excess_error"] == pytest.approx(noisy.final["pop_error"] - clean.final["pop_error"])
+    off = attnsim.simulate({"signal_norm": 5.0, "clean_twin": False})
+    assert np.isnan(off.final["error_clean_twin"]) and off.final["regime_rule"] == "absolute error (no twin)"
 
 
 @pytest.mark.parametrize("n_clean", [12, 14, 18, 20])
@@ -159,7 +199,7 @@ def test_accuracy_of_non_power_of_two_groups_is_not_exactly_one(n_clean):
     final = final_metrics(
         {"y": y, "pop_error": np.array([0.0]), **{k: np.array([v]) for k, v in acc.items()}}, 0, 0.05
     )
-    assert final["regime"] == "benign"
+    assert final["regime"] == "clean_labels"
 
 
 @pytest.mark.parametrize(
@@ -170,7 +210,7 @@ def test_runs_that_fit_every_sample_are_never_underfit(over):
     f = r.final
     assert f["n_fitted_clean"] == f["n_clean"]
     if f["n_fitted_noisy"] == f["n_noisy"]:
-        assert f["regime"] in ("benign", "harmful")
+        assert f["regime"] in (("benign", "harmful") if f["n_noisy"] else ("clean_labels",))
     assert f["regime"] != "underfit"
 
 
@@ -208,7 +248,9 @@ def test_final_holds_only_declared_metrics():
         {"n": 6, "T": 4, "d": 30, "steps": 5, "log_every": 1, "pop_points": 64}, save_scores=True
     )
     assert len(r.trajectory["step"]) == 6 == r.trajectory["gap_token"].size
-    extra = set(r.final) - set(LOG_METRICS) - {"pop_error_init", "n_noisy", "n_clean", "regime"}
+    twin = {"error_clean_twin", "error_clean_twin_se", "excess_error", "excess_error_se", "clean_twin"}
+    verdicts = {"pop_error_init", "n_noisy", "n_clean", "regime", "regime_rule", "generalized"}
+    extra = set(r.final) - set(LOG_METRICS) - verdicts - twin
     assert not extra, extra
     r = attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 1, "pop_points": 64})
     assert "example_index" not in r.final and "selected" not in r.final
