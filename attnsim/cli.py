@@ -241,6 +241,8 @@ def _fmt(x, spec: str = ".4f") -> str:
 
 
 def _regime_reason(f: dict, c: dict) -> str:
+    from . import metrics
+
     """What the regime was decided on (SPEC §3)."""
     regime = f["regime"]
     if regime == "clean_labels":
@@ -250,10 +252,12 @@ def _regime_reason(f: dict, c: dict) -> str:
         return f"{noisy} noisy and {clean} clean samples fitted"
     if f.get("regime_rule", "").startswith("excess"):
         side = "at most" if regime == "benign" else "above"
+        excess = metrics.format_error(f["excess_error"], f["excess_error_se"], f.get("excess_error_resolved"))
+        twin = metrics.format_error(f["error_clean_twin"], f["error_clean_twin_se"],
+                                    f.get("error_clean_twin_resolved"))  # fmt: skip
         return (
-            f"label noise adds {_fmt(f['excess_error'], '.2g')} +- {_fmt(f['excess_error_se'], '.1g')} "
-            f"to the error: {side} benign_error={c['benign_error']:g}; "
-            f"the same run with clean labels: {_fmt(f['error_clean_twin'], '.3g')}"
+            f"label noise adds {excess} to the error: {side} benign_error={c['benign_error']:g}; "
+            f"the same run with clean labels: {twin}"
         )
     side = "at most" if regime == "benign" else "above"
     return f"error {side} benign_error={c['benign_error']:g}, no clean twin"
@@ -270,14 +274,6 @@ def _generalization(f: dict, c: dict) -> str:
         else ""
     )
     return f"does not generalize (error above {c['benign_error']:g}{also})"
-
-
-def format_error(value: float, se: float, resolved: float | None) -> str:
-    """A population error as printed: "v +- se", or "< bound (unresolved)"
-    when the estimator could not resolve it (the value is then an upper bound)."""
-    if resolved is not None and resolved == 0.0:
-        return f"< {value:.2g} (unresolved: an upper bound)"
-    return f"{_fmt(value, '.3g')} +- {_fmt(se, '.2g')}"
 
 
 def _data_line(res) -> str:
@@ -297,6 +293,8 @@ def _data_line(res) -> str:
 
 
 def format_summary(res) -> str:
+    from . import metrics
+
     c, f, th, e = res.config, res.final, res.theory, res.engine
     lines = [
         f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {c['integrator']} "
@@ -311,7 +309,7 @@ def format_summary(res) -> str:
     if f.get("pop_error") == f.get("pop_error"):
         lines.append(
             f"population: error "
-            f"{format_error(f['pop_error'], f['pop_error_se'], f.get('pop_error_resolved'))} "
+            f"{metrics.format_error(f['pop_error'], f['pop_error_se'], f.get('pop_error_resolved'))} "
             f"(at init {_fmt(f['pop_error_init'], '.3g')}), loss {_fmt(f['pop_loss'])}, "
             f"fresh-sample relevant score {_fmt(f.get('pop_score_relevant'), '.3f')}"
         )

@@ -154,7 +154,8 @@ class Recorder:
         s, f, S_acc = (np.asarray(v) for v in zip(*self._buffer))  # (m, n, T), (m, n), (m, n)
         first = len(self.rows) - len(self._buffer)
         self._buffer = []
-        vals = {**self.metrics.accuracy(f), **self.metrics.role_scores(s), **self.metrics.frak_s(S_acc)}
+        vals = {**self.metrics.accuracy(f), **self.metrics.role_scores(s), **self.metrics.max_score(s),
+                **self.metrics.frak_s(S_acc)}  # fmt: skip
         for key, v in vals.items():
             bad = _overflowed(key, v)
             if bad.any():

@@ -33,6 +33,7 @@ LOG_METRICS = (
     *TEST_KEYS,
     *SCORE_KEYS,
     "score_cls",
+    "score_max",
     "frakS_clean",
     "frakS_noisy",
     "frakS_pos",
@@ -105,6 +106,12 @@ class StateMetrics:
             "n_fitted_clean": np.count_nonzero(fitted & ~self.noisy, axis=-1),
             "n_fitted_noisy": np.count_nonzero(fitted & self.noisy, axis=-1),
         })  # fmt: skip
+
+    def max_score(self, s: np.ndarray) -> dict[str, float]:
+        """``score_max``: the mean over training samples of the largest token
+        score, how concentrated attention is (the paper's attention-concentration
+        figure logs this for the [CLS] query of its fine-tuned layer)."""
+        return _scalars({"score_max": s.max(axis=-1).mean(axis=-1)})
 
     def role_scores(self, s: np.ndarray) -> dict[str, float]:
         """Per group (clean, noisy), the mean over its samples of the total
@@ -202,7 +209,8 @@ def final_metrics(
     The error measure is the population error, else the finite test error.
     ``excess_error`` = error - the twin's error (its standard error assumes
     the two independent: they share the estimator's points, so it is at most
-    that). The regime's harm is the excess; without a twin (``clean_twin =
+    that); where either error is an upper bound (unresolved) the excess is
+    bounded by the run's error, and flagged. The regime's harm is the excess; without a twin (``clean_twin =
     false``, or no noisy sample to flip back) it is the error itself, the
     paper's absolute rule (``regime_rule`` says which).
     """
@@ -217,12 +225,22 @@ def final_metrics(
     if not np.isfinite(error) and np.isfinite(final["test_acc"]):
         error, se = 1.0 - final["test_acc"], nan
     twin = twin or {}
-    clean = twin.get("pop_error", nan) if np.isfinite(final["pop_error"]) else twin.get("test_error", nan)
-    clean_se = twin.get("pop_error_se", nan) if np.isfinite(final["pop_error"]) else nan
+    population = np.isfinite(final["pop_error"])
+    clean = twin.get("pop_error", nan) if population else twin.get("test_error", nan)
+    clean_se = twin.get("pop_error_se", nan) if population else nan
     final["error_clean_twin"] = clean
     final["error_clean_twin_se"] = clean_se
-    final["excess_error"] = error - clean
-    final["excess_error_se"] = math.hypot(se, clean_se)
+    final["error_clean_twin_resolved"] = twin.get("pop_error_resolved", 1.0) if population else 1.0
+    # only an explicit 0 marks an unresolved error (NaN: no population metric, a test error)
+    resolved = final.get("pop_error_resolved") != 0.0 and final["error_clean_twin_resolved"] != 0.0
+    # an error the estimator could not resolve is an upper bound: the excess is then
+    # at most the run's own error value (the twin's error is >= 0), flagged the same way
+    if not np.isfinite(clean):  # no twin: no excess
+        final["excess_error"] = final["excess_error_se"] = final["excess_error_resolved"] = nan
+    else:
+        final["excess_error"] = error - clean if resolved else error
+        final["excess_error_se"] = math.hypot(se, clean_se) if resolved else nan
+        final["excess_error_resolved"] = 1.0 if resolved else 0.0
     if twin.get("reason"):
         final["clean_twin"] = twin["reason"]
     final["generalized"] = bool(np.isfinite(error) and error <= benign_error)
@@ -233,3 +251,14 @@ def final_metrics(
         final["excess_error"] if has_twin else error, benign_error,
     )  # fmt: skip
     return final
+
+
+def format_error(value: float, se: float, resolved: float | None = None) -> str:
+    """A population error as printed: "v +- se", or "< bound (unresolved: an
+    upper bound)" when the estimator could not resolve it (``resolved`` = 0:
+    the value is then an upper bound). NaN or None prints as n/a."""
+    if value is None or value != value:
+        return "n/a"
+    if resolved is not None and resolved == 0.0:
+        return f"< {value:.2g} (unresolved: an upper bound)"
+    return f"{value:.3g} +- {'n/a' if se is None or se != se else format(se, '.2g')}"

@@ -13,8 +13,9 @@ The protocol, for token features X (N, T, d) and binary labels (N,):
    frozen (the paper re-initializes the last layer's query and key and keeps
    the pre-trained head).
 3. Phase 2: n training samples from the pool, a fraction eta of their labels
-   flipped (symmetric noise: round(n eta) samples chosen at random), and W and
-   p trained from their initial state as in every attnsim run. Test metrics
+   flipped (symmetric noise: round(n eta) samples chosen at random; with
+   ``label_noise = iid`` each label independently with probability eta), and
+   W and p trained from their initial state as in every attnsim run. Test metrics
    on the clean test set; the head-only baseline is the test accuracy at
    step 0 (uniform attention).
 
@@ -125,11 +126,16 @@ def fit_head(X: np.ndarray, y: np.ndarray, l2: float = HEAD_L2) -> np.ndarray:
     return res.x
 
 
-def flip(y: np.ndarray, eta: float, rng: np.random.Generator) -> np.ndarray:
-    """Symmetric label noise: round(n eta) labels, chosen at random, flipped."""
+def flip(y: np.ndarray, eta: float, rng: np.random.Generator, iid: bool = False) -> np.ndarray:
+    """Symmetric label noise: round(n eta) labels, chosen at random, flipped;
+    with ``iid`` each label flipped independently with probability eta (the
+    official code's noise model, there over K classes)."""
     y = y.copy()
-    k = int(math.floor(y.size * eta + 0.5))
-    idx = rng.choice(y.size, size=k, replace=False)
+    if iid:
+        idx = np.flatnonzero(rng.random(y.size) < eta)
+    else:
+        k = int(math.floor(y.size * eta + 0.5))
+        idx = rng.choice(y.size, size=k, replace=False)
     y[idx] = -y[idx]
     return y
 
@@ -145,7 +151,7 @@ def protocol_dataset(X: np.ndarray, labels: np.ndarray, cfg: Config, rng: np.ran
     nu = fit_head(X[parts.pretrain], labels[parts.pretrain])
     train = rng.choice(parts.pool, size=cfg.n, replace=False)
     y_clean = labels[train]
-    y = flip(y_clean, cfg.noise_rate, rng)
+    y = flip(y_clean, cfg.noise_rate, rng, iid=cfg.label_noise == "iid")
     return Dataset(X=X[train], y=y, y_clean=y_clean, roles=None, mu_pos=None, mu_neg=None, sigma=None, nu=nu,
                    X_test=X[parts.test], y_test=labels[parts.test], source=source)  # fmt: skip
 
@@ -208,11 +214,19 @@ def open_data(data: str | Path | Dataset) -> Source | Dataset:
 
 # -- the protocol's table (the paper's Table 2) ----------------------------------
 
-PROTOCOL_SAVE = ["train_loss", "train_acc_noisy", "test_acc", "test_loss"]
+PROTOCOL_SAVE = ["train_loss", "train_acc_noisy", "test_acc", "test_loss", "score_max"]
 TABLE_COLUMNS = (
-    "n", "eta", "seeds", "train_loss", "train_acc", "noisy_fitted", "test_acc", "test_acc_sd",
-    "test_loss", "baseline_acc", "baseline_acc_sd",
+    "n", "eta", "noise", "seeds", "train_loss", "train_acc", "noisy_fitted", "test_acc", "test_acc_sd",
+    "test_loss", "baseline_acc", "baseline_acc_sd", "score_max",
 )  # fmt: skip
+
+
+def noise_model(config: dict) -> str:
+    """How a run's labels were flipped: "iid" (each with probability eta) or
+    "count" (round(n eta) at random); "-" without label noise."""
+    if config["noise_rate"] == 0:
+        return "-"
+    return "iid" if config["label_noise"] == "iid" else "count"
 
 
 def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict,
@@ -243,9 +257,11 @@ def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int]
             kept.append(min(n, pool))
     stem = Path(data).stem if not opened.builtin else data
     name = name or "real_" + "".join(c if NAME_RE.fullmatch(c) else "_" for c in stem)
+    # the clean-label twin of a run is the eta = 0 run of the same n and seed (the same
+    # split, head, samples and initialization), so it is not trained twice
     mapping = {
         "sweep": {"name": name, "seeds": list(seeds), "save": PROTOCOL_SAVE, "data": data},
-        "base": {"log_scale": "log", "log_points": 60, "pop_log_points": 60, **base},
+        "base": {"log_scale": "log", "log_points": 60, "pop_log_points": 60, "clean_twin": False, **base},
         "grid": {"n": kept, "noise_rate": [float(e) for e in etas]},
     }
     return mapping, messages
@@ -254,18 +270,21 @@ def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int]
 def protocol_table(records: list[dict]) -> list[dict]:
     """One row per (n, eta): means over seeds (test accuracy and the head-only
     baseline, the test accuracy at step 0, also their standard deviations);
-    ``noisy_fitted`` is the fraction of flipped labels the model fits."""
+    ``noisy_fitted`` is the fraction of flipped labels the model fits;
+    ``score_max`` the mean largest attention score of the training samples
+    at the end; ``noise`` the noise model (:func:`noise_model`)."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         if r.get("status") == "ok":
-            groups.setdefault((r["config"]["n"], r["config"]["noise_rate"]), []).append(r)
+            key = (r["config"]["n"], r["config"]["noise_rate"], noise_model(r["config"]))
+            groups.setdefault(key, []).append(r)
     rows = []
-    for (n, eta), recs in sorted(groups.items()):
+    for (n, eta, noise), recs in sorted(groups.items()):
         f = [r["final"] for r in recs]
         base = [r["trajectory"]["test_acc"][0] for r in recs]
         noisy = [x["train_acc_noisy"] for x in f if x["n_noisy"]]
         rows.append({
-            "n": n, "eta": eta, "seeds": len(recs),
+            "n": n, "eta": eta, "noise": noise, "seeds": len(recs),
             "train_loss": float(np.mean([x["train_loss"] for x in f])),
             "train_acc": float(np.mean([x["train_acc"] for x in f])),
             "noisy_fitted": float(np.mean(noisy)) if noisy else float("nan"),
@@ -274,6 +293,7 @@ def protocol_table(records: list[dict]) -> list[dict]:
             "test_loss": float(np.mean([x["test_loss"] for x in f])),
             "baseline_acc": float(np.mean(base)),
             "baseline_acc_sd": float(np.std(base, ddof=1)) if len(base) > 1 else float("nan"),
+            "score_max": float(np.mean([x.get("score_max", float("nan")) for x in f])),
         })  # fmt: skip
     return rows
 
@@ -296,16 +316,17 @@ def write_table(rows: list[dict], path: Path) -> Path:
 def format_table(rows: list[dict]) -> str:
     """The table as Markdown (the README's and the command's)."""
     head = (
-        "| n | eta | seeds | train loss | train acc | noisy fitted | test acc (± sd) | head-only baseline |"
+        "| n | eta | noise | seeds | train loss | train acc | noisy fitted | test acc (± sd) "
+        "| head-only baseline | max attention |"
     )
-    lines = [head, "|" + "---|" * 8]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         noisy = "–" if r["noisy_fitted"] != r["noisy_fitted"] else f"{r['noisy_fitted']:.2f}"
         test = f"{r['test_acc']:.3f} ± {r['test_acc_sd']:.3f}"
         baseline = f"{r['baseline_acc']:.3f} ± {r['baseline_acc_sd']:.3f}"
         lines.append(
-            f"| {r['n']} | {r['eta']:g} | {r['seeds']} | {r['train_loss']:.3g} | {r['train_acc']:.3f} "
-            f"| {noisy} | {test} | {baseline} |"
+            f"| {r['n']} | {r['eta']:g} | {r['noise']} | {r['seeds']} | {r['train_loss']:.3g} "
+            f"| {r['train_acc']:.3f} | {noisy} | {test} | {baseline} | {r['score_max']:.3f} |"
         )
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ from .kernels import state_q
 from .population import HERMITE_NODES, Population, cached_population, expected_softplus, hermite_rule
 
 _warm: set[str] = set()
+POPULATION_METHOD = "importance sampling around the error's design points (README: 'Population metrics')"
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
 
 
@@ -110,7 +111,7 @@ def simulate(
         opened = open_data(data)
         if isinstance(opened, Source):  # real data: one run of the protocol
             ds = opened.dataset(cfg, streams.data)
-            keep = {"n", "noise_rate", "d"} if opened.builtin else {"n", "noise_rate"}
+            keep = {"n", "noise_rate", "label_noise"} | ({"d"} if opened.builtin else set())
             explicit = (changed_keys(cfg) if explicit is None else explicit) - keep
         else:
             ds = opened
@@ -176,8 +177,9 @@ def simulate(
                 "none for the encoder (no closed form): test metrics come from a finite test set of "
                 f"{problem.info.get('test_n')} independent samples"
                 if cfg.model == "encoder"
-                else ds.population_reason or "exact (see the README, 'Population metrics')"
+                else ds.population_reason or POPULATION_METHOD
             ),
+            "test_set": test_set_note(cfg, ds, problem),
             "status": traj.status,
             "frozen_at": traj.frozen_at,
         },
@@ -186,6 +188,20 @@ def simulate(
     # in-memory only (not saved): the engine problem and final state, for figures
     res.problem, res.state = problem, traj.state
     return res
+
+
+def test_set_note(cfg: Config, ds: Dataset, problem) -> str | None:
+    """Where a run's finite test set comes from (None without one)."""
+    m = problem.info.get("test_n", 0)
+    if not m:
+        return None
+    if ds.X_test is not None:
+        return f"{m} samples from the data file (X_test, y_test)"
+    return (
+        f"{m} fresh clean samples from the run's test stream (seed {cfg.seed}), drawn in the "
+        f"{problem.engine} engine's coordinates: the same seed gives other test samples, and so other "
+        "test metrics, on another engine (the population metrics do not depend on the engine)"
+    )
 
 
 def clean_twin(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray) -> dict:

@@ -164,14 +164,15 @@ def test_protocol_command_writes_the_table(tmp_path, capsys):
     assert "n=1000: the pool has 40 samples; using n=40" in err
     assert out.count("\n| 8 |") == 2 and out.count("\n| 40 |") == 2
     table = (tmp_path / "sw" / "real_f" / "table.csv").read_text().splitlines()
-    assert table[0].startswith("n,eta,seeds,train_loss") and len(table) == 5
+    assert table[0].startswith("n,eta,noise,seeds,train_loss") and len(table) == 5
     assert main(args) == 0  # resumes: nothing recomputed
     assert "using n=40" in capsys.readouterr().err
 
 
 def test_protocol_table_means_over_seeds():
     def rec(seed, acc, base, noisy):
-        return {"status": "ok", "config": {"n": 20, "noise_rate": 0.2, "seed": seed},
+        config = {"n": 20, "noise_rate": 0.2, "seed": seed, "label_noise": "balanced"}
+        return {"status": "ok", "config": config,
                 "final": {"train_loss": 0.1, "train_acc": 1.0, "train_acc_noisy": noisy, "n_noisy": 4,
                           "test_acc": acc, "test_loss": 0.5},
                 "trajectory": {"test_acc": [base, acc]}}  # fmt: skip
@@ -180,7 +181,17 @@ def test_protocol_table_means_over_seeds():
     assert row["seeds"] == 2 and row["test_acc"] == pytest.approx(0.75)
     assert row["test_acc_sd"] == pytest.approx(np.std([0.8, 0.7], ddof=1))
     assert row["baseline_acc"] == pytest.approx(0.875) and row["noisy_fitted"] == pytest.approx(0.75)
-    assert "| 20 | 0.2 | 2 |" in realdata.format_table([row])
+    assert "| 20 | 0.2 | count | 2 |" in realdata.format_table([row])
+
+
+def test_protocol_flips_independently_with_iid_label_noise():
+    """label_noise = iid flips each label with probability eta (the official code's
+    noise model); the default flips round(n eta) of them."""
+    rng = np.random.default_rng(0)
+    y = np.ones(20_000)
+    flipped = realdata.flip(y, 0.2, rng, iid=True)
+    assert abs(np.mean(flipped < 0) - 0.2) < 0.01 and np.sum(flipped < 0) != 4000
+    assert np.sum(realdata.flip(y, 0.2, rng) < 0) == 4000
 
 
 @pytest.mark.parametrize("n, engine", [(20, "reduced"), (997, "dense")])

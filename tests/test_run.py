@@ -248,7 +248,8 @@ def test_final_holds_only_declared_metrics():
         {"n": 6, "T": 4, "d": 30, "steps": 5, "log_every": 1, "pop_points": 64}, save_scores=True
     )
     assert len(r.trajectory["step"]) == 6 == r.trajectory["gap_token"].size
-    twin = {"error_clean_twin", "error_clean_twin_se", "excess_error", "excess_error_se", "clean_twin"}
+    twin = {"error_clean_twin", "error_clean_twin_se", "error_clean_twin_resolved", "excess_error",
+            "excess_error_se", "excess_error_resolved", "clean_twin"}  # fmt: skip
     verdicts = {"pop_error_init", "n_noisy", "n_clean", "regime", "regime_rule", "generalized"}
     extra = set(r.final) - set(LOG_METRICS) - verdicts - twin
     assert not extra, extra

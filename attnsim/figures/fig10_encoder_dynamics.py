@@ -63,14 +63,16 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         opp = ex[:, 1][:, roles[i] == 2].sum(axis=1)
         note = f"train acc {f['train_acc']:.3f}, test acc {f['test_acc']:.3f}\nregime: {f['regime']}"
         axes[1, col].text(0.02, 0.97, note, transform=axes[1, col].transAxes, va="top", fontsize=8)
+        names = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
+        roles_end = ", ".join(f"{name.replace('_', ' ')} {f[f'score_noisy_{name}']:.3f}" for name in names)
         lines.append(
             f"{label} (d={c['d']}, |mu|={c['signal_norm']:g}, mlp_dim={c['mlp_dim']}): train loss "
             f"{f['train_loss']:.3g}, train accuracy {f['train_acc']:.3f} (noisy fitted "
             f"{f['n_fitted_noisy']} of {f['n_noisy']}), test loss {f['test_loss']:.3g}, "
             f"test accuracy {f['test_acc']:.3f} "
             f"({c['test_n']} fresh samples), regime {f['regime']}; the noisy example's score on its opposite "
-            f"weakly relevant token {opp[-1]:.3f} at step {steps[-1]}, the CLS self-attention "
-            f"{tr['score_cls'][-1]:.3f} (mean over samples)"
+            f"weakly relevant token {opp[-1]:.3f} at step {steps[-1]}; mean scores of the noisy samples on "
+            f"each role: {roles_end}; the CLS self-attention {tr['score_cls'][-1]:.3f} (mean over samples)"
         )
     fig.suptitle("one-layer Transformer encoder: CLS attention on the data tokens (every parameter trained)",
                  fontsize=10)  # fmt: skip

@@ -29,7 +29,7 @@ def _scatter(ax, coords, roles_sel, correct, title):
     for code, name in enumerate(ROLE_NAMES):
         m = roles_sel == code
         if m.any():
-            ax.scatter(coords[m, 0], coords[m, 1], s=12, color=ROLE_COLORS[name], label=name,
+            ax.scatter(coords[m, 0], coords[m, 1], s=12, color=ROLE_COLORS[name],
                        marker="o", edgecolors=np.where(correct[m], "none", "k"))  # fmt: skip
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("x . mu+ / |mu|")
@@ -56,7 +56,8 @@ def hand_built(quick: bool):
             sel = (X @ p).argmax(axis=1)
             tok = X[np.arange(X.shape[0]), sel]
             pred = np.sign(tok @ ds.nu)
-            rows.append((tok[:, :2] / cfg.signal_norm, roles[np.arange(X.shape[0]), sel], pred == y))
+            # coordinates on e1 = mu+/|mu| and e2 = mu-/|mu|: x . mu+- / |mu|, as the axes say
+            rows.append((tok[:, :2].copy(), roles[np.arange(X.shape[0]), sel], pred == y))
         out[label] = rows
     return out
 
@@ -96,9 +97,16 @@ def _figure(data, title):
         for row, (coords, roles, correct) in enumerate(rows):
             which = "train" if row == 0 else "test"
             _scatter(axes[row, col], coords, roles, correct, f"{label}: {which} acc {correct.mean():.2f}")
-    axes[0, 0].legend(fontsize=7)
+    # one legend for the figure, with every role (a panel shows only the roles its samples select)
+    handles = [
+        plt.Line2D([], [], ls="", marker="o", color=ROLE_COLORS[name], label=name) for name in ROLE_NAMES
+    ]
+    handles.append(
+        plt.Line2D([], [], ls="", marker="o", color="w", markeredgecolor="k", label="misclassified")
+    )
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle(title + " (black edge: misclassified by the selected token)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 

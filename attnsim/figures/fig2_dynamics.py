@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..metrics import format_error
 from ..plotting import plot_sample_scores
 from ..run import simulate
 from .common import save, write_numbers
@@ -32,10 +33,13 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
         until = tr["step"][on_rel][-1] if on_rel.any() else "never"
         fits = tr["fit_step"][tr["y"] != tr["y_clean"]]
         first_fit = int(fits[fits >= 0].min()) if np.any(fits >= 0) else "never"
+        error = format_error(f["pop_error"], f["pop_error_se"], f["pop_error_resolved"])
+        twin = format_error(f["error_clean_twin"], f["error_clean_twin_se"], f["error_clean_twin_resolved"])
         lines.append(
             f"{label} (d={over['d']}, |mu|={over['signal_norm']:g}): train accuracy {f['train_acc']:.3f}, "
-            f"test accuracy {f['test_acc']:.3f} (1000 fresh samples), population error "
-            f"{f['pop_error']:.2g} +- {f['pop_error_se']:.1g}, regime {f['regime']}, noisy samples fitted "
+            f"test accuracy {f['test_acc']:.3f} (1000 fresh samples), population error {error} "
+            f"(clean-label twin {twin}; at initialization {f['pop_error_init']:.2g}), regime {f['regime']}, "
+            f"{'generalizes' if f['generalized'] else 'does not generalize'}, noisy samples fitted "
             f"{f['n_fitted_noisy']} of {f['n_noisy']} (the first from step {first_fit}), memorized at step "
             f"{res.theory['t_memorize']}; the noisy example last selects its relevant token at step {until}"
         )
@@ -47,7 +51,8 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
         axes[1, col].text(
             0.02, 0.97,
             f"train acc {f['train_acc']:.3f}, test acc {f['test_acc']:.3f}\n"
-            f"population error {f['pop_error']:.2g}\nregime: {f['regime']}",
+            f"population error {error}\nclean-label twin {twin}\n"
+            f"regime: {f['regime']}",
             transform=axes[1, col].transAxes, va="top", fontsize=8,
         )  # fmt: skip
     fig.tight_layout()

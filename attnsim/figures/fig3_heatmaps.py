@@ -1,4 +1,5 @@
-"""Figure 3: train loss, test (population) loss and the regime over the
+"""Figure 3: train loss, test (population) loss, the regime and the excess
+error label noise causes (over each cell's clean-label twin) over the
 (signal strength, dimension) plane, with SNR contours. One seed serves every
 cell, as in the official runs; cells sharing d share the reduced setup."""
 
@@ -7,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
 from .common import grid_of, save, sweep_records, write_numbers
 
 REGIME_COLORS = {"not_overfitting": "tab:blue", "partial": "tab:cyan", "benign": "tab:green",
-                 "harmful": "tab:red", "underfit": "0.5", "fitted": "0.8"}  # fmt: skip
+                 "harmful": "tab:red", "underfit": "0.5", "fitted": "0.8",
+                 "clean_labels": "tab:olive"}  # fmt: skip
 
 
 def records(quick: bool, cache: Path) -> list[dict]:
@@ -43,11 +46,19 @@ def plot_panels(
     xs, ys, R = grid_of(recs, "signal_norm", "d", lambda r: REGIMES.index(r["final"]["regime"]))
     cmap = ListedColormap([REGIME_COLORS[r] for r in REGIMES])
     axes[2].pcolormesh(xs, ys, R, shading="nearest", cmap=cmap, vmin=-0.5, vmax=len(REGIMES) - 0.5)
-    axes[2].set_title("regime at 1000 steps", fontsize=10)
+    rule = recs[0]["final"].get("regime_rule", "")
+    axes[2].set_title(f"regime at 1000 steps ({rule})", fontsize=9)
     for name in REGIMES:
         if (R == REGIMES.index(name)).any():
             axes[2].plot([], [], "s", color=REGIME_COLORS[name], label=name)
     axes[2].legend(fontsize=7, loc="upper right")
+    if len(axes) > 3:
+        xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["excess_error"])
+        im = axes[3].pcolormesh(xs, ys, np.log10(np.maximum(E, 1e-12)), shading="nearest", cmap="magma",
+                                vmin=-12, vmax=0)  # fmt: skip
+        plt.colorbar(im, ax=axes[3])
+        axes[3].contour(xs, ys, E, levels=[recs[0]["config"]["benign_error"]], colors="c", linewidths=1.2)
+        axes[3].set_title("log10 excess error over the clean-label twin (cyan: benign_error)", fontsize=9)
     _, _, S = grid_of(recs, "signal_norm", "d", snr)
     for ax in axes:
         cs = ax.contour(xs, ys, S, levels=[0.1, 0.2, 0.4, 0.8, 1.6], colors="w", linewidths=0.7)
@@ -76,14 +87,27 @@ def numbers(recs: list[dict]) -> list[str]:
         if pl:
             lines.append(f"test (population) loss for {lo} <= |mu| < {hi}: {min(pl):.3f}-{max(pl):.3f}")
     harmful = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]
-    if harmful:
-        lines.append(f"harmful at |mu| <= {max(harmful):g}")
+    lines.append(f"harmful at |mu| in {sorted(set(harmful))}" if harmful else "no harmful cell")
+    ungen = [r for r in recs if not r["final"]["generalized"]]
+    if ungen:
+        lines.append(f"not generalizing (error above benign_error) in {len(ungen)} cells, at |mu| <= "
+                     f"{max(r['config']['signal_norm'] for r in ungen):g}")  # fmt: skip
+    ex = [(r["final"]["excess_error"], r) for r in recs if r["final"]["excess_error"] is not None]
+    if ex:
+        worst, r = max(ex, key=lambda v: v[0])
+        where = f"(|mu|, d) = ({r['config']['signal_norm']:g}, {r['config']['d']})"
+        lines.append(f"largest excess error {worst:.3g} at {where}; "
+                     f"cells with excess above 1e-3: {sum(v > 1e-3 for v, _ in ex)}")  # fmt: skip
+    unresolved = sum(r["final"]["pop_error_resolved"] == 0.0 for r in recs)
+    lines.append(
+        f"population errors the estimator could not resolve (upper bounds): {unresolved} of {len(recs)}"
+    )
     return lines
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     recs = records(quick, cache)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.3))
     plot_panels(axes, recs)
     fig.tight_layout()
     return [save(fig, outdir / "fig3_heatmaps.png"), write_numbers(outdir, "fig3_heatmaps", numbers(recs))]

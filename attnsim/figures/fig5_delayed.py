@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..metrics import format_error
 from ..theory import g_inv
 from .common import save, sweep_records, write_numbers
 
@@ -20,6 +21,8 @@ SAVE = [
     "train_acc",
     "pop_loss",
     "pop_error",
+    "pop_error_se",
+    "pop_error_resolved",
     "pop_score_relevant",
     "gap_clean_eff",
     "gap_noisy_eff",
@@ -51,7 +54,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax_tl.plot(st, arr["train_loss"], color=color, label=_label(r))
         ax_ta.plot(st, arr["train_acc"], color=color)
         ax_pl.plot(st[ok], arr["pop_loss"][ok], color=color)
-        ax_pe.plot(st[ok], np.maximum(arr["pop_error"][ok], 1e-30), color=color)
+        err = (arr[k][ok] for k in ("pop_error", "pop_error_se", "pop_error_resolved"))
+        plot_error(ax_pe, st[ok], *err, color)
         ax_sc.plot(st[ok], arr["pop_score_relevant"][ok], color=color)
         ax_gap.plot(st, arr["gap_clean_eff"], color=color)
         fit = th.get("g_law_clean")
@@ -68,7 +72,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax_tl: "training loss",
         ax_ta: "training accuracy",
         ax_pl: "population (test) loss",
-        ax_pe: "population (test) error",
+        ax_pe: "population (test) error (band: +-2 se; v: upper bounds, unresolved)",
         ax_sc: "fresh-sample score on the relevant token",
         ax_gap: "clean samples' effective gap (dotted: fitted g-law)",
     }
@@ -82,15 +86,27 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     return [save(fig, outdir / "fig5_delayed.png"), write_numbers(outdir, "fig5_delayed", summary(recs))]
 
 
+def plot_error(ax, steps, err, se, resolved, color) -> None:
+    """A population error on a log axis with its +-2 se band; values the
+    estimator could not resolve are upper bounds, drawn as downward triangles."""
+    ok = resolved == 1.0
+    ax.plot(steps[ok], err[ok], color=color)
+    lo, hi = np.maximum(err - 2 * se, err * 1e-3), err + 2 * se
+    ax.fill_between(steps[ok], lo[ok], hi[ok], color=color, alpha=0.2, lw=0)
+    if (~ok).any():
+        ax.plot(steps[~ok], err[~ok], "v", color=color, ms=4)
+
+
 def summary(recs: list[dict]) -> list[str]:
     """One line per setting: the numbers the README quotes."""
     lines = []
     for r in recs:
         tr, th = r["trajectory"], r["theory"]
         st = np.asarray(tr["step"], dtype=float)
-        pl, pe, sc = (np.asarray(tr[k], dtype=float) for k in ("pop_loss", "pop_error", "pop_score_relevant"))
+        keys = ("pop_loss", "pop_error", "pop_error_se", "pop_error_resolved", "pop_score_relevant")
+        pl, pe, se, res, sc = (np.asarray(tr[k], dtype=float) for k in keys)
         ok = np.isfinite(pl)
-        st, pl, pe, sc = st[ok], pl[ok], pe[ok], sc[ok]
+        st, pl, pe, se, res, sc = st[ok], pl[ok], pe[ok], se[ok], res[ok], sc[ok]
         tm = th.get("t_memorize")
         mem = f"memorized at {tm}" if tm is not None else "not memorized"
         line = f"{_label(r)}: {mem}, generalized at {th.get('t_generalize')}"
@@ -99,7 +115,14 @@ def summary(recs: list[dict]) -> list[str]:
             line += (
                 f"; after memorization: train loss {tr['train_loss'][-1]:.3f}, "
                 f"pop loss {pl[j]:.3f} -> {pl[-1]:.3f}, relevant score {sc[j]:.3f} -> {sc[-1]:.3f}, "
-                f"pop error {pe[j]:.2g} -> {pe[-1]:.2g}"
+                f"pop error {format_error(pe[j], se[j], res[j])} -> {format_error(pe[-1], se[-1], res[-1])}"
             )
+        f = r["final"]
+        twin = format_error(f["error_clean_twin"], f["error_clean_twin_se"], f["error_clean_twin_resolved"])
+        excess = format_error(f["excess_error"], f["excess_error_se"], f["excess_error_resolved"])
+        line += f"; at {int(st[-1])} steps the clean-label twin errs {twin}, label noise adds {excess}"
+        line += f" (regime {f['regime']})"
+        lo = int(np.argmin(pe))
+        line += f"; smallest error {format_error(pe[lo], se[lo], res[lo])} at step {int(st[lo])}"
         lines.append(line)
     return lines

@@ -1,6 +1,8 @@
 """Figure 6: phase diagram over the number of samples n and the signal
 strength (SNR = |mu| / sqrt(d) at d = 2000), 3 seeds: the fraction of runs in
-each regime after 1000 and after 5000 steps (one run, two readings)."""
+each regime after 1000 and after 5000 steps (a sweep for each horizon: the
+regime rests on the clean-label twin's error at that horizon), and the
+excess error label noise causes (median over seeds)."""
 
 from __future__ import annotations
 
@@ -9,53 +11,56 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..metrics import regime
 from .common import save, sweep_records, write_numbers
 
-SAVE = ["n_fitted_clean", "n_fitted_noisy", "pop_error"]
 READINGS = (1000, 5000)
 SHOWN = ("not_overfitting", "partial", "benign", "harmful")
 
 
-def records(quick: bool, cache: Path) -> list[dict]:
+def records(quick: bool, cache: Path, steps: int) -> list[dict]:
     if quick:
         grid = {"n": [10, 20], "signal_norm": [5.0, 20.0, 60.0]}
         seeds = [0]
     else:
         grid = {"n": [10, 20, 40, 80], "signal_norm": [float(v) for v in np.geomspace(4, 80, 12).round(2)]}
         seeds = [0, 1, 2]
-    base = {"d": 2000, "steps": READINGS[-1], "log_every": 1000, "pop_log_points": 6, "engine": "reduced"}
-    return sweep_records(cache, "fig6_phase", base, grid, seeds, SAVE)
-
-
-def regime_at(rec: dict, step: int) -> str:
-    tr, f = rec["trajectory"], rec["final"]
-    j = list(tr["step"]).index(step)
-    err = np.nan if tr["pop_error"][j] is None else tr["pop_error"][j]
-    return regime(f["n_clean"], tr["n_fitted_clean"][j], f["n_noisy"], tr["n_fitted_noisy"][j], err,
-                  rec["config"]["benign_error"])  # fmt: skip
+    base = {"d": 2000, "steps": steps, "log_every": 1000, "pop_log_points": 2, "engine": "reduced"}
+    return sweep_records(cache, f"fig6_phase_{steps}", base, grid, seeds)
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    recs = records(quick, cache)
+    by_step = {step: records(quick, cache, step) for step in READINGS}
+    recs = by_step[READINGS[0]]
     ns = sorted({r["config"]["n"] for r in recs})
     mus = sorted({r["config"]["signal_norm"] for r in recs})
-    fig, axes = plt.subplots(len(READINGS), len(SHOWN), figsize=(15, 6), sharex=True, sharey=True)
+    cols = len(SHOWN) + 1
+    fig, axes = plt.subplots(len(READINGS), cols, figsize=(18, 6), sharex=True, sharey=True)
+    snr = np.array(mus) / np.sqrt(2000)
+    ticks = np.arange(0, len(mus), max(1, len(mus) // 6))
     for row, step in enumerate(READINGS):
         counts = {name: np.zeros((len(ns), len(mus))) for name in SHOWN}
         total = np.zeros((len(ns), len(mus)))
-        for r in recs:
+        excess = [[[] for _ in mus] for _ in ns]
+        for r in by_step[step]:
             i, j = ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])
-            name = regime_at(r, step)
+            name = r["final"]["regime"]
             total[i, j] += 1
             if name in counts:
                 counts[name][i, j] += 1
+            if r["final"]["excess_error"] is not None:
+                excess[i][j].append(r["final"]["excess_error"])
+        ex = np.array([[np.median(v) if v else np.nan for v in row_] for row_ in excess])
+        ax = axes[row, -1]
+        im_ex = ax.imshow(np.log10(np.maximum(ex, 1e-12)), origin="lower", aspect="auto", cmap="viridis",
+                          vmin=-12, vmax=0)  # fmt: skip
+        ax.set_title(f"log10 excess error (label noise) after {step} steps", fontsize=9)
+        ax.set_xticks(ticks, [f"{snr[t]:.2g}" for t in ticks])
+        if row == len(READINGS) - 1:
+            ax.set_xlabel("SNR = |mu| / sqrt(d)")
         for col, name in enumerate(SHOWN):
             ax = axes[row, col]
             frac = counts[name] / np.maximum(total, 1)
             im = ax.imshow(frac, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="magma")
-            snr = np.array(mus) / np.sqrt(2000)
-            ticks = np.arange(0, len(mus), max(1, len(mus) // 6))
             ax.set_xticks(ticks, [f"{snr[t]:.2g}" for t in ticks])
             ax.set_yticks(range(len(ns)), [str(n) for n in ns])
             ax.set_title(f"{name} after {step} steps", fontsize=9)
@@ -63,13 +68,20 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 ax.set_xlabel("SNR = |mu| / sqrt(d)")
             if col == 0:
                 ax.set_ylabel("n")
-    fig.colorbar(im, ax=axes, label="fraction of runs", shrink=0.8)
+    fig.colorbar(im, ax=axes[:, :-1], label="fraction of runs", shrink=0.8)
+    fig.colorbar(im_ex, ax=axes[:, -1], label="log10 excess error (median of seeds)", shrink=0.8)
     lines = []
     for step in READINGS:
         for n in ns:
-            names = [regime_at(r, step) for r in recs if r["config"]["n"] == n]
+            fin = [r["final"] for r in by_step[step] if r["config"]["n"] == n]
+            names = [f["regime"] for f in fin]
             frac = ", ".join(f"{k} {names.count(k) / len(names):.2f}" for k in SHOWN if names.count(k))
-            lines.append(f"after {step} steps, n = {n}: {frac}")
-        harm = [r["config"]["signal_norm"] for r in recs if regime_at(r, step) == "harmful"]
-        lines.append(f"after {step} steps: harmful runs at |mu| <= {max(harm) if harm else 'none'}")
+            ungen = [r["config"]["signal_norm"] for r in by_step[step]
+                     if r["config"]["n"] == n and not r["final"]["generalized"]]  # fmt: skip
+            worst = max(fin, key=lambda f: f["excess_error"] if f["excess_error"] is not None else -1)
+            lines.append(f"after {step} steps, n = {n}: {frac}; largest excess error "
+                         f"{worst['excess_error']:.3g}; not generalizing at |mu| <= "
+                         f"{max(ungen) if ungen else 'none'}")  # fmt: skip
+        harm = [r["config"]["signal_norm"] for r in by_step[step] if r["final"]["regime"] == "harmful"]
+        lines.append(f"after {step} steps: harmful runs at |mu| in {sorted(set(harm)) if harm else 'none'}")
     return [save(fig, outdir / "fig6_phase.png"), write_numbers(outdir, "fig6_phase", lines)]

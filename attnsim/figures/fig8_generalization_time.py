@@ -1,9 +1,15 @@
 """Figure 8: when generalization arrives. Memorization and generalization
-times (the fresh relevant score reaching 1/2 for good) against the signal
-strength at d = 1000, 2000, 4000, by gradient flow to 10^14 steps, 3 seeds,
-with the critical |mu| predicted by the max-margin limit (where the
-hard-attention relevant probability crosses 1/2: below it generalization never
-comes, however long training runs)."""
+times (the fresh relevant score reaching gen_score = 1/2 for good) against the
+signal strength at d = 1000, 2000, 4000, by gradient flow to 10^14 steps, 3
+seeds, beside what the max-margin limit says of each run: its hard-attention
+error and relevant probability p_lim (exact quadrature). A run whose p_lim is
+below gen_score can never generalize (gen_never), however long it trains;
+this is per run. The "critical" |mu| where the seeds' mean p_lim crosses
+gen_score moves with gen_score (a convention, not a transition): it is
+reported for gen_score 0.3, 0.5 and 0.7. Three laws of t_generalize are
+fitted and compared (rms in decades): a power law in p_lim - 1/2, an
+essential singularity log t ~ 1/(p_lim - 1/2), and log t linear in 1/SNR^2;
+only a law that wins at every d is claimed."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from .common import save, sweep_records, write_numbers
 DIMS = (1000, 2000, 4000)
 SNRS = [round(v, 3) for v in np.linspace(0.1, 0.34, 13)]  # |mu| = SNR sqrt(d)
 HORIZON = 10**14
-SAVE = ["pop_error", "pop_score_relevant", "mm_cos", "train_loss"]
+SAVE = ["pop_error", "pop_error_se", "pop_error_resolved", "pop_score_relevant", "mm_cos", "train_loss"]
 
 
 def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
@@ -26,7 +32,7 @@ def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
     snrs = SNRS[::3] if quick else SNRS
     seeds = [0] if quick else [0, 1, 2]
     base = {"integrator": "flow", "steps": 10**9 if quick else HORIZON, "log_scale": "log", "log_points": 60,
-            "pop_log_points": 60, "limit": True, "engine": "reduced"}  # fmt: skip
+            "pop_log_points": 60, "limit": True, "engine": "reduced", "clean_twin": False}  # fmt: skip
     return {
         d: sweep_records(
             cache,
@@ -40,40 +46,67 @@ def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
     }
 
 
-def critical_norm(recs: list[dict]) -> float | None:
-    """The |mu| where the seed-mean hard-limit relevant probability crosses 1/2 (linear interpolation)."""
+def critical_norm(recs: list[dict], level: float = 0.5) -> float | None:
+    """The |mu| where the seed-mean hard-limit relevant probability crosses
+    ``level`` (linear interpolation): a convention, it moves with the level."""
     mus = sorted({r["config"]["signal_norm"] for r in recs})
     prob = [
         np.mean([r["limit"]["relevant_prob"] for r in recs if r["config"]["signal_norm"] == m]) for m in mus
     ]
     for (m0, p0), (m1, p1) in zip(zip(mus, prob), zip(mus[1:], prob[1:])):
-        if p0 < 0.5 <= p1:
-            return m0 + (0.5 - p0) * (m1 - m0) / (p1 - p0)
+        if p0 < level <= p1:
+            return m0 + (level - p0) * (m1 - m0) / (p1 - p0)
     return None
 
 
-def law(recs: list[dict]) -> dict | None:
-    """Fit t_generalize = A (p - 1/2)^(-gamma) over the runs that generalize, p
-    each run's hard-attention relevant probability: the time diverges as the
-    limit's probability of selecting the relevant token comes down to 1/2."""
-    pts = [(r["limit"]["relevant_prob"] - 0.5, r["theory"]["t_generalize"]) for r in recs
-           if r["theory"]["t_generalize"] is not None and r["limit"]["relevant_prob"] > 0.5]  # fmt: skip
-    if len(pts) < 3:
-        return None
-    x = np.log10([g for g, _ in pts])
-    y = np.log10([t for _, t in pts])
-    slope, a = np.polyfit(x, y, 1)
-    rms = float(np.sqrt(np.mean((a + slope * x - y) ** 2)))
-    return {"log10_A": float(a), "gamma": float(-slope), "rms": rms, "points": len(pts)}
+# each law: log10 t = a + b * x(run); x from the run's limit probability or its SNR
+LAWS = {
+    "power law in p_lim - 1/2": lambda r: -math.log10(r["limit"]["relevant_prob"] - 0.5),
+    "essential singularity log t ~ 1/(p_lim - 1/2)": lambda r: 1.0 / (r["limit"]["relevant_prob"] - 0.5),
+    "log t linear in 1/SNR^2": lambda r: 1.0 / r["theory"]["snr"] ** 2,
+}
+
+
+def fit_laws(recs: list[dict]) -> dict[str, dict]:
+    """Least-squares fits of log10 t_generalize for each law over the runs that
+    generalize within the horizon (and have p_lim > 1/2): slope, intercept, rms."""
+    runs = [r for r in recs if r["theory"]["t_generalize"] is not None and r["limit"]["relevant_prob"] > 0.5]
+    if len(runs) < 3:
+        return {}
+    y = np.log10([r["theory"]["t_generalize"] for r in runs])
+    out = {}
+    for name, var in LAWS.items():
+        x = np.array([var(r) for r in runs])
+        b, a = np.polyfit(x, y, 1)
+        out[name] = {"a": float(a), "b": float(b), "rms": float(np.sqrt(np.mean((a + b * x - y) ** 2))),
+                     "points": len(runs)}  # fmt: skip
+    return out
+
+
+def per_seed(recs: list[dict]) -> list[str]:
+    """Per |mu|: each seed's p_lim, whether it can never generalize, and when it did."""
+    lines = []
+    for m in sorted({r["config"]["signal_norm"] for r in recs}):
+        runs = sorted((r for r in recs if r["config"]["signal_norm"] == m), key=lambda r: r["config"]["seed"])
+        cells = []
+        for r in runs:
+            t = r["theory"]["t_generalize"]
+            what = (
+                "gen_never" if r["limit"].get("gen_never") else f"generalized at {t:.3g}" if t else "not yet"
+            )
+            cells.append(f"seed {r['config']['seed']}: p_lim {r['limit']['relevant_prob']:.3f}, "
+                         f"limit error {r['limit']['pop_error']:.3g}, {what}")  # fmt: skip
+        lines.append(f"  |mu| = {m:g}: " + "; ".join(cells))
+    return lines
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     data = records(quick, cache)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.8))
     lines = []
+    wins: dict[str, int] = {}
     for i, (d, recs) in enumerate(data.items()):
         color = f"C{i}"
-        mu_c = critical_norm(recs)
         mus = np.array(sorted({r["config"]["signal_norm"] for r in recs}))
         for key, marker, ls in (("t_generalize", "o", "-"), ("t_memorize", "s", ":")):
             per = [[r["theory"][key] for r in recs if r["config"]["signal_norm"] == m] for m in mus]
@@ -82,43 +115,63 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             for m, v in zip(mus, per):
                 ts = [t for t in v if t is not None]
                 axes[0].plot([m] * len(ts), ts, marker, color=color, ms=3, alpha=0.5)
-                axes[1].plot([d / m**2] * len(ts), ts, marker, color=color, ms=3, alpha=0.5)
             label = f"d={d}: {'generalized' if key == 't_generalize' else 'memorized'}"
             axes[0].plot(mus, mean, ls, color=color, label=label)
-            axes[1].plot(d / mus**2, mean, ls, color=color)
-        if mu_c is not None:
-            axes[0].axvline(mu_c, color=color, ls="--", lw=0.8)
-            never = sorted({r["config"]["signal_norm"] for r in recs if r["limit"].get("gen_never")})
-            beyond = sorted({r["config"]["signal_norm"] for r in recs if r["theory"]["t_generalize"] is None})
-            lines.append(
-                f"d={d}: critical |mu| from the limit {mu_c:.2f} (SNR {mu_c / math.sqrt(d):.3f}); "
-                f"gen_never at |mu| in {never}; no generalization within {recs[0]['config']['steps']:.0e} "
-                f"steps at |mu| in {beyond}"
-            )
-        fit = law(recs)
-        if fit is not None:
-            lines.append(
-                f"d={d}: t_generalize = 10^{fit['log10_A']:.2f} (p_limit - 1/2)^-{fit['gamma']:.2f} "
-                f"(rms {fit['rms']:.2f} decades over {fit['points']} runs)"
-            )
-            lo = min(r["limit"]["relevant_prob"] for r in recs if r["limit"]["relevant_prob"] > 0.5) - 0.5
-            g = np.logspace(np.log10(lo), np.log10(0.5), 50)
-            axes[2].plot(g, 10 ** fit["log10_A"] * g ** -fit["gamma"], "--", color=color, lw=0.8)
-        for r in recs:
-            t, prob = r["theory"]["t_generalize"], r["limit"]["relevant_prob"]
-            if t is not None and prob > 0.5:
-                axes[2].plot(prob - 0.5, t, "o", color=color, ms=3)
-    axes[0].set_xlabel("|mu| (dashed: critical |mu| of the max-margin limit)")
-    axes[1].set_xlabel("1 / SNR^2 = d / |mu|^2")
-    axes[2].set_xlabel("p_limit - 1/2 (hard-attention relevant probability of the run)")
+        snr = np.array([r["theory"]["snr"] for r in recs])
+        axes[1].plot(snr, [r["limit"]["pop_error"] for r in recs], "o", color=color, ms=3, label=f"d={d}")
+        crit = {lv: critical_norm(recs, lv) for lv in (0.3, 0.5, 0.7)}
+        lines.append(f"d={d}: |mu| where the seeds' mean p_lim crosses 0.3 / 0.5 / 0.7: "
+                     + " / ".join("none" if v is None else f"{v:.2f}" for v in crit.values())
+                     + " (a convention: it moves with gen_score)")  # fmt: skip
+        lines += per_seed(recs)
+        fits = fit_laws(recs)
+        if fits:
+            best = min(fits, key=lambda k: fits[k]["rms"])
+            wins[best] = wins.get(best, 0) + 1
+            rms = "; ".join(f"{k} {v['rms']:.3f}" for k, v in fits.items())
+            lines.append(f"d={d}: fits of log10 t_generalize over {fits[best]['points']} runs, "
+                         f"rms in decades: {rms} (best: {best})")  # fmt: skip
+            runs = [
+                r
+                for r in recs
+                if r["theory"]["t_generalize"] is not None and r["limit"]["relevant_prob"] > 0.5
+            ]
+            gap = np.array([r["limit"]["relevant_prob"] - 0.5 for r in runs])
+            t = np.array([r["theory"]["t_generalize"] for r in runs])
+            axes[2].plot(gap, t, "o", color=color, ms=3)
+            g = np.logspace(np.log10(gap.min()), np.log10(gap.max()), 50)
+            for name, ls in (
+                ("power law in p_lim - 1/2", "--"),
+                ("essential singularity log t ~ 1/(p_lim - 1/2)", ":"),
+            ):
+                f = fits[name]
+                x = -np.log10(g) if name.startswith("power") else 1.0 / g
+                axes[2].plot(g, 10 ** (f["a"] + f["b"] * x), ls, color=color, lw=0.8)
+            inv = np.array([1.0 / r["theory"]["snr"] ** 2 for r in runs])
+            axes[3].plot(inv, t, "o", color=color, ms=3)
+            f = fits["log t linear in 1/SNR^2"]
+            xs = np.linspace(inv.min(), inv.max(), 50)
+            axes[3].plot(xs, 10 ** (f["a"] + f["b"] * xs), "--", color=color, lw=0.8)
+    if wins:
+        every = [k for k, v in wins.items() if v == len(data)]
+        lines.append("law: " + (f"{every[0]} wins at every d" if every else
+                                "no law wins at every d: none is claimed"))  # fmt: skip
+    axes[0].set_xlabel("|mu|")
+    axes[0].set_title("memorization (squares) and generalization (dots), per seed", fontsize=10)
+    axes[1].set_xlabel("SNR = |mu| / sqrt(d)")
+    axes[1].set_title("the max-margin limit's population error, per run", fontsize=10)
+    axes[2].set_xlabel("p_lim - 1/2 (hard-attention relevant probability of the run)")
     axes[2].set_xscale("log")
+    axes[2].set_title("t_generalize: power law (dashed), essential singularity (dotted)", fontsize=10)
+    axes[3].set_xlabel("1 / SNR^2 = d / |mu|^2")
+    axes[3].set_title("t_generalize: log t linear in 1/SNR^2 (dashed)", fontsize=10)
     for ax in axes:
         ax.set_yscale("log")
+    for ax in (axes[0], axes[2], axes[3]):
         ax.set_ylabel("step")
+    axes[1].set_ylabel("limit error")
     axes[0].legend(fontsize=7)
-    axes[0].set_title("memorization (squares) and generalization (dots), 3 seeds", fontsize=10)
-    axes[1].set_title("against 1/SNR^2: faster than exponential", fontsize=10)
-    axes[2].set_title("t_generalize diverges as the limit's relevant probability -> 1/2", fontsize=10)
+    axes[1].legend(fontsize=7)
     fig.tight_layout()
     return [
         save(fig, outdir / "fig8_generalization_time.png"),

@@ -11,6 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..metrics import format_error
 from ..run import simulate
 from .common import save, write_numbers
 from .fig8_generalization_time import HORIZON, records
@@ -46,14 +47,18 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         axes[1].axhline(L["pop_error"], color=color, ls="--", lw=0.8)
         axes[2].plot(steps[ok], score[ok], color=color)
         axes[2].axhline(L["relevant_prob"], color=color, ls="--", lw=0.8)
-        in_limit = "harmful" if L["pop_error"] > r["config"]["benign_error"] else "benign"
+        bound = r["config"]["benign_error"]
+        in_limit = "above" if L["pop_error"] > bound else "at most"
         never = " (never reaches 1/2)" if L["gen_never"] else ""
+        here = format_error(
+            err[ok][-1], _arr(t, "pop_error_se")[ok][-1], _arr(t, "pop_error_resolved")[ok][-1]
+        )
         lines.append(
             f"W, p trained, d=2000, |mu|={mu:g}: mm_cos {t['mm_cos'][-1]:.4f} at the horizon; population "
-            f"error {err[ok][-1]:.3g} there against {L['pop_error']:.3g} +- {L['pop_error_se']:.1g} in the "
-            f"limit; fresh relevant score {score[ok][-1]:.3f} against limit probability "
-            f"{L['relevant_prob']:.3f}{never}; regime at the horizon {r['final']['regime']}, "
-            f"in the limit {in_limit}"
+            f"error {here} there against {L['pop_error']:.3g} in the limit (quadrature); fresh relevant "
+            f"score {score[ok][-1]:.3f} against limit probability {L['relevant_prob']:.3f}{never}; at the "
+            f"horizon the run {'generalizes' if r['final']['generalized'] else 'does not generalize'}, "
+            f"in the limit the error is {in_limit} benign_error = {bound:g}"
         )
     axes[2].axhline(0.5, color="0.5", lw=0.7)
     titles = ("cos(q(tau), q_mm)", "population error (dashed: hard-attention limit)",
