@@ -247,6 +247,7 @@ def run(
     progress: bool | None = None,
     watch: Callable[[dict], None] | None = None,
     refine: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Trajectory:
     """Advance ``stepper`` along :func:`log_grid`, recording every log point;
     ``evaluate`` runs at the :func:`pop_indices` points (through its
@@ -254,7 +255,9 @@ def run(
     ``watch`` (if given) sees the parameters at every log point. With
     ``refine`` the times at which the fresh relevant score last rises to
     ``gen_score`` and the population loss settles are located between log
-    points (:func:`refine_crossing`)."""
+    points (:func:`refine_crossing`). ``meanwhile`` (if given) is called once
+    the steps are done, while the deferred evaluations finish on the other
+    thread (the run's clean-label twin)."""
     grid = log_grid(cfg)
     at = set(pop_indices(len(grid), cfg.pop_log_points).tolist()) if evaluate is not None else set()
     defer = None if refine else getattr(evaluate, "defer", None)
@@ -306,6 +309,8 @@ def run(
                 watch(stepper.state())
             if refine and j in at:
                 snaps[int(target)] = stepper.snapshot()
+        if meanwhile is not None:
+            meanwhile()
         _collect(rec, pending)
     except SimulationError:
         _collect(rec, pending)  # an overflow at an earlier log point is the one to report

@@ -140,19 +140,25 @@ def simulate(
     # one BLAS thread in the step loop and the metrics: the attention model's
     # matrices are small, and the encoder's rank-n products are bound by memory
     # bandwidth (measured: 70 ms per step at d = mlp_dim = 2000 on one thread, 80-140 on two)
+    twin: dict = {}
+    meanwhile = (
+        (lambda: twin.update(clean_twin(problem, ds, cfg, pop, rel)))
+        if cfg.clean_twin and ds.n_noisy
+        else None
+    )
     with _blas().limit(limits=1, user_api="blas"):
+        # the clean-label twin trains while the run's last population evaluations finish
         traj = dynamics.run(
             problem.stepper(cfg, rel), ds, cfg, problem.evaluator(cfg, pop), save_scores=save_scores,
-            progress=progress, watch=watch, refine=cfg.integrator == "flow" or cfg.limit,
+            progress=progress, watch=watch, refine=cfg.integrator == "flow" or cfg.limit, meanwhile=meanwhile,
         )  # fmt: skip
         limit_section = watch.finish(cfg, traj, pop) if watch is not None else None
-        twin = clean_twin(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy > 0 else None
     arrays = traj.arrays
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean
     if ds.roles is not None:
         arrays["roles"] = ds.roles
-    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error, twin)
+    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error, twin or None)
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if limit_section is not None:
         theory_section["gen_never"] = limit_section.get("gen_never")
@@ -210,7 +216,8 @@ def clean_twin(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray) -> dict:
     the run itself (population error, else the finite test set). Its error
     is the reference of the excess error label noise causes (SPEC §3).
     Returns its error measures, or the reason it has none."""
-    twin_cfg = cfg.replace(log_scale="linear", log_every=max(cfg.steps, 1), pop_log_points=2)
+    # the run's own log grid (so the same GD form and kernels), population metrics at its ends only
+    twin_cfg = cfg.replace(pop_log_points=2)
     evaluate = problem.evaluator(twin_cfg, pop)
     if evaluate is None:
         return {"reason": "no error measure (no population metrics, no test set)"}

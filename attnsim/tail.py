@@ -102,7 +102,7 @@ class TailError:
             "off": np.empty(K), "beta": np.empty(K), "log_mass": np.empty(K), "A": np.zeros((K + 1, T + 1)),
             "counts": np.zeros(K + 1, dtype=np.int64), "starts": np.zeros(K + 2, dtype=np.int64),
             "s": np.zeros(N), "zeta": np.empty((T, N)), "E": np.empty((T, N)), "U": np.empty((K, N)),
-            "GU": np.empty((K, N)), "vectors": np.empty((6, N)),
+            "GU": np.empty((K, N)), "vectors": np.empty((6, N)), "factor": np.ones(K),
         }  # fmt: skip
 
     def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
@@ -135,19 +135,6 @@ class TailError:
         p, se, _ = self._class(c, y, aq, anu, kappa, b, sdc)
         return p, se
 
-    def components(
-        self, y: float, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float
-    ) -> int:
-        """The importance components of one class into the work arrays
-        (:func:`attnsim.kernels.population._tail_components`); their number."""
-        w = self._w
-        K, self._groups = kpop._tail_components(
-            aq, anu, kappa, b, sdc, y, self.N, DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE, w["members"],
-            w["offsets"], w["Z"], w["G"], w["t0"], w["rep"], w["off"], w["beta"], w["log_mass"], w["A"],
-            w["counts"], w["starts"],
-        )  # fmt: skip
-        return K
-
     def _class(self, c: int, y: float, aq, anu, kappa: float, b: float, sdc: float):
         """(P_y, its standard error, the bound on P_y not seen: 0 or FLOOR_BOUND)."""
         w = self._w
@@ -155,22 +142,20 @@ class TailError:
         # a design needs a smooth integrand: with sdc = 0 (nu along q) Phi(-t) is a step,
         # so the proposal is built for a slightly noisy value (the estimate stays exact)
         sdc_design = sdc if sdc > 0.0 else 1e-3 * (float(np.abs(anu).max()) + abs(b)) + 1e-300
-        K = self.components(y, aq, anu, kappa, b, sdc_design)
+        t, g, h, den, tail, keep = w["vectors"]
+        K = kpop._tail_prepare(
+            aq, anu, kappa, b, sdc_design, y, DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE, self.u[c],
+            self.log_u[c], self.X[c], w["members"], w["offsets"], w["Z"], w["G"], w["t0"], w["rep"], w["off"],
+            w["beta"], w["log_mass"], w["A"], w["counts"], w["starts"], w["s"], w["zeta"], keep, w["E"],
+            w["U"], w["GU"], g, h, w["factor"],
+        )  # fmt: skip
         if K == 0:
             return 0.0, 0.0, FLOOR_BOUND
-        counts, starts = w["counts"][: K + 1], w["starts"][: K + 2]
-        s = w["s"]
-        kpop._truncated_normals(self.u[c], self.log_u[c], starts, K, w["log_mass"], s)
-        E, U, GU, t, g, h, den, tail, keep = w["E"], w["U"][:K], w["GU"][:K], *w["vectors"]
-        kpop._tail_arguments(self.X[c], s, starts, w["A"], w["rep"], w["members"], w["offsets"], self._groups,
-                             aq, kappa, w["G"], w["off"], K, w["zeta"], keep, E, U, GU, g, h)  # fmt: skip
+        E, U, GU = w["E"], w["U"][:K], w["GU"][:K]
         np.exp(E, out=E)
         np.exp(GU, out=GU)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            kpop._tail_t(E, w["zeta"], anu, b, sdc, y, t, g)
-            np.exp(g, out=g)
-        rep = w["rep"][:K]
-        sizes = np.diff(w["offsets"][: self._groups + 1])
-        factor = np.where(rep >= 0, 1.0 / sizes[np.maximum(rep, 0)], 1.0)
-        p, se = kpop._tail_estimate(t, g, keep, U, GU, w["log_mass"], factor, K, counts, starts, h, den, tail)
+            p, se = kpop._tail_finish(E, U, GU, w["zeta"], anu, b, sdc, y, keep, w["log_mass"], w["factor"],
+                                      K, w["counts"][: K + 1], w["starts"][: K + 2], t, g, h, den,
+                                      tail)  # fmt: skip
         return p, se, 0.0

@@ -213,3 +213,11 @@ def test_hard_limit_of_two_tokens_in_closed_form():
         assert err[0] == pytest.approx(p1 * ndtr(-0.7 / 0.05), rel=1e-9)
         assert err[1] == pytest.approx(p2 * ndtr(0.07 / 0.05), rel=1e-9)
         assert np.all(sel_b <= 1e-9 * sel) and np.all(err_b <= 1e-9 * err)
+
+
+def test_an_unresolved_error_prints_as_an_upper_bound():
+    from attnsim.metrics import format_error
+
+    assert format_error(1e-250, float("nan"), 0.0) == "< 1e-250 (unresolved: an upper bound)"
+    assert format_error(5.43e-9, 1.0e-10, 1.0) == "5.43e-09 +- 1e-10"
+    assert format_error(float("nan"), float("nan")) == "n/a"

@@ -1167,6 +1167,45 @@ def _tail_arguments(X, s, starts, A, rep, members, offsets, n_groups, aq, kappa,
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _tail_prepare(aq, an, kappa, b, sdc_design, y, defensive, floor, merge, max_beta, prune, u, log_u, X,
+                  members, offsets, Z, G, t0, rep, off, beta, log_mass, A, counts, starts, s, zeta, keep, E,
+                  U, GU, c, s_work, factor):  # fmt: skip
+    """One class of :mod:`attnsim.tail` up to the exponentials: its components
+    (:func:`_tail_components`, designed with the value noise ``sdc_design``),
+    their points' truncated coordinates (:func:`_truncated_normals`), the
+    folded points and the exponentials' arguments (:func:`_tail_arguments`),
+    and each component's factor in the mixture density on the fundamental
+    domain (1, or 1/|g| for one favouring group g's first member). Returns
+    the number of components K (0: every design point beyond ``max_beta``)."""
+    N = X.shape[1]
+    K, n_groups = _tail_components(aq, an, kappa, b, sdc_design, y, N, defensive, floor, merge, max_beta,
+                                   prune, members, offsets, Z, G, t0, rep, off, beta, log_mass, A, counts,
+                                   starts)  # fmt: skip
+    if K == 0:
+        return 0
+    _truncated_normals(u, log_u, starts, K, log_mass, s)
+    _tail_arguments(X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U,
+                    GU, c, s_work)  # fmt: skip
+    for m in range(K):
+        g = rep[m]
+        factor[m] = 1.0 / (offsets[g + 1] - offsets[g]) if g >= 0 else 1.0
+    return K
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+def _tail_finish(
+    E, U, GU, zeta, an, b, sdc, y, keep, log_mass, factor, K, counts, starts, t, g, h, den, tail
+):
+    """One class of :mod:`attnsim.tail` from the exponentials on: t per point
+    (:func:`_tail_t`), e^{-t^2/2}, and the estimate with its standard error
+    (:func:`_tail_estimate`)."""
+    _tail_t(E, zeta, an, b, sdc, y, t, g)
+    for n in range(t.size):
+        g[n] = math.exp(g[n])
+    return _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _tail_t(E, zeta, an, b, sdc, y, t, g):
     """t = y m / (sdc |s|) per point from E (T, N), the exponentials of the
     shifted logits (the softmax normalizer cancels), and -t^2 / 2 into g."""
