@@ -241,9 +241,9 @@ def _fmt(x, spec: str = ".4f") -> str:
 
 
 def _regime_reason(f: dict, c: dict) -> str:
+    """What the regime was decided on (SPEC §3)."""
     from . import metrics
 
-    """What the regime was decided on (SPEC §3)."""
     regime = f["regime"]
     if regime == "clean_labels":
         return "no noisy training label: no label-overfitting verdict"

@@ -14,7 +14,9 @@ in every release:
    then p(0) if ``init_p = gaussian``; for the implicit engine its factors
    (:func:`draw_implicit_init`).
 2. ``test`` - the finite test set, in the engine's coordinates (:func:`draw_test_set`).
-3. ``population`` - scrambles of the Sobol points of the population metrics.
+3. ``population`` - scrambles of the Sobol points of the population metrics,
+   then the normals and uniforms of the error's importance sampler
+   (:func:`attnsim.population.population_points`).
 
 Because the streams are independent, the training tokens depend only on
 (seed, n, T, d, roles) and W(0) only on (seed, d): a sweep over ``signal_norm``

@@ -208,11 +208,12 @@ def final_metrics(
 
     The error measure is the population error, else the finite test error.
     ``excess_error`` = error - the twin's error (its standard error assumes
-    the two independent: they share the estimator's points, so it is at most
-    that); where either error is an upper bound (unresolved) the excess is
-    bounded by the run's error, and flagged. The regime's harm is the excess; without a twin (``clean_twin =
-    false``, or no noisy sample to flip back) it is the error itself, the
-    paper's absolute rule (``regime_rule`` says which).
+    the two independent: they share the estimator's points, so it is at
+    most that); where either error is an upper bound (unresolved) the excess
+    is bounded by the run's error, and flagged. The regime's harm is the
+    excess; without a twin (``clean_twin = false``, or no noisy sample to
+    flip back) it is the error itself, the paper's absolute rule
+    (``regime_rule`` says which).
     """
     nan = float("nan")
     final = {k: (arrays[k][-1].item() if k in arrays else nan) for k in LOG_METRICS}

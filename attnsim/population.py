@@ -1,4 +1,4 @@
-"""Exact population metrics of a fresh clean sample (SPEC §5).
+"""Population metrics of a fresh clean sample (SPEC §5).
 
 Given q = W p and nu, each token's (z_t, u_t) = (x_t . q, x_t . nu) of a fresh
 sample is a 2-D Gaussian with mean (a_t . q, a_t . nu), a_t the token's mean
@@ -8,21 +8,24 @@ independent. Writing z_t = a_t.q + sigma |q| zeta_t with zeta ~ N(0, I_T),
     f | zeta ~ N( sum_t s_t (a_t.nu + sigma (q^.nu) zeta_t),
                   sigma^2 (|nu|^2 - (q^.nu)^2) sum_t s_t^2 ),   q^ = q/|q|,
 
-so P(y f < 0) = E_zeta[Phi(-y mean / sd)]: a T-dimensional Gaussian integral,
-done by randomized quasi-Monte Carlo over zeta (``N_SCRAMBLES`` independent
-random linear scrambles with digital shifts of a Sobol sequence, drawn once
-per run; the standard error comes from the spread of the scramble means).
-The expected loss adds the exact average over f given zeta (a Taylor series,
-Gauss-Hermite or a closed-form series, by the conditional sd); the expected
-score of each role comes from the same points.
+so P(y f < 0) = E_zeta[Phi(-y mean / sd)]: a T-dimensional Gaussian integral
+whose mass, when it is small, sits far out in zeta; it is estimated by
+importance sampling around its design points (:mod:`attnsim.tail`). The bulk
+quantities are averages over randomized quasi-Monte Carlo points
+(``N_SCRAMBLES`` independent random linear scrambles with digital shifts of a
+Sobol sequence, drawn once per run): the expected loss adds the exact average
+over f given zeta (a Taylor series, Gauss-Hermite or a closed-form series, by
+the conditional sd), and the expected score of each role comes from the same
+points. The hard-attention limit (:meth:`Population.hard_limit`) is a sum of
+one-dimensional integrals, done by quadrature.
 
 Evaluation is vectorized over the points: the softmax weights factor into
 e^{a_t.q - max} (per class) times e^{sigma |q| zeta_t - max} (per point,
 shared by both classes), so one exponential per point and token (NumPy) and
 passes of multiply-adds (:func:`attnsim.kernels.population.conditional_moments`;
 the irrelevant tokens, of mean zero, through three sums shared by the classes)
-give every class's normalizer, mean and sum of squared scores; the normal tail
-and the expected loss per point follow in SIMD Numba loops (Gauss-Hermite with
+give every class's normalizer, mean and sum of squared scores; the expected
+loss per point follows in SIMD Numba loops (Gauss-Hermite with
 each point's own node count, all nodes of all points through one exp and one log1p).
 At q = 0 attention is uniform and the integrand is constant: the closed form
 Phi(-|mu| / (sigma sqrt(2T))) (default roles) comes out exactly with error 0.

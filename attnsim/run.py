@@ -224,7 +224,8 @@ def clean_twin(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray) -> dict:
     twin_ds = dataclasses.replace(ds, y=ds.y_clean)
     info = dict(problem.info)  # the run's own engine facts, not the twin's
     try:
-        traj = dynamics.run(problem.stepper(twin_cfg, rel, y=ds.y_clean), twin_ds, twin_cfg, evaluate)
+        stepper = problem.stepper(twin_cfg, rel, y=ds.y_clean)
+        traj = dynamics.run(stepper, twin_ds, twin_cfg, evaluate, progress=False)
     except SimulationError as exc:
         return {"reason": f"the clean-label twin failed: {exc}"}
     finally:

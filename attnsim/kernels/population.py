@@ -642,6 +642,22 @@ def _log_upper_mills(t):
     return math.log(up), _INV_SQRT2PI * math.exp(-0.5 * t * t) / up
 
 
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+def _softmax(aq, kappa, zeta, s):
+    """s = softmax(aq + kappa zeta), stably (the largest logit subtracted first)."""
+    T = zeta.size
+    top = -math.inf
+    for i in range(T):
+        s[i] = aq[i] + kappa * zeta[i]
+        top = max(top, s[i])
+    tot = 0.0
+    for i in range(T):
+        s[i] = math.exp(s[i] - top)
+        tot += s[i]
+    for i in range(T):
+        s[i] /= tot
+
+
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _t_grad(zeta, aq, an, kappa, b, sdc, y, s, grad):
     """t(zeta) = y m / (sdc |s|) of one class at the standardized logit noises
@@ -652,18 +668,10 @@ def _t_grad(zeta, aq, an, kappa, b, sdc, y, s, grad):
     dQ/dzeta_u = 2 kappa s_u (s_u - Q), so dt = y dm / D - t dQ / (2 Q), D = sdc sqrt(Q).
     """
     T = zeta.size
-    top = -math.inf
-    for i in range(T):
-        s[i] = aq[i] + kappa * zeta[i]
-        top = max(top, s[i])
-    tot = 0.0
-    for i in range(T):
-        s[i] = math.exp(s[i] - top)
-        tot += s[i]
+    _softmax(aq, kappa, zeta, s)
     m = 0.0
     Q = 0.0
     for i in range(T):
-        s[i] /= tot
         m += s[i] * (an[i] + b * zeta[i])
         Q += s[i] * s[i]
     D = sdc * math.sqrt(Q)
@@ -692,17 +700,9 @@ def _psi_plane(u, w, d1, d2, aq, an, kappa, b, sdc, y, zeta, s):
     T = zeta.size
     for i in range(T):
         zeta[i] = u * d1[i] + w * d2[i]
-    top = -math.inf
-    for i in range(T):
-        s[i] = aq[i] + kappa * zeta[i]
-        top = max(top, s[i])
-    tot = 0.0
-    for i in range(T):
-        s[i] = math.exp(s[i] - top)
-        tot += s[i]
+    _softmax(aq, kappa, zeta, s)
     m = Q = m1 = m2 = b1 = b2 = 0.0
     for i in range(T):
-        s[i] /= tot
         vi = an[i] + b * zeta[i]
         m += s[i] * vi
         Q += s[i] * s[i]
