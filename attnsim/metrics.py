@@ -236,7 +236,8 @@ def final_metrics(
     resolved = final.get("pop_error_resolved") != 0.0 and final["error_clean_twin_resolved"] != 0.0
     # an error the estimator could not resolve is an upper bound: the excess is then
     # at most the run's own error value (the twin's error is >= 0), flagged the same way
-    if not np.isfinite(clean):  # no twin: no excess
+    has_twin = bool(np.isfinite(clean))
+    if not has_twin:  # no excess without a twin
         final["excess_error"] = final["excess_error_se"] = final["excess_error_resolved"] = nan
     else:
         final["excess_error"] = error - clean if resolved else error
@@ -245,7 +246,6 @@ def final_metrics(
     if twin.get("reason"):
         final["clean_twin"] = twin["reason"]
     final["generalized"] = bool(np.isfinite(error) and error <= benign_error)
-    has_twin = np.isfinite(clean)
     final["regime_rule"] = "excess over the clean-label twin" if has_twin else "absolute error (no twin)"
     final["regime"] = regime(
         n - n_noisy, final["n_fitted_clean"], n_noisy, final["n_fitted_noisy"],
