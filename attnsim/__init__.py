@@ -22,6 +22,7 @@ _LAZY = {
     "make_config": "config",
     "Result": "results",
     "load": "results",
+    "load_sweep": "sweep",
     "simulate": "run",
 }
 __all__ = [*_LAZY, "DependencyError", "SimulationError", "__version__"]

@@ -12,6 +12,9 @@ import functools
 import hashlib
 import json
 import math
+import numbers
+import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -153,6 +156,60 @@ _CHOICES = {
 }
 
 
+# key -> (allowed values, meaning), for ``attnsim keys`` and the README's table
+KEY_HELP = {
+    "n": ("integer >= 2", "training samples"),
+    "T": ("integer >= the role tokens", "tokens per sample"),
+    "d": ("integer >= 2", "embedding dimension"),
+    "signal_norm": ("> 0", "|mu|, the norm of the class signals"),
+    "sigma": ("> 0", "standard deviation of the token noise per coordinate"),
+    "rho": ("finite", "weakly relevant tokens carry rho * mu"),
+    "n_relevant": ("integer >= 1", "relevant tokens per sample"),
+    "n_weak_aligned": ("integer >= 0", "weakly relevant tokens aligned with the label"),
+    "n_weak_opposite": ("integer >= 0", "weakly relevant tokens opposite to the label"),
+    "shuffle_roles": ("true, false", "random token positions for the roles"),
+    "noise_rate": ("[0, 1)", "fraction of flipped training labels"),
+    "label_noise": ("balanced, exact, iid", "how the flipped labels are chosen"),
+    "lr": ("> 0, finite, normal float64", "learning rate (the flow's time unit)"),
+    "steps": ("integer >= 0", "GD steps (or flow time in steps)"),
+    "train": ("non-empty subset of W, p, nu", "the trained blocks"),
+    "init_W": ("kaiming_uniform, gaussian, identity", "initialization of W"),
+    "init_W_scale": ("> 0 (default 1/sqrt(3d))", "standard deviation of W(0)'s entries"),
+    "init_p": ("zeros, gaussian", "initialization of p"),
+    "init_p_scale": ("> 0 (default 1/sqrt(d))", "standard deviation of p(0)'s entries"),
+    "loss": ("logistic, linear", "training loss"),
+    "seed": ("integer >= 0", "seed of every random stream"),
+    "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),
+    "engine": ("auto, dense, reduced, implicit", "the exact coordinates the run uses"),
+    "integrator": ("gd, flow", "gradient descent, or gradient flow"),
+    "flow_method": ("RK45, DOP853", "the flow's Runge-Kutta method"),
+    "flow_rtol": ("> 0", "the flow's relative tolerance"),
+    "flow_atol": ("> 0", "the flow's absolute tolerance"),
+    "log_scale": ("linear, log", "spacing of the logged steps"),
+    "log_every": ("integer >= 1", "steps between log points (linear)"),
+    "log_points": ("integer >= 2", "log points (log)"),
+    "pop_log_points": ("integer >= 2", "log points that also get population metrics"),
+    "pop_points": ("power of two >= 16", "quasi-random points of the population metrics"),
+    "benign_error": ("(0, 1)", "excess error up to which overfitting is benign"),
+    "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
+    "clean_twin": ("true, false (default true; false for the encoder)", "train the clean-label twin"),
+    "model": ("attention, encoder", "the model"),
+    "mlp_dim": ("integer >= 1 (encoder only)", "the encoder's MLP width"),
+    "skip": ("true, false (encoder only)", "the encoder's residual connections"),
+    "init_cls_scale": ("> 0 (encoder only)", "standard deviation of the CLS token"),
+    "limit": ("true, false", "compute the max-margin limit of the selection"),
+}
+
+
+def describe_keys() -> str:
+    """Every config key with its default, allowed values and meaning (``attnsim keys``)."""
+    c = Config()
+    rows = [(k, "-" if getattr(c, k) is None else str(getattr(c, k)), *KEY_HELP[k]) for k in KEYS]
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    head = f"{'key':{w[0]}}  {'default':{w[1]}}  {'allowed':{w[2]}}  meaning"
+    return "\n".join([head] + [f"{k:{w[0]}}  {v:{w[1]}}  {a:{w[2]}}  {m}" for k, v, a, m in rows])
+
+
 @functools.cache
 def _kind(name: str) -> str:
     t = str(_TYPES[name])
@@ -163,40 +220,48 @@ def _kind(name: str) -> str:
 
 
 def _coerce(name: str, value: Any) -> Any:
+    """A value of the key's type: Python or NumPy bools, integers and reals
+    (``np.int64``, ``np.float32``, ``np.bool_``), never text: the Python API
+    takes values, the command line parses text first (:func:`parse_set`)."""
     kind = _kind(name)
     if type(value) is _PLAIN.get(kind) and (kind != "float" or math.isfinite(value)):  # already fine (sweeps)
-        if kind != "int" or abs(value) <= MAX_INT:
+        if (kind != "int" or abs(value) <= MAX_INT) and (kind != "float" or not _subnormal(value)):
             return value
     if value is None:
         if name in ("init_W_scale", "init_p_scale", "test_n", "clean_twin"):
             return None
         raise ConfigError(f"{name}: a value is required")
+    if isinstance(value, str) and kind != "str":
+        want = {"bool": "true or false", "int": "an integer", "float": "a number"}[kind]
+        raise ConfigError(f"{name}: expected {want}, got the text {value!r}")
     if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
+        if isinstance(value, bool) or _numpy_bool(value):
+            return bool(value)
         raise ConfigError(f"{name}: expected true or false, got {value!r}")
     if kind == "int":
-        if isinstance(value, bool):
+        if isinstance(value, bool) or _numpy_bool(value):
             raise ConfigError(f"{name}: expected an integer, got {value!r}")
-        if isinstance(value, str):
-            value = _parse_scalar(value)
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int):
+        if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+            value = float(value)
+            if math.isfinite(value) and value.is_integer():
+                value = int(value)
+        if not isinstance(value, numbers.Integral):
             raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        value = int(value)
         if abs(value) > MAX_INT:
             raise ConfigError(f"{name}: at most 2^53 = {MAX_INT:.3g} (exact in float64), got {value:.3g}")
-        return int(value)
+        return value
     if kind == "float":
-        if isinstance(value, str):
-            value = _parse_scalar(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or _numpy_bool(value) or not isinstance(value, numbers.Real):
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         value = float(value)
         if not math.isfinite(value):
             raise ConfigError(f"{name}: must be finite, got {value!r}")
+        if _subnormal(value):
+            raise ConfigError(
+                f"{name}: {value!r} is subnormal (below {sys.float_info.min:.3g}, the smallest normal "
+                "float64): it has lost precision and underflows to 0 in products; use 0 or a normal number"
+            )
         return value
     if not isinstance(value, str):
         raise ConfigError(f"{name}: expected a string, got {value!r}")
@@ -208,6 +273,16 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name}: {value!r} is not one of {', '.join(_CHOICES[name])}")
         return lookup[value.lower()]
     return value
+
+
+def _subnormal(x: float) -> bool:
+    return 0.0 < abs(x) < sys.float_info.min
+
+
+def _numpy_bool(value: Any) -> bool:
+    """A NumPy bool scalar (not registered as a number, and not a Python bool)."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and dtype.kind == "b" and getattr(value, "shape", None) == ()
 
 
 _PLAIN = {"bool": bool, "int": int, "float": float}  # values of these exact types need no conversion
@@ -316,6 +391,8 @@ def _parse_scalar(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         pass
+    if not text.isascii():  # float() reads full-width and other scripts' digits: "５" would be 5
+        return text
     try:
         return float(text)
     except ValueError:
@@ -354,6 +431,8 @@ def unknown_key_message(key: str) -> str:
 def from_mapping(values: Mapping[str, Any], base: Config | None = None) -> Config:
     """Build a Config from a mapping of overrides (unknown keys are errors)."""
     for key in values:
+        if not isinstance(key, str):
+            raise ConfigError(f"config keys are strings (names such as 'd' or 'lr'), got {key!r}")
         if key not in KEYS:
             raise ConfigError(unknown_key_message(key))
     return Config(**dict(values)) if base is None else base.replace(**dict(values))
@@ -373,8 +452,32 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+MAX_TOML_BYTES = 16 * 2**20  # config and sweep files are a few kB; a larger one is a mistake
+
+
+def regular_file(path: str | Path, what: str, max_bytes: float | None = None) -> Path:
+    """``path`` if it is a regular file (following symlinks) of at most
+    ``max_bytes``; else a ConfigError naming it (a folder, a device such as
+    /dev/zero or a pipe would hang or fail a reader)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file (cannot read it)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what} file ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
+        raise ConfigError(f"{path}: not a regular file ({kind}); give a {what} file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise ConfigError(f"{path}: larger than {max_bytes / 2**20:.0f} MB; not a {what} file")
+    return Path(path)
+
+
 def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
     """A TOML file as a mapping; unreadable or invalid files are ConfigErrors."""
+    regular_file(path, what, MAX_TOML_BYTES)
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)

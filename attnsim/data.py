@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import MAX_NORM, Config, ConfigError, exact_fraction
+from .config import MAX_NORM, Config, ConfigError, exact_fraction, regular_file
 from .parallel import halves
 
 ROLE_NAMES = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
@@ -521,6 +521,10 @@ def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray
 
     limit = 0.5 * physical_memory() if max_bytes is None else max_bytes
     try:
+        regular_file(path, "data")
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
+    try:
         with zipfile.ZipFile(path) as zf:
             total = 0
             for info in zf.infolist():
@@ -701,6 +705,17 @@ _FROM_DATA = {
     "init_p_scale": "p0",
     "mlp_dim": "W1",
 }
+
+
+def decided_keys(ds: Dataset) -> dict[str, str]:
+    """The config keys a data file decides, each with the array that decides it
+    (a sweep refuses them: every point would be the same run)."""
+    always = (
+        "X",
+        "y",
+        "X_test",
+    )  # shapes and labels; without X_test the test set is the file's absence of one
+    return {k: src for k, src in _FROM_DATA.items() if src in always or getattr(ds, src, None) is not None}
 
 
 def changed_keys(cfg: Config) -> set[str]:

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
 # by thread count; made on first use (the CLI imports this module)
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
-_LLVM = f"{os.sep}llvmlite{os.sep}"
+_DEFER_IN = (
+    f"{os.sep}llvmlite{os.sep}",
+    f"{os.sep}numba{os.sep}",
+)  # frames where a raise can abort the process
 
 
 def threads() -> int:
@@ -79,15 +82,19 @@ def on_signal(signum: int, action: Callable[[], None]):
     """Make ``action()`` (which raises, to unwind) the handler of ``signum``;
     returns the handler it replaces.
 
-    Python runs a handler wherever the main thread is, and while Numba compiles
+    Python runs a handler wherever the main thread is. While Numba compiles
     a kernel that can be inside a callback from LLVM, where an exception is
-    printed and dropped and the process carries on as if never signalled. There
-    the signal is instead sent again 50 ms later, once compilation has moved on."""
+    printed and dropped and the process carries on as if never signalled; while
+    Numba loads a kernel it can be inside its BLAS lookup, where an exception
+    aborts the process ("Fatal Python error: BLAS wrapper returned with an
+    error"). Inside Numba's or llvmlite's Python code the signal is instead sent
+    again 50 ms later, once that code has returned (compiled kernels have no
+    Python frames: a long kernel delays any handler until it returns anyway)."""
 
     def handler(sig, frame):
         f = frame
         while f is not None:
-            if _LLVM in f.f_code.co_filename:
+            if any(part in f.f_code.co_filename for part in _DEFER_IN):
                 retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
                 retry.daemon = True
                 retry.start()
@@ -96,6 +103,61 @@ def on_signal(signum: int, action: Callable[[], None]):
         action()
 
     return signal.signal(signum, handler)
+
+
+class EnvironmentProblem(ValueError):
+    """An environment variable attnsim (or Numba, or matplotlib) cannot run with: exit 2."""
+
+
+THREADING_LAYERS = ("default", "safe", "forksafe", "threadsafe", "tbb", "omp", "workqueue")
+
+
+def check_environment(plotting: bool = False) -> None:
+    """Refuse, before any work and in one line, the environment variables that
+    would otherwise fail deep inside Numba or matplotlib: NUMBA_NUM_THREADS not
+    a positive integer, NUMBA_THREADING_LAYER unknown or needing TBB that is
+    not installed, and (``plotting``) an MPLBACKEND matplotlib does not know."""
+    env = os.environ
+    threads_ = env.get("NUMBA_NUM_THREADS")
+    if threads_ is not None and not (threads_.strip().isdigit() and threads_.isascii() and int(threads_) > 0):
+        raise EnvironmentProblem(f"NUMBA_NUM_THREADS: {threads_!r}; must be a whole number >= 1 (or unset)")
+    layer = env.get("NUMBA_THREADING_LAYER")
+    if layer is not None:
+        if layer.lower() not in THREADING_LAYERS:
+            raise EnvironmentProblem(
+                f"NUMBA_THREADING_LAYER: {layer!r} is not one of {', '.join(THREADING_LAYERS)} (or unset)"
+            )
+        if layer.lower() in ("tbb", "safe") and not _have_tbb():
+            raise EnvironmentProblem(
+                f"NUMBA_THREADING_LAYER: {layer!r} needs Intel TBB, which is not installed "
+                "(pip install tbb); or unset it"
+            )
+    backend = env.get("MPLBACKEND")
+    if plotting and backend is not None:
+        _check_backend(backend)
+
+
+def _have_tbb() -> bool:
+    import ctypes.util
+    import glob
+
+    lib = os.path.join(sys.prefix, "lib")
+    return bool(glob.glob(os.path.join(lib, "libtbb.so*"))) or ctypes.util.find_library("tbb") is not None
+
+
+def _check_backend(backend: str) -> None:
+    """matplotlib refuses an unknown MPLBACKEND when it is imported: check it first."""
+    saved = os.environ.pop("MPLBACKEND")
+    try:
+        from matplotlib import rcsetup
+
+        rcsetup.validate_backend(backend)
+    except ValueError:
+        raise EnvironmentProblem(
+            f"MPLBACKEND: {backend!r} is not a matplotlib backend (attnsim writes PNGs with Agg; unset it)"
+        ) from None
+    finally:
+        os.environ["MPLBACKEND"] = saved
 
 
 def end_process(code: int) -> None:

@@ -21,17 +21,28 @@ def token_labels(roles: np.ndarray | None, T: int) -> list[tuple[str, str]]:
     return [(ROLE_NAMES[r], ROLE_COLORS[ROLE_NAMES[r]]) for r in roles]
 
 
-def plot_sample_scores(ax, steps, scores, roles=None, title: str = "", logx: bool = False) -> None:
+def log_steps(steps) -> np.ndarray:
+    """Steps for a logarithmic axis: step 0 (the initial state) has no place
+    there, so it becomes NaN and lines start at the first logged step >= 1."""
+    steps = np.asarray(steps, dtype=float)
+    return np.where(steps > 0, steps, np.nan)
+
+
+def plot_sample_scores(ax, steps, scores, roles=None, title: str = "", logx: bool = False,
+                       legend: bool = True, headroom: float = 0.0) -> None:  # fmt: skip
     """Every token's score of one sample against step.
 
     steps : (L,); scores : (L, T); roles : (T,) role codes or None.
+    legend : a legend in the Axes (figures with many panels draw one legend for all instead).
+    headroom : extra space above score 1, where a note can go without covering a curve.
     """
     seen = set()
     for t, (label, color) in enumerate(token_labels(roles, scores.shape[1])):
         lab = label if label not in seen else None
         seen.add(label)
         ax.plot(steps, scores[:, t], color=color, label=lab, lw=1.5 if label != "irrelevant" else 0.8)
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02 + headroom)
+    ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_xlabel("step")
     ax.set_ylabel("attention score")
     if logx:
@@ -39,7 +50,36 @@ def plot_sample_scores(ax, steps, scores, roles=None, title: str = "", logx: boo
         ax.set_xlim(left=0)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="center right")
+    if legend:
+        ax.legend(fontsize=7, loc="center right")
+
+
+def role_legend(fig, ax, rect_bottom: float = 0.06) -> tuple:
+    """One legend of the token roles below every panel (from ``ax``'s lines);
+    returns the tight_layout rect that leaves room for it."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    return (0, rect_bottom, 1, 1)
+
+
+def label_contours(ax, cs, fmt: str, margin: float = 0.12, fontsize: float = 6) -> None:
+    """Label each contour line once, at the middle of its part that lies at least
+    ``margin`` (a fraction of the Axes) inside the edges, so no label is clipped;
+    lines with no such part stay unlabelled."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    spots, levels = [], []
+    for level, segs in zip(cs.levels, cs.allsegs):
+        pts = [s for s in segs if len(s)]
+        if not pts:
+            continue
+        pts = np.concatenate(pts)
+        fx, fy = (pts[:, 0] - x0) / (x1 - x0), (pts[:, 1] - y0) / (y1 - y0)
+        inner = pts[(fx > margin) & (fx < 1 - margin) & (fy > margin) & (fy < 1 - margin)]
+        if len(inner):
+            spots.append(tuple(inner[len(inner) // 2]))
+            levels.append(level)
+    if spots:
+        ax.clabel(cs, levels=levels, fontsize=fontsize, fmt=fmt, manual=spots)
 
 
 def plot_example_scores(axes, result) -> None:
@@ -86,3 +126,85 @@ def plot_gaps(ax, result) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("logit gap")
     ax.legend(fontsize=7, loc="upper left")
+
+
+def _on_axis(steps: np.ndarray, logx: bool) -> np.ndarray:
+    """Which log points a step axis can show: on a log axis step 0 cannot be drawn."""
+    return steps > 0 if logx else np.ones(steps.shape, bool)
+
+
+def plot_run(axes, result) -> None:
+    """A finished run on three Axes: the mean attention score of each role
+    (clean samples solid, noisy dashed), the losses, and the errors (the
+    population error with a band of two standard errors)."""
+    tr = result.trajectory
+    steps = tr["step"]
+    logx = result.config.get("log_scale") == "log"
+    keep = _on_axis(steps, logx)
+    x = steps[keep]
+    ax = axes[0]
+    for group, ls in (("clean", "-"), ("noisy", "--")):
+        for role in ROLE_NAMES:
+            key = f"score_{group}_{role}"
+            if key in tr and np.isfinite(tr[key][keep]).any():
+                ax.plot(x, tr[key][keep], ls=ls, color=ROLE_COLORS[role], label=f"{group}: {role}")
+    ax.set_ylabel("mean attention score")
+    ax.set_ylim(-0.02, 1.02)
+    curves = {"train loss": "train_loss", "population loss": "pop_loss", "test loss": "test_loss"}
+    _lines(axes[1], tr, keep, x, curves)
+    axes[1].set_ylabel("loss")
+    err = {}
+    for name, key in (("train error", "train_acc"), ("test error", "test_acc")):
+        if key in tr:
+            err[name] = 1.0 - tr[key]
+    _lines(axes[2], {**tr, **err}, keep, x, {**{k: k for k in err}, "population error": "pop_error"})
+    if "pop_error_se" in tr:
+        m = keep & np.isfinite(tr["pop_error"]) & np.isfinite(tr["pop_error_se"])
+        lo = np.maximum(tr["pop_error"][m] - 2 * tr["pop_error_se"][m], 0.0)
+        axes[2].fill_between(
+            steps[m], lo, tr["pop_error"][m] + 2 * tr["pop_error_se"][m], color="C1", alpha=0.25
+        )
+    axes[2].set_ylabel("error (log; 0 not drawn)")
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("step")
+        if logx:
+            ax.set_xscale("log")
+        ax.legend(fontsize=6, loc="best", ncol=2 if ax is axes[0] else 1)
+
+
+def _lines(ax, tr: dict, keep: np.ndarray, x: np.ndarray, curves: dict) -> None:
+    for i, (label, key) in enumerate(curves.items()):
+        if key in tr:
+            y = np.asarray(tr[key], dtype=float)[keep]
+            m = np.isfinite(y)  # population metrics exist at their own log points only
+            if m.any():
+                ax.plot(x[m], y[m], color=f"C{i}", marker="." if m.sum() < 30 else None, label=label)
+
+
+def plot_sweep(ax, table, metric: str, x: str, by: list[str] | None = None, logy: bool = False) -> None:
+    """A recorded metric of a sweep against one config key: one line per value
+    of the other keys ``by``, the mean over seeds with a band from the smallest
+    to the largest seed's value. ``table``: :func:`attnsim.sweep.load_sweep`."""
+    col = {k: np.asarray(table[k]) for k in table}
+    ok = col["status"] == "ok"
+    xs = col[f"config.{x}"][ok].astype(float)
+    ys = col[metric][ok].astype(float)
+    groups = [tuple(row) for row in zip(*(col[f"config.{k}"][ok] for k in by or []))] or [()] * xs.size
+    for i, g in enumerate(dict.fromkeys(groups)):
+        sel = np.array([h == g for h in groups])
+        grid = np.unique(xs[sel])
+        stats = [ys[sel][xs[sel] == v] for v in grid]
+        mean = np.array([np.nanmean(s) if np.isfinite(s).any() else np.nan for s in stats])
+        lo = np.array([np.nanmin(s) if np.isfinite(s).any() else np.nan for s in stats])
+        hi = np.array([np.nanmax(s) if np.isfinite(s).any() else np.nan for s in stats])
+        label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(by or [], g))
+        ax.plot(grid, mean, marker="o", ms=3, color=f"C{i % 10}", label=label or None)
+        if max(len(s) for s in stats) > 1:
+            ax.fill_between(grid, lo, hi, color=f"C{i % 10}", alpha=0.2)
+    ax.set_xlabel(x)
+    ax.set_ylabel(f"{metric} (mean over seeds; band: their range)")
+    if logy:
+        ax.set_yscale("log")
+    if by:
+        ax.legend(fontsize=7, loc="best")

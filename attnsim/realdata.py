@@ -46,6 +46,7 @@ from .data import ArrayChecks, DataError, Dataset, load_npz, read_npz
 HEAD_L2 = 1e-2
 FEATURE_SEED = 20240917  # the digits feature map: fixed, the same for every run
 DIGITS_PRETRAIN, DIGITS_TEST = 400, 400
+DIGITS_N, DIGITS_T = 1797, 16  # images, and tokens per image (4 x 4 patches of 2 x 2 pixels)
 PATCH = 2
 
 
@@ -169,14 +170,40 @@ class Source:
     n_pretrain: int = DIGITS_PRETRAIN
     n_test: int = DIGITS_TEST
     builtin: bool = False
+    shape: tuple[int, int, int | None] = (DIGITS_N, DIGITS_T, None)  # (N, T, d); d None: the config's
+
+    def decided_keys(self) -> dict[str, str]:
+        """The config keys the source decides (a sweep or ``real --set`` refuses them)."""
+        what = "the features file" if not self.builtin else f"the built-in dataset {self.name.split()[0]}"
+        keys = {"T": what, "test_n": f"{what} (its clean test split)"}
+        if not self.builtin:
+            keys["d"] = what
+        return keys
+
+    def check_memory(self, d: int) -> None:
+        """Refuse, before the features are built, a d whose features cannot fit in memory
+        (a built-in dataset's feature map holds about three (N, T, d) float arrays)."""
+        from .engines import _bytes, physical_memory
+
+        if not self.builtin:
+            return  # the file's arrays were checked against memory when it was read
+        N, T, _ = self.shape
+        need = 3 * 8.0 * N * T * d
+        have = physical_memory()
+        if need > 0.5 * have:
+            raise ConfigError(
+                f"d: the {self.name.split()[0]} features in d={d} dimensions need about {_bytes(need)} of "
+                f"memory ({N} x {T} x d floats, three copies while the feature map runs); this machine has "
+                f"{_bytes(have)}"
+            )
 
     def dataset(self, cfg: Config, rng: np.random.Generator) -> Dataset:
         """One run of the protocol (``rng``: the run's data stream)."""
         X, labels = self.load(cfg.d)
         return protocol_dataset(X, labels, cfg, rng, self.name, self.n_pretrain, self.n_test)
 
-    def pool_size(self, d: int) -> int:
-        return self.load(d)[0].shape[0] - self.n_pretrain - self.n_test
+    def pool_size(self) -> int:
+        return self.shape[0] - self.n_pretrain - self.n_test
 
 
 def features_source(path: Path, arrays: dict[str, np.ndarray]) -> Source:
@@ -197,7 +224,8 @@ def features_source(path: Path, arrays: dict[str, np.ndarray]) -> Source:
     unknown = sorted(set(arrays) - {"features", "labels", "n_pretrain", "n_test"})
     if unknown:
         v.fail(f"a features file holds only features, labels, n_pretrain and n_test; got also {unknown}")
-    return Source(f"{path} (token features, attnsim.realdata protocol)", lambda d: (X, labels), *sizes)
+    return Source(f"{path} (token features, attnsim.realdata protocol)", lambda d: (X, labels), *sizes,
+                  shape=X.shape)  # fmt: skip
 
 
 def open_data(data: str | Path | Dataset) -> Source | Dataset:
@@ -246,7 +274,11 @@ def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int]
                 "features (N, T, d) and labels (N,)"
             )
         opened = features_source(Path(data), arrays)
-    pool = opened.pool_size(int(base.get("d", Config().d)))
+    for key, what in opened.decided_keys().items():
+        if key in base:
+            raise ConfigError(f"{key}: {what} decides it; do not --set it")
+    opened.check_memory(int(base.get("d", Config().d)))
+    pool = opened.pool_size()
     if pool < 1:
         raise DataError(f"{data}: no samples left for training after {opened.n_pretrain} + {opened.n_test}")
     messages, kept = [], []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import math
@@ -29,6 +31,7 @@ class Result:
     theory: dict[str, Any]
     engine: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    threads: dict[str, Any] = field(default_factory=dict)  # thread settings (bit-identity holds per setting)
     git: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # the simulation: setup_s, then the steps, metrics and theory
     setup_s: float = 0.0  # building the problem (data, W(0) and its projections)
@@ -53,6 +56,7 @@ class Result:
                 **({"limit": self.limit} if self.limit is not None else {}),
                 "warnings": self.warnings,
                 "versions": self.versions,
+                "threads": self.threads,
                 "git": self.git,
                 "elapsed_s": self.elapsed_s,
                 "setup_s": self.setup_s,
@@ -61,12 +65,28 @@ class Result:
         )
 
     def save(self, outdir: str | Path) -> Path:
-        """Write result.json and trajectory.npz into ``outdir`` atomically."""
+        """Write result.json and trajectory.npz into ``outdir`` atomically; on a
+        failed write (a full disk, a read-only mount) nothing of this save is
+        left behind and :class:`WriteError` names the file."""
         outdir = Path(outdir)
-        outdir.mkdir(parents=True, exist_ok=True)
-        atomic_write(outdir / "trajectory.npz", lambda fh: np.savez_compressed(fh, **self.trajectory))
-        text = json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
-        atomic_write(outdir / "result.json", lambda fh: fh.write(text.encode()))
+        created = not outdir.exists()
+        written: list[Path] = []
+        try:
+            try:
+                outdir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WriteError(f"{outdir}: cannot create the folder ({exc.strerror})") from None
+            atomic_write(outdir / "trajectory.npz", lambda fh: np.savez_compressed(fh, **self.trajectory))
+            written.append(outdir / "trajectory.npz")
+            text = json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+            atomic_write(outdir / "result.json", lambda fh: fh.write(text.encode()))
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            if created:
+                with contextlib.suppress(OSError):
+                    outdir.rmdir()
+            raise
         self.path = outdir
         return outdir
 
@@ -100,14 +120,21 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file (read at import, before any threads)
 
 
+class WriteError(Exception):
+    """A result that could not be written (full disk, read-only mount, no
+    permission): the run or sweep fails with one line naming the file."""
+
+
 def atomic_write(path: Path, write, durable: bool = True) -> None:
     """Write through a temporary file in the same folder, then rename; the file
     gets the mode open() would give it (temporary files are created 0600).
     ``durable``: fsync before the rename, so the file survives an OS crash too
-    (a killed process never leaves a partial file either way)."""
+    (a killed process never leaves a partial file either way). A failure of the
+    file system raises :class:`WriteError` naming ``path``; nothing is left."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
@@ -115,10 +142,19 @@ def atomic_write(path: Path, write, durable: bool = True) -> None:
             if durable:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError(f"{path}: cannot write ({_why(exc)})") from None
         raise
+
+
+def _why(exc: OSError) -> str:
+    """The reason of a failed write in words (numpy's writers wrap OSErrors in ValueErrors, not these)."""
+    if exc.errno == errno.EFBIG:
+        return "file too large for the limits of this process or file system"
+    return exc.strerror or str(exc)
 
 
 class OutputError(ValueError):
@@ -130,21 +166,34 @@ NAME_MAX = 255
 
 def check_output_dir(path: str | Path, what: str = "--out") -> Path:
     """Check, before any work is done, that results can be written into the
-    folder ``path`` (created later if missing): no part of it is an existing
-    file, names fit the file system, and its nearest existing ancestor accepts
-    a new file (probed, so it also holds for root and read-only mounts).
-    Raises OutputError with one line naming the folder."""
-    p = Path(path)
+    folder ``path`` (created later if missing): not empty and not the root
+    folder; every existing part of it a folder (a symlink that loops or points
+    nowhere is refused); names fit the file system; and its nearest existing
+    ancestor accepts a new file (probed, so it also holds for root and
+    read-only mounts). Raises OutputError with one line naming the folder."""
+    text = os.fspath(path)
+    if not text:
+        raise OutputError(f"{what}: an empty path; name a folder")
+    p = Path(text)
     for part in p.parts:
         if len(os.fsencode(part)) > NAME_MAX:
             raise OutputError(f"{what}: {path}: the name {part[:20]}... is longer than {NAME_MAX} bytes")
-    if p.exists() and not p.is_dir():
-        raise OutputError(f"{what}: {path} exists and is not a folder")
-    base = p
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir():
-        raise OutputError(f"{what}: {path}: {base} is a file, not a folder")
+    absolute = Path(os.path.abspath(text))
+    if absolute == Path(absolute.anchor):
+        raise OutputError(f"{what}: {path} is the root folder; name a folder for the results")
+    base = Path(absolute.anchor)
+    for part in absolute.parts[1:]:
+        here = base / part
+        if os.path.islink(here):
+            _follow(here, path, what)
+        elif not os.path.lexists(here):
+            break  # this part and the rest are created
+        if not here.is_dir():
+            if here == absolute:
+                kind = ": it is a file" if here.is_file() else ""
+                raise OutputError(f"{what}: {path} exists and is not a folder{kind}")
+            raise OutputError(f"{what}: {path}: {here} is a file, not a folder")
+        base = here
     try:
         fd, probe = tempfile.mkstemp(dir=base, prefix=".attnsim-probe-")
         os.close(fd)
@@ -152,6 +201,19 @@ def check_output_dir(path: str | Path, what: str = "--out") -> Path:
     except OSError as exc:
         raise OutputError(f"{what}: {path}: cannot write in {base} ({exc.strerror})") from None
     return p
+
+
+def _follow(link: Path, path, what: str) -> None:
+    """Refuse a symlink on the way to an output folder that loops or dangles."""
+    try:
+        link.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 reports a loop so
+        raise OutputError(f"{what}: {path}: {link} is a symlink loop") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputError(f"{what}: {path}: {link} is a symlink loop") from None
+        target = os.readlink(link)
+        raise OutputError(f"{what}: {path}: {link} is a dangling symlink (to {target})") from None
 
 
 def load(outdir: str | Path) -> Result:
@@ -173,6 +235,7 @@ def load(outdir: str | Path) -> Result:
         theory=meta["theory"],
         engine=meta.get("engine", {}),
         versions=meta.get("versions", {}),
+        threads=meta.get("threads", {}),
         git=meta.get("git") or {},
         elapsed_s=meta.get("elapsed_s", 0.0),
         setup_s=meta.get("setup_s", 0.0),
@@ -204,6 +267,40 @@ def _versions() -> dict[str, str]:
         "scipy": scipy.__version__,
         "numba": numba.__version__,
     }
+
+
+THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS")  # fmt: skip
+
+
+def thread_settings() -> dict[str, Any]:
+    """The settings results depend on bit for bit (SPEC §10): the thread
+    variables as set (null: unset), Numba's thread count and layer, and the
+    two-way splits of attnsim's NumPy work (:mod:`attnsim.parallel`)."""
+    import numba
+
+    from .parallel import threads
+
+    layer = None
+    with contextlib.suppress(ValueError):  # no parallel kernel has run yet in this process
+        layer = numba.threading_layer()
+    return {
+        "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
+        "numba_threads": numba.get_num_threads(),
+        "numba_layer": layer,
+        "attnsim_split": threads(),
+    }
+
+
+def file_hash(path: str | Path) -> str:
+    """SHA-256 of a file, read in blocks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)

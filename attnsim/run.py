@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,32 @@ def make_population(cfg: Config, ds: Dataset, rng) -> Population | None:
     return cached_population(cfg.seed, roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng)
 
 
+def _file_identity(data) -> dict:
+    """A data file's size and SHA-256, so a result can be traced to the exact bytes it ran on."""
+    if not isinstance(data, (str, os.PathLike)) or not Path(data).is_file():
+        return {}
+    return {"file_bytes": Path(data).stat().st_size, "file_sha256": results.file_hash(data)}
+
+
+def _check_data_file(cfg: Config, ds: Dataset) -> None:
+    """What a data file can hold that no run can use: a zero head that is not
+    trained (refused), labels of one class (a warning)."""
+    from .data import DataError
+
+    if ds.nu is not None and not np.any(ds.nu) and "nu" not in cfg.train_set:
+        raise DataError(
+            f"{ds.source}: nu is all zeros: the output is 0 for every input and no gradient reaches W or p; "
+            "give a nonzero nu or train it (train = W,p,nu)"
+        )
+    if ds.y.size and np.all(ds.y == ds.y[0]):
+        msg = (
+            f"{ds.source}: every training label is {ds.y[0]:+g}: a single class (accuracy and the "
+            "clean/noisy split say little)"
+        )
+        ds.warnings.append(msg)
+        warnings.warn(msg, stacklevel=3)
+
+
 def simulate(
     config: Config | Mapping[str, Any] | None = None,
     data: str | Path | Dataset | None = None,
@@ -102,6 +130,11 @@ def simulate(
     from . import IMPORT_S
 
     cfg = as_config(config)
+    if data is not None and not isinstance(data, (str, os.PathLike, Dataset)):
+        raise TypeError(
+            f"data: expected a path to an .npz file, a built-in dataset name or a Dataset, "
+            f"got {type(data).__name__}"
+        )
     t0 = time.perf_counter()
     streams = make_streams(cfg.seed)
     if data is not None:
@@ -116,6 +149,7 @@ def simulate(
         else:
             ds = opened
         cfg = config_for_data(cfg, ds, explicit=explicit)
+        _check_data_file(cfg, ds)
     engine, reason = choose_engine(cfg, user_data=data is not None)
     check_resources(cfg, engine, save_scores)
     startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce)
@@ -170,6 +204,7 @@ def simulate(
         theory=theory_section,
         engine={"used": problem.engine, "reason": problem.reason, **problem.info},
         versions=results.versions(),
+        threads=results.thread_settings(),
         git=dict(results.git_revision()),
         elapsed_s=elapsed,
         setup_s=setup,
@@ -177,6 +212,7 @@ def simulate(
         warnings=ds.warnings + traj.warnings,
         data={
             "source": ds.source,
+            **_file_identity(data),
             "n_noisy": ds.n_noisy,
             "noisy_index": np.flatnonzero(ds.noisy).tolist(),
             "population": (

@@ -51,7 +51,9 @@ import multiprocessing as mp
 import os
 import re
 import signal
+import sys
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -62,7 +64,7 @@ import numpy as np
 
 from .config import KEYS, Config, ConfigError, from_mapping, read_toml, suggest, unknown_key_message
 from .parallel import end_process, on_signal
-from .results import SCHEMA_VERSION, atomic_write, json_safe
+from .results import SCHEMA_VERSION, WriteError, atomic_write, file_hash, json_safe
 
 META_KEYS = ("name", "seeds", "save", "data")
 MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
@@ -235,21 +237,27 @@ def parse_sweep(data: dict, name: str = "sweep", base_dir: Path = Path(".")) -> 
         save=_save(meta.get("save", [])),
         extra=[dict(p) for p in extra],
     )
-    if "data" in meta:
-        spec.data, spec.data_id = _data(meta["data"], base_dir)
     if spec.extra and spec.grid:
         raise ConfigError("sweep file: use either [grid] or [[point]] tables, not both")
     total = (len(spec.extra) or math.prod(len(v) for v in spec.grid.values())) * len(spec.seeds)
     if total > MAX_POINTS:
         raise ConfigError(f"sweep: {total:.3g} points (grid x seeds); at most {MAX_POINTS}")
-    for cfg in spec.points():  # every point now, before anything runs (with data, n, T, d come from it)
+    opened = None
+    if "data" in meta:
+        spec.data, spec.data_id, opened = _data(meta["data"], base_dir)
+    points = spec.points()
+    _check_distinct(spec, points)
+    if opened is not None:
+        _check_data_keys(spec, opened)
+    for cfg in points:  # every point now, before anything runs (with data, n, T, d come from it)
         if spec.data is None:
             engine, _ = choose_engine(cfg, user_data=False)
             check_resources(cfg, engine)
     return spec
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
+def read_spec(path: str | Path) -> SweepSpec:
+    """A sweep file (TOML), validated whole."""
     return parse_sweep(read_toml(path, "sweep"), name=Path(path).stem, base_dir=Path(path).parent)
 
 
@@ -263,27 +271,70 @@ def record_key(cfg: Config, data_id: str | None = None) -> str:
 
 
 class Task(NamedTuple):
-    """One point to compute: its record key, config (unresolved keys), saved arrays and data."""
+    """One point to compute: its record key, config (unresolved keys), saved arrays and data
+    (``data_id``: what the key knows of the data)."""
 
     key: str
     config: dict
     save: list[str]
     data: str | None = None
+    data_id: str | None = None
 
 
-def _data(value: Any, base_dir: Path) -> tuple[str, str]:
-    """(what to pass as data, its identity) for ``[sweep] data``: a built-in
-    dataset name, or a file (relative to the sweep file's folder) and its hash."""
-    from .realdata import BUILTIN
+def _data(value: Any, base_dir: Path):
+    """(what to pass as data, its identity, the opened data) for ``[sweep] data``:
+    a built-in dataset name, or a file (relative to the sweep file's folder),
+    read and checked now, and its hash."""
+    from .realdata import BUILTIN, open_data
 
     if not isinstance(value, str) or not value:
         raise ConfigError(f"sweep.data: expected a file name or a built-in dataset ({', '.join(BUILTIN)})")
     if value in BUILTIN:
-        return value, value
+        return value, value, open_data(value)
     path = (base_dir / value).resolve()
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"sweep.data: {path}: no such file (built-in datasets: {', '.join(BUILTIN)})")
-    return str(path), "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    opened = open_data(path)  # the whole file checked now, not when its first point runs
+    return str(path), "sha256:" + file_hash(path), opened
+
+
+def _check_data_keys(spec: SweepSpec, opened) -> None:
+    """Refuse sweep keys the data decides: every value would be the same run."""
+    from .data import decided_keys
+    from .realdata import Source
+
+    decided = opened.decided_keys() if isinstance(opened, Source) else {
+        k: f"the data file decides it (its array {src})" for k, src in decided_keys(opened).items()
+    }  # fmt: skip
+    for where, keys in (
+        ("[grid]", spec.grid),
+        ("[base]", spec.base),
+        ("[[point]]", [k for p in spec.extra for k in p]),
+    ):
+        for key in keys:
+            if key in decided:
+                what = decided[key]
+                text = what if what.startswith("the data file") else f"{what} decides it"
+                raise ConfigError(f"{key}: {text}; remove it from {where}")
+    if isinstance(opened, Source):
+        for d in sorted({c.d for c in spec.points()}):
+            opened.check_memory(d)
+
+
+def _check_distinct(spec: SweepSpec, points: list[Config]) -> None:
+    """Refuse two points that are the same run (one record, computed once, counted twice)."""
+    seen: dict[str, int] = {}
+    per_seed = len(spec.seeds)
+    for i, cfg in enumerate(points):
+        key = record_key(cfg, spec.data_id)
+        if key in seen:
+            j = seen[key] // per_seed
+            if spec.extra:
+                raise ConfigError(f"sweep: point {i // per_seed + 1} is the same run as point {j + 1}")
+            combos = list(itertools.product(*spec.grid.values()))
+            at = lambda c: ", ".join(f"{k}={v!r}" for k, v in zip(spec.grid, c))  # noqa: E731
+            raise ConfigError(f"grid: {at(combos[i // per_seed])} is the same run as {at(combos[j])}")
+        seen[key] = i
 
 
 def setup_group(cfg: Config) -> tuple:
@@ -296,17 +347,21 @@ def setup_group(cfg: Config) -> tuple:
 def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
     """Simulate one point and return its record. The process keeps the draws
     of W(0) from then on (:class:`attnsim.data.KeptDraws`): the sweep's points
-    of the same seed and a smaller d read them instead of drawing them."""
+    of the same seed and a smaller d read them instead of drawing them. Python
+    warnings go into the record's "warnings" (the sweep's summary reports them
+    once), not onto the worker's stderr."""
     from .data import KEPT_DRAWS
     from .run import simulate
 
     KEPT_DRAWS.enabled = True
     t = time.perf_counter()
-    try:
-        # a Config, not the mapping: with data, warn only about keys set away from their defaults
-        res = simulate(from_mapping(cfg_dict), data=data)
-    except Exception as exc:  # a failed point is recorded, the sweep goes on
-        return json_safe({"config": cfg_dict, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # a Config, not the mapping: with data, warn only about keys set away from their defaults
+            res = simulate(from_mapping(cfg_dict), data=data)
+        except Exception as exc:  # a failed point is recorded, the sweep goes on
+            return _failed_record(cfg_dict, f"{type(exc).__name__}: {exc}", _messages(caught))
     rec = {
         "schema_version": SCHEMA_VERSION,
         "status": "ok",
@@ -315,7 +370,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
         "final": res.final,
         "theory": res.theory,
         **({"limit": res.limit} if res.limit is not None else {}),
-        "warnings": res.warnings,
+        "warnings": list(dict.fromkeys(res.warnings + _messages(caught))),
         **({"data": {"source": res.data["source"], "n_noisy": res.data["n_noisy"]}} if data else {}),
         "versions": res.versions,
         "git": res.git,
@@ -328,21 +383,91 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
     return json_safe(rec)
 
 
-class Store:
-    """One JSON file per record under ``root/records``; writes are atomic."""
+def _messages(caught) -> list[str]:
+    return list(dict.fromkeys(str(w.message) for w in caught))
 
-    def __init__(self, root: Path):
+
+def _failed_record(cfg_dict: dict, error: str, warned: list[str] | None = None) -> dict:
+    rec = {"schema_version": SCHEMA_VERSION, "status": "failed", "config": cfg_dict, "error": error}
+    return json_safe({**rec, "warnings": warned or []})
+
+
+TEXT_FINAL = ("regime", "regime_rule")  # the final metrics that are words; the rest are numbers or null
+
+
+def _numbers(value) -> bool:
+    """A number, null, or (nested) lists of them: what every metric is in JSON."""
+    if isinstance(value, list):
+        return all(_numbers(v) for v in value)
+    return value is None or isinstance(value, (int, float))
+
+
+def record_problem(key: str, rec, data_id: str | None = None) -> str | None:
+    """Why ``rec`` is not the record of ``key`` (None: it is): a JSON object of
+    this schema whose point hashes to ``key``, with its sections and types
+    (``data_id``: the data of the sweep reading it, for records that do not say)."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if rec.get("status") not in ("ok", "failed"):
+        return "no status 'ok' or 'failed'"
+    if rec.get("schema_version") != SCHEMA_VERSION:
+        return f"schema version {rec.get('schema_version')!r}, not {SCHEMA_VERSION}"
+    if not isinstance(rec.get("config"), dict):
+        return "no config"
+    if rec.get("key", key) != key:
+        return f"the record of another point ({rec['key']})"
+    point = rec.get("point", rec["config"])
+    if not isinstance(point, dict) or not _hashes_to(point, rec.get("data_id", data_id), key):
+        return "its config does not hash to its file name"
+    if rec["status"] == "failed":
+        return None if isinstance(rec.get("error"), str) else "a failed record without its error"
+    for section in ("final", "theory", "engine"):
+        if not isinstance(rec.get(section), dict):
+            return f"no {section} section"
+    for k, v in rec["final"].items():
+        if not (isinstance(v, str) or v is None if k in TEXT_FINAL else _numbers(v)):
+            return f"final.{k} is {v!r}"
+    traj = rec.get("trajectory", {})
+    if not isinstance(traj, dict) or not all(isinstance(v, list) and _numbers(v) for v in traj.values()):
+        return "a trajectory that is not arrays of numbers"
+    return None
+
+
+def _hashes_to(point: dict, data_id: str | None, key: str) -> bool:
+    """Whether a point's config as written has the record key ``key`` (a
+    resolved config hashes as it is; anything else is validated first)."""
+    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": point}
+    if data_id is not None:
+        ident["data"] = data_id
+    if hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16] == key:
+        return True
+    try:
+        return record_key(from_mapping(point), data_id) == key
+    except (ConfigError, TypeError):
+        return False
+
+
+class Store:
+    """One JSON file per record under ``root/records``; writes are atomic, and
+    every record read is verified (:func:`record_problem`)."""
+
+    def __init__(self, root: Path, data_id: str | None = None):
         self.root = Path(root)
         self.dir = self.root / "records"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.data_id = data_id  # the data of the sweep using the store (records written earlier may not say)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"{self.dir}: cannot create the records folder ({exc.strerror})") from None
         self.damaged: list[str] = []
 
     def path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
     def read(self, key: str) -> dict | None:
-        """The record of ``key``; None when missing. A damaged record (not a
-        JSON object with a status and a config) is moved aside and reported."""
+        """The record of ``key``; None when missing. A damaged record (not valid
+        JSON, another point's, another schema's, a section or type missing) is
+        moved aside to records/damaged/ and reported."""
         path = self.path(key)
         try:
             with open(path, "rb") as fh:
@@ -350,18 +475,26 @@ class Store:
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
-            rec = None
-        if not (isinstance(rec, dict) and "status" in rec and isinstance(rec.get("config"), dict)):
-            self._move_aside(path)
+            rec, problem = None, "not valid JSON"
+        else:
+            problem = record_problem(key, rec, self.data_id)
+        if problem is not None:
+            self._move_aside(path, problem)
             return None
         return rec
 
-    def _move_aside(self, path: Path) -> None:
+    def _move_aside(self, path: Path, problem: str) -> None:
         aside = self.dir / "damaged"
-        aside.mkdir(exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
+        try:
+            aside.mkdir(exist_ok=True)
             os.replace(path, aside / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
-            self.damaged.append(path.name)
+        except FileNotFoundError:
+            return  # another sweep moved it first
+        except OSError as exc:
+            raise WriteError(
+                f"{path}: a damaged record ({problem}) cannot be moved aside ({exc.strerror})"
+            ) from None
+        self.damaged.append(f"{path.name} ({problem})")
 
     def done(self) -> set[str]:
         """Keys whose record finished successfully."""
@@ -369,7 +502,8 @@ class Store:
 
     def write(self, key: str, record: dict) -> None:
         """Atomically; without fsync (a record lost to an OS crash is detected
-        as missing or damaged on the next run and recomputed)."""
+        as missing or damaged on the next run and recomputed). A failure of the
+        file system raises :class:`attnsim.results.WriteError` naming the file."""
         text = json.dumps(record, sort_keys=True)
         atomic_write(self.path(key), lambda fh: fh.write(text.encode()), durable=False)
 
@@ -381,11 +515,24 @@ class Store:
 
     @contextlib.contextmanager
     def lock(self, key: str):
-        """Hold the lock of one record (blocks while another process holds it)."""
+        """Hold the lock of one record. While another process holds it, says so
+        once on stderr (naming the record and the holder's pid), then waits."""
         path = self.dir / f"{key}.lock"
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise WriteError(f"{path}: cannot create the record's lock ({exc.strerror})") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                print(f"attnsim: waiting for {path}: another process (pid {holder}) is computing this point",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
             yield
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -400,7 +547,11 @@ class Store:
             rec = self.read(task.key)
             if rec is not None and rec.get("status") == "ok":
                 return False
-            self.write(task.key, run_point(task.config, task.save, task.data))
+            rec = run_point(task.config, task.save, task.data)
+            rec["key"] = task.key  # a record copied over another point's file is then recognized
+            if task.data is not None:  # its config is what the data decided: keep the point the key is of
+                rec["point"], rec["data_id"] = task.config, task.data_id
+            self.write(task.key, rec)
             return True
 
 
@@ -492,7 +643,7 @@ def run_sweep(
     own_client = scheduler is not None
     started: list[_Worker] = []
     try:
-        store = Store(Path(out) / spec.name)
+        store = Store(Path(out) / spec.name, spec.data_id)
         _write_spec(store, spec)
         points = spec.points()
         keys = [record_key(c, spec.data_id) for c in points]
@@ -509,7 +660,7 @@ def run_sweep(
         for key, cfg in zip(keys, points):
             rec = before[key]
             if rec is None or rec.get("status") != "ok":
-                task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data)
+                task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data, spec.data_id)
                 group = setup_group(cfg)
                 groups.setdefault(group, []).append(task)
                 setup.setdefault(group, _setup_flops(cfg))
@@ -546,8 +697,25 @@ def run_sweep(
         )
     if report.retried:
         report.messages.append(f"retried {report.retried} point(s) that had failed before")
+    report.messages += _outcomes(final)
     write_csv(store, keys, records=report.records())
     return report
+
+
+def _outcomes(final: dict[str, dict | None]) -> list[str]:
+    """Each distinct reason points failed for, and each distinct warning of
+    the records, once, with how many points it concerns."""
+    failed: dict[str, int] = {}
+    warned: dict[str, int] = {}
+    for rec in final.values():
+        if rec is None:
+            continue
+        if rec.get("status") != "ok":
+            failed[rec.get("error", "?")] = failed.get(rec.get("error", "?"), 0) + 1
+        for w in dict.fromkeys(rec.get("warnings") or []):
+            warned[w] = warned.get(w, 0) + 1
+    out = [f"{k} point(s) failed: {why}" for why, k in failed.items()]
+    return out + [f"warning ({k} point(s)): {w}" for w, k in warned.items()]
 
 
 def _connect(scheduler: str):
@@ -629,23 +797,37 @@ def _worker_main(conn) -> None:
 
 def _serve(conn) -> None:
     """Load the kernels, then compute the tasks the parent sends until it sends None."""
-    with contextlib.suppress(Exception):  # while the parent prepares the work (a failure shows in the points)
-        from .run import ensure_compiled
+    # SIGTERM waits until the kernels are loaded: a first call of a kernel looks up
+    # SciPy's BLAS through Python, and an exception raised there aborts the process
+    # with a fatal error (nothing needs cleaning up yet; the parent kills a worker
+    # that takes more than 5 s to stop)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        with contextlib.suppress(
+            Exception
+        ):  # while the parent prepares the work (a failure shows in the points)
+            from .run import ensure_compiled
 
-        ensure_compiled()
+            ensure_compiled()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     stores: dict[str, Store] = {}
-    while True:
-        try:
+    try:
+        while True:
             msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        root, task = msg
-        store = stores.setdefault(root, Store(Path(root)))
-        for point in task:
-            conn.send(("done", point.key, store.compute(point)))
-        conn.send(("idle",))
+            if msg is None:
+                return
+            root, task = msg
+            try:
+                store = stores.setdefault(root, Store(Path(root)))
+                for point in task:
+                    conn.send(("done", point.key, store.compute(point)))
+            except WriteError as exc:  # a full disk, a read-only folder: the parent stops the sweep
+                conn.send(("write-error", str(exc)))
+                return
+            conn.send(("idle",))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the parent is gone: nothing to report to
 
 
 class _Worker:
@@ -748,11 +930,11 @@ def _run_local(tasks: list[list], store: Store, bar, workers: int, report: Sweep
                     alive.append(w)
                     continue
                 if w.task:  # died with unfinished points; the first was being computed
-                    key, cfg = w.task[0].key, w.task[0].config
+                    key = w.task[0].key
                     deaths[key] = deaths.get(key, 0) + 1
                     rest = w.task
                     if deaths[key] >= MAX_DEATHS:
-                        store.write(key, _dead_record(cfg, w.proc.exitcode))
+                        store.write(key, _dead_record(w.task[0], w.proc.exitcode))
                         bar.update(1)
                         rest = w.task[1:]
                     if rest:
@@ -780,20 +962,25 @@ def _drain(w: _Worker, bar, report: SweepReport) -> None:
                 report.finished(msg[1], msg[2], bar)
             elif msg[0] == "idle":
                 w.task = None
+            elif msg[0] == "write-error":
+                raise WriteError(msg[1])
     except (EOFError, OSError):
         pass
 
 
-def _dead_record(cfg: dict, exitcode: int | None) -> dict:
-    why = (
-        f"killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exit code {exitcode}"
-    )
-    return json_safe({
-        "status": "failed",
-        "config": cfg,
-        "error": f"the worker computing this point died {MAX_DEATHS} times ({why}; SIGKILL usually means "
-        "the out-of-memory killer)",
-    })  # fmt: skip
+def _dead_record(task: Task, exitcode: int | None) -> dict:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else str(-exitcode)
+        why = f"killed by {name}" + (
+            " (the out-of-memory killer sends it, as can a user)" if name == "SIGKILL" else ""
+        )
+    else:
+        why = f"exit code {exitcode}"
+    rec = _failed_record(task.config, f"the worker computing this point died {MAX_DEATHS} times ({why})")
+    rec["key"] = task.key
+    if task.data is not None:
+        rec["data_id"] = task.data_id
+    return rec
 
 
 def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
@@ -837,3 +1024,40 @@ def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:
 
 def load_records(root: str | Path) -> list[dict]:
     return Store(Path(root)).records()
+
+
+def load_spec(root: str | Path) -> SweepSpec:
+    """The spec a sweep folder was last run with (its sweep.json)."""
+    path = Path(root) / "sweep.json"
+    try:
+        data = json.loads(path.read_bytes())
+        return SweepSpec(
+            **{k: data[k] for k in ("name", "seeds", "base", "grid", "save", "extra", "data", "data_id")}
+        )
+    except FileNotFoundError:
+        raise ConfigError(f"{root}: not a sweep folder (no sweep.json)") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"{path}: not a sweep description attnsim wrote") from None
+
+
+def load_sweep(root: str | Path):
+    """The records of the sweep in folder ``root`` (as last run), one row per
+    point and seed: columns ``config.<key>``, every final metric, ``theory.<name>``,
+    ``limit.<name>``, ``status``, ``engine``, ``elapsed_s`` and ``error``. A pandas
+    DataFrame when pandas is installed (``pip install 'attnsim[table]'``), else a
+    dict of NumPy columns (numbers as float with NaN for missing, the rest objects)."""
+    spec = load_spec(root)
+    store = Store(Path(root), spec.data_id)
+    rows = [_flat(r) for r in store.records([record_key(c, spec.data_id) for c in spec.points()])]
+    cols = list(dict.fromkeys(k for row in rows for k in row))
+    try:
+        import pandas as pd
+    except ImportError:
+        return {c: _column([row.get(c) for row in rows]) for c in cols}
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _column(values: list) -> np.ndarray:
+    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return np.array([np.nan if v is None else v for v in values], dtype=float)
+    return np.array(values, dtype=object)

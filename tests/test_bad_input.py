@@ -52,6 +52,36 @@ def _garbage(path):
     return str(path)
 
 
+def _loop(tmp, name="loop"):
+    """A symlink that points at itself (resolving it loops)."""
+    os.symlink(name, tmp / name)
+    return str(tmp / name)
+
+
+def _dangling(tmp):
+    os.symlink(tmp / "nowhere", tmp / "dangling")
+    return str(tmp / "dangling")
+
+
+def _fifo(tmp):
+    os.mkfifo(tmp / "fifo")
+    return str(tmp / "fifo")
+
+
+def _sparse(path, size):
+    """A file of ``size`` bytes that takes no disk space."""
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return str(path)
+
+
+def _features(tmp, name="f.npz", N=900, T=3, d=6):
+    rng = np.random.default_rng(0)
+    return _npz(
+        tmp / name, features=rng.normal(size=(N, T, d)), labels=np.where(rng.random(N) < 0.5, 1.0, -1.0)
+    )
+
+
 SWEEP = '[sweep]\nname = "s"\n[base]\nn = 4\nT = 4\nd = 20\nsteps = 5\npop_points = 64\n'
 
 
@@ -177,8 +207,182 @@ CASES = {
         "d: the implicit engine needs",
     ),
     "sweep-bad-scheduler": (lambda t: ["sweep", _sweep(t, SWEEP), "--scheduler", "nonsense"], "--scheduler"),
-    "sweep-out-is-file": (lambda t: ["sweep", _sweep(t, SWEEP), "--out", _toml(t / "f", "x")], "is a file"),
+    "sweep-out-is-file": (
+        lambda t: ["sweep", _sweep(t, SWEEP), "--out", _toml(t / "f", "x")],
+        "it is a file",
+    ),
     "sweep-workers-zero": (lambda t: ["sweep", _sweep(t, SWEEP), "--workers", "0"], "--workers"),
+    # --out paths resolved strictly, once, before any work (all commands)
+    "run-out-symlink-loop": (lambda t: ["run", *TINY, "--out", _loop(t)], "symlink loop"),
+    "run-out-below-a-loop": (lambda t: ["run", *TINY, "--out", _loop(t) + "/sub"], "symlink loop"),
+    "run-out-dangling-symlink": (lambda t: ["run", *TINY, "--out", _dangling(t)], "dangling symlink"),
+    "run-out-below-dangling": (lambda t: ["run", *TINY, "--out", _dangling(t) + "/a"], "dangling symlink"),
+    "run-out-root": (lambda t: ["run", *TINY, "--out", "/"], "the root folder"),
+    "run-out-empty": (lambda t: ["run", *TINY, "--out", ""], "--out: an empty path"),
+    "run-engine-empty": (lambda t: ["run", *TINY, "--engine", ""], "engine: '' is not one of"),
+    "sweep-out-symlink-loop": (lambda t: ["sweep", _sweep(t, SWEEP), "--out", _loop(t)], "symlink loop"),
+    "sweep-out-dangling": (lambda t: ["sweep", _sweep(t, SWEEP), "--out", _dangling(t)], "dangling symlink"),
+    "sweep-out-empty": (lambda t: ["sweep", _sweep(t, SWEEP), "--out", ""], "--out: an empty path"),
+    "sweep-out-root": (lambda t: ["sweep", _sweep(t, SWEEP), "--out", "/"], "the root folder"),
+    "real-out-symlink-loop": (lambda t: ["real", _features(t), "--out", _loop(t)], "symlink loop"),
+    "real-out-dangling": (lambda t: ["real", _features(t), "--out", _dangling(t)], "dangling symlink"),
+    "real-out-empty": (lambda t: ["real", _features(t), "--out", ""], "--out: an empty path"),
+    "real-out-file": (lambda t: ["real", _features(t), "--out", _toml(t / "f", "x")], "it is a file"),
+    "figures-outdir-loop": (lambda t: ["figures", "dynamics", "--outdir", _loop(t)], "symlink loop"),
+    "figures-outdir-dangling": (lambda t: ["figures", "dynamics", "--outdir", _dangling(t)], "dangling"),
+    "figures-outdir-empty": (lambda t: ["figures", "dynamics", "--outdir", ""], "--outdir: an empty path"),
+    "figures-cache-loop": (lambda t: ["figures", "dynamics", "--cache", _loop(t)], "--cache: "),
+    "plot-out-loop": (lambda t: ["plot", str(t), "--out", _loop(t) + "/p.png"], "symlink loop"),
+    # the real command: every setting validated like a sweep's, before anything is built
+    "real-d-not-a-number": (
+        lambda t: ["real", "digits", "--set", "d=abc"],
+        "d: expected an integer, got the text 'abc'",
+    ),
+    "real-unknown-key": (lambda t: ["real", _features(t), "--set", "dd=3"], "did you mean 'd'"),
+    "real-bad-value": (lambda t: ["real", _features(t), "--set", "lr=-1"], "lr: must be > 0"),
+    "real-set-without-value": (lambda t: ["real", _features(t), "--set", "lr"], "--set: expected key=value"),
+    "real-set-seed": (lambda t: ["real", _features(t), "--set", "seed=3"], "set seed with --n"),
+    "real-seeds-too-many": (
+        lambda t: ["real", _features(t), "--seeds", "2000000"],
+        "points (n x eta x seeds)",
+    ),
+    "real-eta-duplicate": (lambda t: ["real", _features(t), "--eta", "0.2", "0.2"], "duplicate values"),
+    "real-fullwidth-digit": (lambda t: ["real", _features(t), "--set", "lr=\uff15"], "lr: expected a number"),
+    "real-file-decides-d": (lambda t: ["real", _features(t), "--set", "d=30"], "d: the features file"),
+    "real-file-decides-T": (lambda t: ["real", _features(t), "--set", "T=4"], "T: the features file"),
+    "real-workers-zero": (lambda t: ["real", _features(t), "--workers", "0"], "--workers"),
+    "real-dev-zero": (lambda t: ["real", "/dev/zero"], "not a regular file"),
+    # sweeps checked whole when the sweep file is read
+    "sweep-data-one-byte": (
+        lambda t: (
+            ["sweep", _sweep(t, SWEEP.replace('name = "s"', 'name = "s"\ndata = "b.npz"'))]
+            if (t / "b.npz").write_bytes(b"x")
+            else None
+        ),
+        "not a readable .npz",
+    ),
+    "sweep-data-without-y": (
+        lambda t: (
+            ["sweep", _sweep(t, '[sweep]\ndata = "x.npz"\n')]
+            if _npz(t / "x.npz", X=np.zeros((4, 3, 5)))
+            else None
+        ),
+        "x.npz",
+    ),
+    "sweep-duplicate-points": (
+        lambda t: ["sweep", _sweep(t, SWEEP + "[[point]]\nlr = 0.1\n[[point]]\nlr = 0.1\n")],
+        "point 2 is the same run as point 1",
+    ),
+    "sweep-duplicate-point-by-base": (
+        lambda t: ["sweep", _sweep(t, SWEEP + "[[point]]\nd = 20\n[[point]]\nsigma = 1.0\n")],
+        "point 2 is the same run as point 1",
+    ),
+    "sweep-grid-int-and-float": (
+        lambda t: ["sweep", _sweep(t, SWEEP.replace("d = 20\n", "") + "[grid]\nd = [20, 20.0]\n")],
+        "the same run",
+    ),
+    "sweep-grid-key-data-decides": (
+        lambda t: (
+            ["sweep", _sweep(t, '[sweep]\ndata = "x.npz"\n[grid]\nd = [30, 40]\n')]
+            if _fixture_variant(t, "x.npz")
+            else None
+        ),
+        "d: the data file decides it",
+    ),
+    "sweep-base-key-data-decides": (
+        lambda t: (
+            ["sweep", _sweep(t, '[sweep]\ndata = "x.npz"\n[base]\nn = 5\n')]
+            if _fixture_variant(t, "x.npz")
+            else None
+        ),
+        "n: the data file decides it",
+    ),
+    "sweep-features-decide-d": (
+        lambda t: (
+            ["sweep", _sweep(t, '[sweep]\ndata = "f.npz"\n[grid]\nd = [30, 40]\n')] if _features(t) else None
+        ),
+        "d: the features file decides it",
+    ),
+    "sweep-data-dev-zero": (lambda t: ["sweep", _sweep(t, '[sweep]\ndata = "/dev/zero"\n')], "regular file"),
+    "sweep-point-seed": (lambda t: ["sweep", _sweep(t, SWEEP + "[[point]]\nseed = 1\n")], "seed: set seeds"),
+    "sweep-point-unknown": (
+        lambda t: ["sweep", _sweep(t, SWEEP + "[[point]]\nlrr = 1\n")],
+        "did you mean 'lr'",
+    ),
+    "sweep-file-dev-zero": (lambda t: ["sweep", "/dev/zero"], "/dev/zero: not a regular file"),
+    "sweep-file-fifo": (lambda t: ["sweep", _fifo(t)], "not a regular file"),
+    "sweep-file-huge": (lambda t: ["sweep", _sparse(t / "s.toml", 200 * 2**20)], "larger than"),
+    # input files: regular files only, and capped
+    "run-config-dev-zero": (lambda t: ["run", "/dev/zero"], "/dev/zero: not a regular file"),
+    "run-config-fifo": (lambda t: ["run", _fifo(t)], "not a regular file"),
+    "run-config-folder": (lambda t: ["run", str(t)], "not a regular file"),
+    "run-config-huge": (lambda t: ["run", _sparse(t / "c.toml", 200 * 2**20)], "larger than"),
+    "run-data-dev-zero": (lambda t: ["run", "--data", "/dev/zero"], "/dev/zero: not a regular file"),
+    "run-data-fifo": (lambda t: ["run", "--data", _fifo(t)], "not a regular file"),
+    "run-config-string-number": (
+        lambda t: ["run", _toml(t / "c.toml", 'n = "20"\n')],
+        "n: expected an integer",
+    ),
+    "run-config-string-bool": (lambda t: ["run", _toml(t / "c.toml", 'limit = "true"\n')], "limit: expected"),
+    # values that only look right
+    "run-fullwidth-lr": (
+        lambda t: ["run", "--set", "lr=\uff15"],
+        "lr: expected a number, got the text '\uff15'",
+    ),
+    "run-fullwidth-n": (lambda t: ["run", "--set", "n=\uff12\uff10"], "n: expected an integer"),
+    "run-arabic-indic-d": (lambda t: ["run", "--set", "d=\u0663\u0660"], "d: expected an integer"),
+    "run-subnormal-lr": (lambda t: ["run", "--set", "lr=1e-320"], "lr: 1e-320 is subnormal"),
+    "run-subnormal-sigma": (lambda t: ["run", "--set", "sigma=4e-310"], "sigma: 4e-310 is subnormal"),
+    "run-subnormal-rho": (lambda t: ["run", "--set", "rho=-1e-315"], "rho: -1e-315 is subnormal"),
+    "run-subnormal-scale": (lambda t: ["run", "--set", "init_W_scale=1e-309"], "init_W_scale: 1e-309 is"),
+    "run-subnormal-atol": (lambda t: ["run", "--set", "flow_atol=1e-310"], "flow_atol: 1e-310 is subnormal"),
+    "run-nan-lr": (lambda t: ["run", "--set", "lr=nan"], "lr: must be finite"),
+    "run-data-nu-zero": (
+        lambda t: ["run", "--data", _fixture_variant(t, "x.npz", nu=lambda a: np.zeros_like(a["nu"]))],
+        "nu is all zeros",
+    ),
+    "run-data-labels-not-pm1": (
+        lambda t: ["run", "--data", _fixture_variant(t, "x.npz", y=lambda a: np.zeros_like(a["y"]))],
+        "x.npz",
+    ),
+    # the environment, checked before the run
+    "env-numba-threads-zero": (
+        lambda t: ["run", *TINY] if os.environ.update(NUMBA_NUM_THREADS="0") is None else None,
+        "NUMBA_NUM_THREADS: '0'",
+    ),
+    "env-numba-threads-text": (
+        lambda t: ["run", *TINY] if os.environ.update(NUMBA_NUM_THREADS="two") is None else None,
+        "NUMBA_NUM_THREADS: 'two'",
+    ),
+    "env-numba-threads-sweep": (
+        lambda t: ["sweep", _sweep(t, SWEEP)] if os.environ.update(NUMBA_NUM_THREADS="0") is None else None,
+        "NUMBA_NUM_THREADS",
+    ),
+    "env-threading-layer-tbb": (
+        lambda t: ["run", *TINY] if os.environ.update(NUMBA_THREADING_LAYER="tbb") is None else None,
+        "NUMBA_THREADING_LAYER: 'tbb'",
+    ),
+    "env-threading-layer-nonsense": (
+        lambda t: ["run", *TINY] if os.environ.update(NUMBA_THREADING_LAYER="nonsense") is None else None,
+        "NUMBA_THREADING_LAYER: 'nonsense'",
+    ),
+    "env-mplbackend-plot": (
+        lambda t: (
+            ["run", *TINY, "--plot", "scores"] if os.environ.update(MPLBACKEND="nonsense") is None else None
+        ),
+        "MPLBACKEND: 'nonsense'",
+    ),
+    "env-mplbackend-figures": (
+        lambda t: (
+            ["figures", "dynamics", "--quick"] if os.environ.update(MPLBACKEND="nonsense") is None else None
+        ),
+        "MPLBACKEND",
+    ),
+    # check-grad and plot
+    "check-grad-tol-negative": (lambda t: ["check-grad", "--tol", "-1"], "--tol: must be in (0, 1)"),
+    "plot-missing-folder": (lambda t: ["plot", str(t / "nope")], "no such folder"),
+    "plot-not-a-result": (lambda t: ["plot", str(t)], "neither a run (result.json) nor a sweep"),
+    "keys-extra-argument": (lambda t: ["keys", "extra"], "unrecognized arguments"),
     # already handled before
     "unknown-key": (lambda t: ["run", "--set", "dd=3"], "did you mean 'd'"),
     "bad-value": (lambda t: ["run", "--set", "lr=-1"], "lr:"),
@@ -193,7 +397,7 @@ CASES = {
 
 
 def _tree(root: Path) -> dict:
-    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
+    return {str(p.relative_to(root)): p.lstat().st_size for p in root.rglob("*")}
 
 
 def _as_if_compiling(monkeypatch):
@@ -217,10 +421,15 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monk
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    argv = build(tmp_path)
-    before = _tree(tmp_path)
-    _as_if_compiling(monkeypatch)
-    assert main(argv) == 2
+    environ = dict(os.environ)
+    try:
+        _as_if_compiling(monkeypatch)
+        argv = build(tmp_path)  # the env-* cases set a variable, restored below
+        before = _tree(tmp_path)
+        assert main(argv) == 2
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert len(lines) == 1, err

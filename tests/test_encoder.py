@@ -20,7 +20,7 @@ from attnsim.model import (
     finite_difference_errors,
     random_encoder,
 )
-from attnsim.sweep import load_sweep
+from attnsim.sweep import read_spec
 
 SMALL = {"model": "encoder", "n": 6, "T": 4, "d": 16, "mlp_dim": 8, "steps": 20, "log_every": 5, "test_n": 50}
 
@@ -180,7 +180,7 @@ def test_the_default_test_set_follows_a_change_of_model(tmp_path):
     sweep = tmp_path / "s.toml"
     sweep.write_text('[sweep]\nname = "enc"\n[base]\nn = 6\nT = 4\nd = 16\nmlp_dim = 8\nsteps = 2\n'
                      '[[point]]\nmodel = "encoder"\n')  # fmt: skip
-    (cfg,) = load_sweep(sweep).points()
+    (cfg,) = read_spec(sweep).points()
     assert cfg.model == "encoder" and cfg.test_n == 1000
 
 
