@@ -56,3 +56,89 @@ def test_figures_that_run_sweeps_are_listed():
     for name, module in NAMES.items():
         src = inspect.getsource(importlib.import_module(f"attnsim.figures.{module}"))
         assert (name in SWEEPS) == any(c + "(" in src for c in calls), name
+
+
+def _figures_of(name, tmp_path, monkeypatch):
+    """The matplotlib figures a quick run of figure ``name`` saves, drawn and kept open."""
+    import importlib
+
+    made = []
+    mod = importlib.import_module(f"attnsim.figures.{NAMES[name]}")
+
+    def keep(fig, path, dpi=110):
+        fig.canvas.draw()
+        made.append(fig)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        return path
+
+    monkeypatch.setattr(mod, "save", keep)
+    make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
+    return made
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _line_points(ax):
+    import numpy as np
+
+    for line in ax.get_lines():
+        xy = np.column_stack([line.get_xdata(orig=False), line.get_ydata(orig=False)]).astype(float)
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if len(xy) and line.get_visible():
+            yield line, line.get_transform().transform(xy)
+
+
+LAYOUT = ["dynamics", "heatmaps", "frak_s", "delayed", "phase", "limit", "encoder_dynamics", "real"]
+NOTES_CLEAR = {"dynamics", "encoder_dynamics"}  # panels whose legend and notes must not cover a curve
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LAYOUT)
+def test_figure_layout_is_readable(name, tmp_path, monkeypatch):
+    """What makes a figure hard to read, checked on the drawn figure: labels
+    clipped by their Axes, tick labels or titles running into each other,
+    legends and notes over curves, step 0 drawn on a log axis, raw TeX names."""
+    import numpy as np
+
+    if name == "real":
+        pytest.importorskip("sklearn")
+    for fig in _figures_of(name, tmp_path, monkeypatch):
+        r = fig.canvas.get_renderer()
+        axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+        titles = [ax.title.get_window_extent(r) for ax in axes if ax.get_title()]
+        for i, a in enumerate(titles):  # titles of different panels never run into each other
+            assert not any(_overlap(a, b) for b in titles[i + 1 :]), f"{name}: overlapping titles"
+        for ax in axes:
+            box = ax.get_window_extent(r)
+            texts = [ax.title, *ax.texts] + ([fig._suptitle] if fig._suptitle else [])
+            assert not any("frakS" in t.get_text() for t in texts), (
+                f"{name}: {ax.get_title()}"
+            )  # TeX, not text
+            for t in ax.texts:  # contour labels and notes lie inside their Axes
+                e = t.get_window_extent(r)
+                assert (
+                    box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1
+                ), f"{name}: {t.get_text()!r} clipped"
+            ticks = [t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+            for i, a in enumerate(ticks):
+                assert not any(_overlap(a, b) for b in ticks[i + 1 :]), f"{name}: x tick labels run together"
+            if ax.get_xscale() == "log":
+                for line in ax.get_lines():
+                    if line.get_transform() is not ax.transData:
+                        continue  # axhline: x in Axes coordinates
+                    x = np.asarray(line.get_xdata(), dtype=float)
+                    x = x[np.isfinite(x)]
+                    assert not (x.size and x.min() < 1), f"{name}: a point at step {x.min()} on a log axis"
+            if name in NOTES_CLEAR:
+                covers = [t.get_window_extent(r) for t in ax.texts]
+                if ax.get_legend() is not None:
+                    covers.append(ax.get_legend().get_window_extent(r))
+                for c in covers:
+                    for line, pts in _line_points(ax):
+                        inside = (
+                            (pts[:, 0] > c.x0) & (pts[:, 0] < c.x1) & (pts[:, 1] > c.y0) & (pts[:, 1] < c.y1)
+                        )
+                        assert not inside.any(), f"{name}: a legend or note covers {line.get_label()!r}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import plot_sample_scores
+from ..plotting import plot_sample_scores, role_legend
 from .common import save, sweep_records, write_numbers
 from .fig2_dynamics import SETTINGS
 
@@ -58,11 +58,13 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         for row, kind in enumerate(("clean", "noisy")):
             i = tr["example_index"][row]
             title = f"{label} (d={c['d']}, |mu|={c['signal_norm']:g}): {kind} sample {i}"
-            plot_sample_scores(axes[row, col], steps, ex[:, row], roles[i], title)
+            plot_sample_scores(
+                axes[row, col], steps, ex[:, row], roles[i], title, legend=False, headroom=0.25
+            )
         i = tr["example_index"][1]
         opp = ex[:, 1][:, roles[i] == 2].sum(axis=1)
         note = f"train acc {f['train_acc']:.3f}, test acc {f['test_acc']:.3f}\nregime: {f['regime']}"
-        axes[1, col].text(0.02, 0.97, note, transform=axes[1, col].transAxes, va="top", fontsize=8)
+        axes[1, col].text(0.02, 0.98, note, transform=axes[1, col].transAxes, va="top", fontsize=8)
         names = ("relevant", "weak_aligned", "weak_opposite", "irrelevant")
         roles_end = ", ".join(f"{name.replace('_', ' ')} {f[f'score_noisy_{name}']:.3f}" for name in names)
         lines.append(
@@ -76,7 +78,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         )
     fig.suptitle("one-layer Transformer encoder: CLS attention on the data tokens (every parameter trained)",
                  fontsize=10)  # fmt: skip
-    fig.tight_layout()
+    fig.tight_layout(rect=role_legend(fig, axes[0, 0]))
     return [
         save(fig, outdir / "fig10_encoder_dynamics.png"),
         write_numbers(outdir, "fig10_encoder_dynamics", lines),

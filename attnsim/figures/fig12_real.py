@@ -25,6 +25,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..plotting import log_steps
 from ..realdata import format_table, noise_model, protocol_sweep, protocol_table, write_table
 from .common import save, write_numbers
 
@@ -121,7 +122,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 steps, v, rs = _curves(recs, n, label, key)
                 if steps is None:
                     continue
-                x = np.maximum(steps, 1.0)
+                x = log_steps(steps)  # step 0 is the head-only baseline, drawn as its own line
                 axes[row, col].plot(x, v.mean(axis=0), color=f"C{i}", label=label)
                 axes[row, col].fill_between(x, v.min(axis=0), v.max(axis=0), color=f"C{i}", alpha=0.2)
                 if key == "test_acc" and eta > 0 and np.array_equal(steps, clean_steps):
@@ -135,10 +136,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         )
         axes[1, col].set_title(f"n = {n}: flipped labels fitted", fontsize=10)
         axes[1, col].set_ylim(-0.02, 1.02)
-        axes[2, col].set_title(f"n = {n}: mean largest attention score (training samples)", fontsize=10)
-        axes[3, col].set_title(
-            f"n = {n}: test accuracy lost to label noise (vs eta = 0, same seeds)", fontsize=10
-        )
+        axes[2, col].set_title(f"n = {n}: mean largest attention score (training)", fontsize=10)
+        axes[3, col].set_title(f"n = {n}: accuracy lost to label noise (vs eta = 0)", fontsize=10)
         axes[3, col].axhline(0.0, color="0.5", lw=0.7)
         for ax in axes[:, col]:
             ax.set_xscale("log")

@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
+from ..plotting import label_contours
 from .common import grid_of, save, sweep_records, write_numbers
 
 REGIME_COLORS = {"not_overfitting": "tab:blue", "partial": "tab:cyan", "benign": "tab:green",
@@ -62,7 +63,7 @@ def plot_panels(
     _, _, S = grid_of(recs, "signal_norm", "d", snr)
     for ax in axes:
         cs = ax.contour(xs, ys, S, levels=[0.1, 0.2, 0.4, 0.8, 1.6], colors="w", linewidths=0.7)
-        ax.clabel(cs, fontsize=6, fmt="SNR %.1f")
+        label_contours(ax, cs, "SNR %.1f")
         ax.set_xlabel("|mu|")
         ax.set_ylabel("d")
 

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..metrics import format_error
+from ..plotting import log_steps
 from ..theory import g_inv
 from .common import save, sweep_records, write_numbers
 
@@ -48,7 +49,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ax_tl, ax_pl, ax_sc, ax_ta, ax_pe, ax_gap = axes.ravel()
     for i, r in enumerate(recs):
         tr, th, color = r["trajectory"], r["theory"], f"C{i}"
-        st = np.maximum(np.asarray(tr["step"], dtype=float), 0.5)
+        st = log_steps(tr["step"])
         arr = {k: np.asarray(tr[k], dtype=float) for k in SAVE}
         ok = np.isfinite(arr["pop_loss"])
         ax_tl.plot(st, arr["train_loss"], color=color, label=_label(r))
@@ -63,10 +64,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             tau = st[st >= fit["from_step"]]
             ax_gap.plot(tau, g_inv(fit["intercept"] + fit["rate"] * tau, th["g_law_m"]), "k:", lw=1)
         for ax in (ax_tl, ax_ta, ax_pl, ax_pe, ax_sc):
-            if th.get("t_memorize") is not None:
-                ax.axvline(max(th["t_memorize"], 0.5), color=color, ls="--", lw=0.7)
-            if th.get("t_generalize") is not None and ax is ax_sc:
-                ax.axvline(max(th["t_generalize"], 0.5), color=color, ls=":", lw=0.9)
+            if (th.get("t_memorize") or 0) >= 1:  # at step 0 there is no place on a log axis
+                ax.axvline(th["t_memorize"], color=color, ls="--", lw=0.7)
+            if (th.get("t_generalize") or 0) >= 1 and ax is ax_sc:
+                ax.axvline(th["t_generalize"], color=color, ls=":", lw=0.9)
     ax_sc.axhline(0.5, color="0.5", lw=0.7)
     titles = {
         ax_tl: "training loss",

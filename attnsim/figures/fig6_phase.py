@@ -36,7 +36,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     cols = len(SHOWN) + 1
     fig, axes = plt.subplots(len(READINGS), cols, figsize=(18, 6), sharex=True, sharey=True)
     snr = np.array(mus) / np.sqrt(2000)
-    ticks = np.arange(0, len(mus), max(1, len(mus) // 6))
+    ticks = np.arange(0, len(mus), max(1, -(-len(mus) // 4)))  # at most four labels: they fit a panel
     for row, step in enumerate(READINGS):
         counts = {name: np.zeros((len(ns), len(mus))) for name in SHOWN}
         total = np.zeros((len(ns), len(mus)))
@@ -53,7 +53,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax = axes[row, -1]
         im_ex = ax.imshow(np.log10(np.maximum(ex, 1e-12)), origin="lower", aspect="auto", cmap="viridis",
                           vmin=-12, vmax=0)  # fmt: skip
-        ax.set_title(f"log10 excess error (label noise) after {step} steps", fontsize=9)
+        ax.set_title(f"log10 excess error, {step} steps", fontsize=9)
         ax.set_xticks(ticks, [f"{snr[t]:.2g}" for t in ticks])
         if row == len(READINGS) - 1:
             ax.set_xlabel("SNR = |mu| / sqrt(d)")

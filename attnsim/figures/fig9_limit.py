@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..metrics import format_error
+from ..plotting import log_steps
 from ..run import simulate
 from .common import save, write_numbers
 from .fig8_generalization_time import HORIZON, records
@@ -31,14 +32,14 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     p_only = simulate({**P_ONLY, "steps": 10**9 if quick else HORIZON})
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
     tr = p_only.trajectory
-    st = np.maximum(tr["step"], 0.5)
+    st = log_steps(tr["step"])
     axes[0].plot(st, tr["mm_cos"], "k-", label="p trained, W = I (d=200, lr=0.05)")
     lines = ["p trained, W = I, d=200: mm_cos " + ", ".join(
         f"{tr['mm_cos'][np.searchsorted(tr['step'], t)]:.4f} at 1e{int(np.log10(t))}"
         for t in (10**4, 10**6, 10**9, 10**12, 10**14) if t <= tr["step"][-1])]  # fmt: skip
     for i, r in enumerate(pick):
         t, L, color = r["trajectory"], r["limit"], f"C{i}"
-        steps = np.maximum(np.asarray(t["step"], dtype=float), 0.5)
+        steps = log_steps(t["step"])
         mu = r["config"]["signal_norm"]
         axes[0].plot(steps, _arr(t, "mm_cos"), color=color, label=f"W, p trained, |mu|={mu:g}")
         err, score = _arr(t, "pop_error"), _arr(t, "pop_score_relevant")
