@@ -275,3 +275,31 @@ def test_a_sweep_with_nothing_left_to_compute_never_imports_numba(tmp_path):
         [sys.executable, "-c", code, str(sweep), str(tmp_path / "sw")], capture_output=True, text=True
     )
     assert out.stdout.split()[-2:] == ["0", "False"], out.stdout + out.stderr
+
+
+def test_the_readme_lists_every_field_of_result_json_final_and_the_trajectory():
+    """The README's field lists name every key a run writes (templated names such
+    as ``score_<group>_<role>`` count for each of their instances)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    names = set(re.findall(r"`([A-Za-z_<>]+)`", text))
+    patterns = [re.compile("^" + re.sub(r"<[a-z]+>", "[a-z_]+", n) + "$") for n in names if "<" in n]
+    suffixed = {n.strip("_") for n in names if n.startswith("_")}
+
+    def listed(key: str) -> bool:
+        if key in names or any(p.match(key) for p in patterns):
+            return True
+        base, _, end = key.rpartition("_")
+        return end in suffixed and (base in names or any(p.match(base) for p in patterns))
+
+    res = attnsim.simulate({"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64, "limit": True})
+    sections = {
+        "result.json": res.to_json(),
+        "final": res.final,
+        "trajectory": res.trajectory,
+        "data": res.data,
+    }
+    for section, keys in sections.items():
+        missing = [k for k in keys if not listed(k)]
+        assert not missing, f"README does not list {section} fields {missing}"
