@@ -392,7 +392,7 @@ def _failed_record(cfg_dict: dict, error: str, warned: list[str] | None = None) 
     return json_safe({**rec, "warnings": warned or []})
 
 
-TEXT_FINAL = ("regime", "regime_rule")  # the final metrics that are words; the rest are numbers or null
+TEXT_FINAL = ("regime", "regime_rule", "clean_twin")  # the final metrics that are words; the rest are numbers or null
 
 
 def _numbers(value) -> bool:
@@ -547,12 +547,18 @@ class Store:
             rec = self.read(task.key)
             if rec is not None and rec.get("status") == "ok":
                 return False
-            rec = run_point(task.config, task.save, task.data)
-            rec["key"] = task.key  # a record copied over another point's file is then recognized
-            if task.data is not None:  # its config is what the data decided: keep the point the key is of
-                rec["point"], rec["data_id"] = task.config, task.data_id
-            self.write(task.key, rec)
+            self.write(task.key, stamped(task, run_point(task.config, task.save, task.data)))
             return True
+
+
+def stamped(task: Task, rec: dict) -> dict:
+    """A point's record with what :func:`record_problem` verifies it by: its key
+    (a record copied over another point's file is then recognized) and, with
+    data, the point and data its key is of (its config is what the data decided)."""
+    rec["key"] = task.key
+    if task.data is not None:
+        rec["point"], rec["data_id"] = task.config, task.data_id
+    return rec
 
 
 def _flat(rec: dict) -> dict:
@@ -1009,7 +1015,7 @@ def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
 
 def run_group(items: list[Task]) -> list[tuple[str, dict]]:
     """Run the points of one setup group in order (they share the setup)."""
-    return [(t.key, run_point(t.config, t.save, t.data)) for t in items]
+    return [(t.key, stamped(t, run_point(t.config, t.save, t.data))) for t in items]
 
 
 def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:

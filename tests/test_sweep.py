@@ -294,3 +294,30 @@ def test_worker_pool_can_start_its_workers_at_once(tmp_path):
     for p in started:
         p.join(10)
         assert not p.is_alive()
+
+
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_records_of_a_data_sweep_verify_when_read_again(executor, tmp_path):
+    """With data the record's config is what the file decided: the record keeps
+    the point its key is of, whichever executor wrote it."""
+    import shutil
+    from pathlib import Path
+
+    data = tmp_path / "x.npz"
+    shutil.copy(Path(__file__).parent / "data" / "peer_small.npz", data)
+    mapping = {
+        "sweep": {"name": "dat", "data": str(data)},
+        "base": {"steps": 5},
+        "grid": {"lr": [0.01, 0.02]},
+    }
+    spec = parse_sweep(mapping)
+    if executor == "dask":
+        distributed = pytest.importorskip("distributed")
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster:
+            with distributed.Client(cluster) as client:
+                first = run_sweep(spec, tmp_path, client=client, progress=False)
+    else:
+        first = run_sweep(spec, tmp_path, workers=1, progress=False)
+    assert first.ok == 2
+    again = run_sweep(parse_sweep(mapping), tmp_path, workers=1, progress=False)
+    assert again.computed == 0 and again.ok == 2 and not any("damaged" in m for m in again.messages)
