@@ -62,10 +62,10 @@ def role_legend(fig, ax, rect_bottom: float = 0.06) -> tuple:
     return (0, rect_bottom, 1, 1)
 
 
-def label_contours(ax, cs, fmt: str, margin: float = 0.12, fontsize: float = 6) -> None:
+def label_contours(ax, cs, fmt: str, margin: tuple[float, float] = (0.02, 0.15), fontsize: float = 6) -> None:
     """Label each contour line once, at the middle of its part that lies at least
-    ``margin`` (a fraction of the Axes) inside the edges, so no label is clipped;
-    lines with no such part stay unlabelled."""
+    ``margin`` (fractions of the Axes' width and height) inside the edges, so no
+    label is clipped; lines with no such part stay unlabelled."""
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     spots, levels = [], []
     for level, segs in zip(cs.levels, cs.allsegs):
@@ -74,7 +74,8 @@ def label_contours(ax, cs, fmt: str, margin: float = 0.12, fontsize: float = 6) 
             continue
         pts = np.concatenate(pts)
         fx, fy = (pts[:, 0] - x0) / (x1 - x0), (pts[:, 1] - y0) / (y1 - y0)
-        inner = pts[(fx > margin) & (fx < 1 - margin) & (fy > margin) & (fy < 1 - margin)]
+        mx, my = margin
+        inner = pts[(fx > mx) & (fx < 1 - mx) & (fy > my) & (fy < 1 - my)]
         if len(inner):
             spots.append(tuple(inner[len(inner) // 2]))
             levels.append(level)

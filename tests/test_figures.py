@@ -91,7 +91,17 @@ def _line_points(ax):
             yield line, line.get_transform().transform(xy)
 
 
-LAYOUT = ["dynamics", "heatmaps", "frak_s", "delayed", "phase", "limit", "encoder_dynamics", "real"]
+LAYOUT = [
+    "dynamics",
+    "heatmaps",
+    "frak_s",
+    "delayed",
+    "phase",
+    "limit",
+    "encoder_dynamics",
+    "encoder_heatmaps",
+    "real",
+]
 NOTES_CLEAR = {"dynamics", "encoder_dynamics"}  # panels whose legend and notes must not cover a curve
 
 
