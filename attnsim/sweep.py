@@ -392,7 +392,8 @@ def _failed_record(cfg_dict: dict, error: str, warned: list[str] | None = None) 
     return json_safe({**rec, "warnings": warned or []})
 
 
-TEXT_FINAL = ("regime", "regime_rule", "clean_twin")  # the final metrics that are words; the rest are numbers or null
+# the final metrics that are words; the rest are numbers or null
+TEXT_FINAL = ("regime", "regime_rule", "clean_twin")
 
 
 def _numbers(value) -> bool:
