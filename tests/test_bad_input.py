@@ -415,7 +415,13 @@ def _as_if_compiling(monkeypatch):
     monkeypatch.setattr(attnsim.run, "ensure_compiled", announcing)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# inputs whose regression would read without end (/dev/zero took 24 GB before the kernel's
+# out-of-memory killer stopped it) or block for ever (a pipe): run in a child process with a
+# memory limit and a timeout, so a regression fails the test and never hurts the machine
+HAZARDS = {name for name in CASES if "dev-zero" in name or "fifo" in name or "huge" in name.split("-")[-1:]}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c not in HAZARDS])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
     build, needle = CASES[case]
     work = tmp_path / "work"
@@ -435,6 +441,25 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monk
     assert len(lines) == 1, err
     assert needle in lines[0] and "Traceback" not in err, lines[0]
     assert _tree(tmp_path) == before  # no output left: no runs/, sweeps/, records or temporary files
+
+
+@pytest.mark.parametrize("case", sorted(HAZARDS))
+def test_hazardous_bad_input_is_refused_in_a_child_with_limits(case, tmp_path):
+    import resource
+
+    def limits():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    build, needle = CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = build(tmp_path)
+    before = _tree(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "attnsim.cli", *argv], cwd=work, capture_output=True,
+                          text=True, timeout=60, preexec_fn=limits)  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and needle in lines[0], done.stderr
+    assert _tree(tmp_path) == before
 
 
 def test_sweep_without_dask_installed_exits_2(tmp_path, monkeypatch, capsys):
