@@ -102,7 +102,7 @@ LAYOUT = [
     "encoder_heatmaps",
     "real",
 ]
-NOTES_CLEAR = {"dynamics", "encoder_dynamics"}  # panels whose legend and notes must not cover a curve
+NOTES_CLEAR = {"dynamics", "encoder_dynamics", "real"}  # panels whose legend and notes must not cover a curve
 
 
 @pytest.mark.slow

@@ -142,7 +142,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         for ax in axes[:, col]:
             ax.set_xscale("log")
         axes[3, col].set_xlabel("step")
-    axes[0, 0].legend(fontsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # one legend for all panels, off the curves
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
     c = recs[0]["config"]
     seeds = sorted({r["config"]["seed"] for r in recs})
     fig.suptitle(
@@ -150,7 +151,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         f"on clean images and frozen, W and p trained (mean and min-max of {len(seeds)} seeds)",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.025, 1, 1))
     rows = protocol_table(recs)
     lines = [
         *messages,
