@@ -373,6 +373,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
         "warnings": list(dict.fromkeys(res.warnings + _messages(caught))),
         **({"data": {"source": res.data["source"], "n_noisy": res.data["n_noisy"]}} if data else {}),
         "versions": res.versions,
+        "threads": res.threads,
         "git": res.git,
         "elapsed_s": res.elapsed_s,
         "setup_s": res.setup_s,

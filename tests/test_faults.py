@@ -227,6 +227,7 @@ def test_store_keeps_only_records_of_their_point(tmp_path):
     (store.dir / ".abc.json.123.tmp").write_text("{half")
     assert store.compute(Task(key, cfg.to_dict(resolved=False), []))
     assert store.done() == {key} and store.records()[0]["key"] == key
+    assert store.records()[0]["threads"]["numba_threads"] >= 1  # records say what they are bit-identical for
     os.replace(store.path(key), store.path("0" * 16))
     assert store.done() == set() and "another point" in store.damaged[0]
 
