@@ -59,8 +59,12 @@ def test_figures_that_run_sweeps_are_listed():
 
 
 def _figures_of(name, tmp_path, monkeypatch):
-    """The matplotlib figures a quick run of figure ``name`` saves, drawn and kept open."""
+    """The matplotlib figures a quick run of figure ``name`` saves, drawn and kept open.
+    With ATTNSIM_LAYOUT_CACHE set to a figure cache (``sweeps/figures`` after
+    ``attnsim figures``), the full-size figures from it instead: some layout faults
+    (a clipped contour label, crowded ticks) show only on the full grids."""
     import importlib
+    import os
 
     made = []
     mod = importlib.import_module(f"attnsim.figures.{NAMES[name]}")
@@ -73,7 +77,9 @@ def _figures_of(name, tmp_path, monkeypatch):
         return path
 
     monkeypatch.setattr(mod, "save", keep)
-    make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
+    full = os.environ.get("ATTNSIM_LAYOUT_CACHE")
+    cache = full or tmp_path / "cache"
+    make([name], outdir=tmp_path / "figs", quick=not full, cache=cache, log=lambda *_: None)
     return made
 
 
