@@ -277,7 +277,6 @@ def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int]
     for key, what in opened.decided_keys().items():
         if key in base:
             raise ConfigError(f"{key}: {what} decides it; do not --set it")
-    opened.check_memory(int(base.get("d", Config().d)))
     pool = opened.pool_size()
     if pool < 1:
         raise DataError(f"{data}: no samples left for training after {opened.n_pretrain} + {opened.n_test}")

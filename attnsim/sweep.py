@@ -263,11 +263,14 @@ def read_spec(path: str | Path) -> SweepSpec:
 
 def record_key(cfg: Config, data_id: str | None = None) -> str:
     """Hash of the full resolved config, the data (when given) and the schema version."""
-    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": cfg.to_dict()}
+    return _key_of(cfg.to_dict(), data_id)
+
+
+def _key_of(config: dict, data_id: str | None) -> str:
+    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": config}
     if data_id is not None:
         ident["data"] = data_id
-    text = json.dumps(ident, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class Task(NamedTuple):
@@ -303,9 +306,12 @@ def _check_data_keys(spec: SweepSpec, opened) -> None:
     from .data import decided_keys
     from .realdata import Source
 
-    decided = opened.decided_keys() if isinstance(opened, Source) else {
-        k: f"the data file decides it (its array {src})" for k, src in decided_keys(opened).items()
-    }  # fmt: skip
+    if isinstance(opened, Source):
+        decided = {k: f"{who} decides it" for k, who in opened.decided_keys().items()}
+    else:
+        decided = {
+            k: f"the data file decides it (its array {src})" for k, src in decided_keys(opened).items()
+        }
     for where, keys in (
         ("[grid]", spec.grid),
         ("[base]", spec.base),
@@ -313,9 +319,7 @@ def _check_data_keys(spec: SweepSpec, opened) -> None:
     ):
         for key in keys:
             if key in decided:
-                what = decided[key]
-                text = what if what.startswith("the data file") else f"{what} decides it"
-                raise ConfigError(f"{key}: {text}; remove it from {where}")
+                raise ConfigError(f"{key}: {decided[key]}; remove it from {where}")
     if isinstance(opened, Source):
         for d in sorted({c.d for c in spec.points()}):
             opened.check_memory(d)
@@ -438,10 +442,7 @@ def record_problem(key: str, rec, data_id: str | None = None) -> str | None:
 def _hashes_to(point: dict, data_id: str | None, key: str) -> bool:
     """Whether a point's config as written has the record key ``key`` (a
     resolved config hashes as it is; anything else is validated first)."""
-    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": point}
-    if data_id is not None:
-        ident["data"] = data_id
-    if hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16] == key:
+    if _key_of(point, data_id) == key:
         return True
     try:
         return record_key(from_mapping(point), data_id) == key
