@@ -57,6 +57,14 @@ def ensure_compiled(integrator: str = "gd", announce=None) -> float:
 def _warm_up(integrator: str) -> float:
     t = time.perf_counter()
     if not _warm:
+        # Kernels loaded from Numba's cache import SciPy's BLAS and LAPACK modules at
+        # their first call, from C: a signal handled while that import runs Python
+        # (Ctrl-C, SIGTERM) makes the lookup fail, and Numba then aborts the process
+        # ("Fatal Python error: BLAS wrapper returned with an error"). Imported here,
+        # a signal interrupts an ordinary import, and the kernels find them loaded.
+        import scipy.linalg.cython_blas  # noqa: F401
+        import scipy.linalg.cython_lapack  # noqa: F401
+
         from .kernels import attention
 
         attention.warmup()

@@ -806,20 +806,10 @@ def _worker_main(conn) -> None:
 
 def _serve(conn) -> None:
     """Load the kernels, then compute the tasks the parent sends until it sends None."""
-    # SIGTERM waits until the kernels are loaded: a first call of a kernel looks up
-    # SciPy's BLAS through Python, and an exception raised there aborts the process
-    # with a fatal error (nothing needs cleaning up yet; the parent kills a worker
-    # that takes more than 5 s to stop)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        with contextlib.suppress(
-            Exception
-        ):  # while the parent prepares the work (a failure shows in the points)
-            from .run import ensure_compiled
+    with contextlib.suppress(Exception):  # while the parent prepares the work (a failure shows in the points)
+        from .run import ensure_compiled
 
-            ensure_compiled()
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        ensure_compiled()
     stores: dict[str, Store] = {}
     try:
         while True:

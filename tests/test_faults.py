@@ -265,7 +265,7 @@ def test_a_sweep_waiting_for_another_process_lock_says_so(tmp_path):
 
 
 def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
-    path = _sweep_file(tmp_path)
+    path = _sweep_file(tmp_path, steps=100_000, base="log_every = 1000\n")  # seconds per point: still running
     recdir = tmp_path / "sweeps" / "s" / "records"
     proc = subprocess.Popen([sys.executable, "-m", "attnsim.cli", "sweep", str(path), "--workers", "2"],
                             cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -478,3 +478,34 @@ def test_the_environment_is_checked_before_numba_or_matplotlib_load(env, tmp_pat
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and next(iter(env)) in lines[0], done.stderr
     assert _files(tmp_path) == []
+
+
+_WARM_UP = """
+import signal
+from attnsim.parallel import on_signal
+def stop():
+    raise SystemExit(143)
+on_signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+from attnsim.run import ensure_compiled
+ensure_compiled()
+print("warm", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_while_the_kernels_load_never_aborts_the_process():
+    """Kernels loaded from the cache look up SciPy's BLAS at their first call;
+    a signal handled during that lookup used to abort the process ("Fatal
+    Python error: BLAS wrapper returned with an error", 9 of 40 tries)."""
+    outcomes = []
+    for i in range(16):
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        proc = subprocess.Popen([sys.executable, "-c", _WARM_UP], **pipes)
+        proc.stdout.readline()
+        time.sleep(0.05 + 0.06 * i)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert "Fatal Python error" not in err, err
+        outcomes.append(proc.returncode if proc.returncode == 143 else "warm" if "warm" in out else err)
+    assert set(outcomes) <= {143, "warm"} and 143 in outcomes, outcomes
