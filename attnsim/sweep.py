@@ -659,6 +659,8 @@ def run_sweep(
         report = SweepReport(store, keys)
         n = workers or os.cpu_count() or 1
         missing = len({f"{k}.json" for k in keys} - set(os.listdir(store.dir)))
+        if client is None and n > 1 and missing and spec.data is None:
+            n = _workers_that_fit(points, n, report)
         # many records to compute: the workers start loading now, while the records are read and sorted
         started = _take_workers(n, report) if client is None and n > 1 and missing >= 4 * n else []
         before = {k: store.read(k) for k in keys}
@@ -709,6 +711,24 @@ def run_sweep(
     report.messages += _outcomes(final)
     write_csv(store, keys, records=report.records())
     return report
+
+
+def _workers_that_fit(points: list[Config], n: int, report: SweepReport) -> int:
+    """At most ``n`` local workers, and no more than fit in memory together when
+    each computes the sweep's largest point (every point was checked alone when
+    the sweep was read)."""
+    from .engines import _bytes, choose_engine, memory_estimate, physical_memory
+
+    need = max(sum(b for *_, b in memory_estimate(c, choose_engine(c, user_data=False)[0])) for c in points)
+    have = physical_memory()
+    fit = max(1, int(0.8 * have // need))
+    if fit >= n:
+        return n
+    report.messages.append(
+        f"running {fit} worker(s), not {n}: the largest point needs about {_bytes(need)} of memory "
+        f"and this machine has {_bytes(have)}"
+    )
+    return fit
 
 
 def _outcomes(final: dict[str, dict | None]) -> list[str]:

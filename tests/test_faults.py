@@ -509,3 +509,17 @@ def test_a_signal_while_the_kernels_load_never_aborts_the_process():
         assert "Fatal Python error" not in err, err
         outcomes.append(proc.returncode if proc.returncode == 143 else "warm" if "warm" in out else err)
     assert set(outcomes) <= {143, "warm"} and 143 in outcomes, outcomes
+
+
+def test_a_sweep_runs_no_more_workers_than_fit_in_memory_together(tmp_path, monkeypatch):
+    """Each point fits alone (checked when the sweep is read); two at once would not."""
+    import attnsim.engines
+    from attnsim.engines import choose_engine, memory_estimate
+
+    spec = parse_sweep({"sweep": {"name": "m", "seeds": 4}, "base": {**BASE, "d": 60}})
+    cfg = spec.points()[0]
+    need = sum(b for *_, b in memory_estimate(cfg, choose_engine(cfg, user_data=False)[0]))
+    monkeypatch.setattr(attnsim.engines, "physical_memory", lambda: 1.5 * need / 0.8)
+    rep = run_sweep(spec, tmp_path, workers=2, progress=False)
+    assert rep.ok == 4 and rep.workers == 0  # one worker: it ran here
+    assert any("running 1 worker(s), not 2" in m for m in rep.messages), rep.messages
