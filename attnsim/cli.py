@@ -231,9 +231,8 @@ def cmd_run(args, t_start: float) -> int:
     from .results import check_output_dir
     from .run import simulate
 
-    values = config_values(
-        args.config, args.sets
-    )  # the keys the user set (--data warns when it overrides them)
+    # the keys the user set (--data warns when it overrides them)
+    values = config_values(args.config, args.sets)
     if args.engine is not None:
         values["engine"] = args.engine
     cfg = from_mapping(values)
@@ -283,7 +282,7 @@ def _plot(res, kind: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from .plotting import plot_example_scores, plot_gaps
-    from .results import atomic_write
+    from .results import save_png
 
     if kind == "scores":
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
@@ -297,8 +296,7 @@ def _plot(res, kind: str, path: Path) -> None:
         fontsize=10,
     )
     fig.tight_layout()
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def _fmt(x, spec: str = ".4f") -> str:
@@ -474,7 +472,7 @@ def cmd_plot(args) -> int:
     import matplotlib.pyplot as plt
 
     from . import plotting
-    from .results import atomic_write
+    from .results import save_png
 
     if kind == "run":
         from .results import load
@@ -497,8 +495,7 @@ def cmd_plot(args) -> int:
         ax.set_title(f"sweep {spec.name}: {metric} against {x} ({len(spec.seeds)} seed(s))", fontsize=10)
         path = Path(args.out) if args.out is not None else folder / f"{metric}-vs-{x}.png"
     fig.tight_layout()
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, path)
     print(f"wrote {path}")
     return 0
 

@@ -150,6 +150,20 @@ def atomic_write(path: Path, write, durable: bool = True) -> None:
         raise
 
 
+def save_png(fig, path: str | Path, dpi: int = 110) -> Path:
+    """A matplotlib figure as a PNG, written atomically (its folder created), then closed."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"{path.parent}: cannot create the folder ({exc.strerror})") from None
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+    plt.close(fig)
+    return path
+
+
 def _why(exc: OSError) -> str:
     """The reason of a failed write in words (numpy's writers wrap OSErrors in ValueErrors, not these)."""
     if exc.errno == errno.EFBIG:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..results import atomic_write
+from ..results import atomic_write, save_png
 from ..sweep import parse_sweep, run_sweep
 
 
@@ -21,12 +21,7 @@ def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=()
 
 
 def save(fig, path: Path, dpi: int = 110) -> Path:
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi)
 
 
 def grid_of(records: list[dict], xkey: str, ykey: str, value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
