@@ -10,11 +10,12 @@ The numerical stack (NumPy, SciPy, Numba) is imported on first use of a name
 below, so ``attnsim --version`` and ``--help`` start instantly.
 """
 
+import importlib
 import time as _time
 
-_t0 = _time.perf_counter()
+from ._meta import MAX_NUMBA, MIN_NUMBA, DependencyError, SimulationError, __version__, check_numba_version
 
-__version__ = "0.1.0"
+_t0 = _time.perf_counter()
 
 _LAZY = {
     "Config": "config",
@@ -24,44 +25,20 @@ _LAZY = {
     "load": "results",
     "load_sweep": "sweep",
     "simulate": "run",
+    "Workspace": "runtime.workspace",
 }
 __all__ = [*_LAZY, "DependencyError", "SimulationError", "__version__"]
-
-
-class DependencyError(ImportError):
-    """An installed dependency attnsim cannot run with (the message says which and what to do)."""
-
-
-class SimulationError(RuntimeError):
-    """A run that failed (diverged); the command line exits with code 1."""
-
-
-# numba 0.59.1, 0.60.0 and 0.62.1 were measured to crash in attnsim's GD kernel (a
-# segmentation fault); 0.63.0 and later pass the test suite. Checked where the kernels
-# load (attnsim/kernels/_cacheload.py) and by the command line before it starts workers.
-MIN_NUMBA = (0, 63)
-
-
-def check_numba_version(version: str) -> None:
-    """DependencyError (an ImportError) if ``version`` (numba's) is older than ``MIN_NUMBA``."""
-    if tuple(int(part) for part in version.split(".")[:2]) < MIN_NUMBA:
-        need = ".".join(map(str, MIN_NUMBA))
-        raise DependencyError(
-            f"attnsim needs numba >= {need} (found {version}): older versions crash running its "
-            "kernels; pip install -U numba"
-        )
+_EAGER = (MAX_NUMBA, MIN_NUMBA, check_numba_version)  # re-exported
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name in _LAZY:  # the lazy start-up: the module is imported on first use of the name
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        value = getattr(module, name)
         globals()[name] = value
         return value
     if name == "IMPORT_S":  # interpreter-side import time of the package, for startup_s
-        from . import run  # noqa: F401
-
+        importlib.import_module(".run", __name__)
         globals()["IMPORT_S"] = _time.perf_counter() - _t0
         return globals()["IMPORT_S"]
     raise AttributeError(f"module 'attnsim' has no attribute {name!r}")

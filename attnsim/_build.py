@@ -36,16 +36,20 @@ def _record_revision() -> None:
     )
 
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+def build_wheel(
+    wheel_directory: str, config_settings: dict | None = None, metadata_directory: str | None = None
+) -> str:
     _record_revision()
     return _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
 
 
-def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+def build_editable(
+    wheel_directory: str, config_settings: dict | None = None, metadata_directory: str | None = None
+) -> str:
     _record_revision()
     return _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
 
 
-def build_sdist(sdist_directory, config_settings=None):
+def build_sdist(sdist_directory: str, config_settings: dict | None = None) -> str:
     _record_revision()
     return _setuptools.build_sdist(sdist_directory, config_settings)

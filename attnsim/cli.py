@@ -1,5 +1,9 @@
 """Command line: parses and dispatches, nothing else.
 
+Every import of the package below the parser is made in the function that needs
+it ("lazy"): ``attnsim --version`` and ``--help`` must not load NumPy, Numba or
+matplotlib, and each command loads only what it uses.
+
 Exit codes: 0 ok; 2 bad usage or bad input (one line, no traceback);
 1 a run that failed (diverged), or a dependency attnsim cannot run with (one line).
 """
@@ -15,7 +19,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import DependencyError, SimulationError, __version__
+from ._meta import DependencyError, SimulationError, __version__
 
 GRAD_TOL = 1e-5  # central differences at h = 1e-6 give about 1e-9; a wrong gradient gives O(1)
 
@@ -37,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run one simulation and write its results",
         epilog="Config keys (TOML or --set key=value): 'attnsim keys' lists each with its default and "
-        "allowed values; the README's Usage section says what they mean.",
+        "allowed values; docs/usage.md says what they mean.",
     )
     r.add_argument("config", nargs="?", help="TOML file with config keys")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
@@ -66,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     rl.add_argument("--out", default="sweeps", help="folder for the records and table.csv (default sweeps/)")
     rl.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
-    from .figures import NAMES
+    from .figures import NAMES  # lazy (the names only: no matplotlib)
 
     fg = sub.add_parser("figures", help="regenerate the paper's figures")
     fg.add_argument(
@@ -136,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interruptible() -> dict | None:
     """Ctrl-C raises KeyboardInterrupt and SIGTERM :class:`Terminated`, also
-    while Numba compiles (see parallel.on_signal); returns the handlers
+    while Numba compiles (see attnsim.runtime.signals.on_signal); returns the handlers
     replaced (None off the main thread)."""
-    from .parallel import on_signal
+    from .runtime.signals import on_signal  # lazy
 
     def _interrupt():
         raise KeyboardInterrupt
@@ -160,12 +164,13 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     except UsageError as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 2
-    from .parallel import EnvironmentProblem, check_environment
+    from .runtime.environment import EnvironmentProblem, check_environment  # lazy
 
     try:
-        from .config import ConfigError
-        from .data import DataError
-        from .results import OutputError, WriteError
+        from .config import ConfigError  # lazy
+        from .data.dataset import DataError  # lazy
+        from .report import PlotError  # lazy: plotting's exceptions, not matplotlib
+        from .results import OutputError, WriteError  # lazy
 
         if args.command in ("sweep", "figures"):
             _check_numba()
@@ -192,13 +197,13 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
         if args.command == "plot":
             return cmd_plot(args)
         if args.command == "keys":
-            from .config import describe_keys
+            from .config import describe_keys  # lazy
 
             print(describe_keys())
             return 0
         build_parser().print_help()
         return 2
-    except (UsageError, ConfigError, DataError, OutputError) as exc:
+    except (UsageError, ConfigError, DataError, OutputError, PlotError) as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 2
     except SimulationError as exc:
@@ -216,9 +221,9 @@ def _check_numba() -> None:
     """The kernels' Numba version rule, read from the installed package's
     metadata: sweeps and figures start their worker processes (which load the
     kernels) without importing Numba here."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # lazy: ms, only here
 
-    from . import check_numba_version
+    from ._meta import check_numba_version  # lazy
 
     try:
         check_numba_version(version("numba"))
@@ -226,17 +231,17 @@ def _check_numba() -> None:
         raise DependencyError("attnsim needs numba; pip install numba") from None
 
 
-def cmd_run(args, t_start: float) -> int:
-    from .config import config_values, from_mapping
-    from .results import check_output_dir
-    from .run import simulate
+def cmd_run(args: argparse.Namespace, t_start: float) -> int:
+    from .config import config_values, from_mapping  # lazy
+    from .results import check_output_dir  # lazy
+    from .run import simulate  # lazy: the numerical stack
 
     # the keys the user set (--data warns when it overrides them)
     values = config_values(args.config, args.sets)
     if args.engine is not None:
         values["engine"] = args.engine
     cfg = from_mapping(values)
-    from .realdata import BUILTIN
+    from .data.real import BUILTIN  # lazy
 
     if args.data is not None and args.data not in BUILTIN and not Path(args.data).exists():
         raise UsageError(f"--data: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
@@ -255,8 +260,12 @@ def cmd_run(args, t_start: float) -> int:
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
     res.save(outdir)
     if args.plot:
-        _plot(res, args.plot, outdir / f"{args.plot}.png")
+        from .report import plot_result  # lazy: matplotlib
+
+        plot_result(res, args.plot, outdir / f"{args.plot}.png")
     if not quiet:
+        from .report import format_summary  # lazy
+
         print(format_summary(res))
         print(f"wrote {outdir}/result.json, trajectory.npz" + (f", {args.plot}.png" if args.plot else ""))
     return 0
@@ -275,132 +284,9 @@ def _default_outdir(cfg) -> Path:
     return Path("runs") / f"{stamp}-{cfg.hash()}"
 
 
-def _plot(res, kind: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .plotting import plot_example_scores, plot_gaps
-    from .results import save_png
-
-    if kind == "scores":
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-        plot_example_scores(axes, res)
-    else:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        plot_gaps(ax, res)
-    c = res.config
-    fig.suptitle(
-        f"d={c['d']}, |mu|={c['signal_norm']:g}, lr={c['lr']:g}: regime {res.final['regime']}",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    save_png(fig, path)
-
-
-def _fmt(x, spec: str = ".4f") -> str:
-    return "n/a" if x is None or x != x else format(x, spec)
-
-
-def _regime_reason(f: dict, c: dict) -> str:
-    """What the regime was decided on (SPEC §3)."""
-    from . import metrics
-
-    regime = f["regime"]
-    if regime == "clean_labels":
-        return "no noisy training label: no label-overfitting verdict"
-    if regime not in ("benign", "harmful"):
-        noisy, clean = f"{f['n_fitted_noisy']} of {f['n_noisy']}", f"{f['n_fitted_clean']} of {f['n_clean']}"
-        return f"{noisy} noisy and {clean} clean samples fitted"
-    if f.get("regime_rule", "").startswith("excess"):
-        side = "at most" if regime == "benign" else "above"
-        excess = metrics.format_error(f["excess_error"], f["excess_error_se"], f.get("excess_error_resolved"))
-        twin = metrics.format_error(f["error_clean_twin"], f["error_clean_twin_se"],
-                                    f.get("error_clean_twin_resolved"))  # fmt: skip
-        return (
-            f"label noise adds {excess} to the error: {side} benign_error={c['benign_error']:g}; "
-            f"the same run with clean labels: {twin}"
-        )
-    side = "at most" if regime == "benign" else "above"
-    return f"error {side} benign_error={c['benign_error']:g}, no clean twin"
-
-
-def _generalization(f: dict, c: dict) -> str:
-    """Whether the run generalizes, whatever its labels."""
-    if f.get("generalized"):
-        return f"generalizes (error <= {c['benign_error']:g})"
-    clean = f.get("error_clean_twin")
-    also = (
-        f"; {_fmt(clean, '.3g')} with clean labels too"
-        if clean == clean and clean is not None and clean > c["benign_error"]
-        else ""
-    )
-    return f"does not generalize (error above {c['benign_error']:g}{also})"
-
-
-def _data_line(res) -> str:
-    c, f, th = res.config, res.final, res.theory
-    snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
-    fit = f"train={c['train']}, lr={c['lr']:g}"
-    source = res.data.get("source", "generated")
-    if not source.startswith("generated"):  # only what the file says
-        known = "" if th.get("snr") is None else f" |mu|={c['signal_norm']:g} sigma={c['sigma']:g}"
-        size = f"n={c['n']} T={c['T']} d={c['d']}{known}"
-        return f"data: {source}: {size}, {f['n_noisy']} noisy labels, {fit}{snr}"
-    return (
-        f"data: n={c['n']} T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
-        f"rho={c['rho']:g} noise_rate={c['noise_rate']:g} ({c['label_noise']}: {f['n_noisy']} noisy), "
-        f"{fit}{snr}"
-    )
-
-
-def format_summary(res) -> str:
-    from . import metrics
-
-    c, f, th, e = res.config, res.final, res.theory, res.engine
-    lines = [
-        f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {c['integrator']} "
-        f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s); engine {e['used']} ({e['reason']})",
-        _data_line(res),
-        f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
-        f"(clean {_fmt(f['train_acc_clean'], '.3f')}, noisy fitted {_fmt(f['train_acc_noisy'], '.3f')}, "
-        f"noisy vs true label {_fmt(f['train_acc_noisy_true'], '.3f')})",
-    ]
-    if f.get("test_acc") == f.get("test_acc"):
-        lines.append(f"test:  loss {_fmt(f['test_loss'])}, acc {_fmt(f['test_acc'], '.4f')}")
-    if f.get("pop_error") == f.get("pop_error"):
-        lines.append(
-            f"population: error "
-            f"{metrics.format_error(f['pop_error'], f['pop_error_se'], f.get('pop_error_resolved'))} "
-            f"(at init {_fmt(f['pop_error_init'], '.3g')}), loss {_fmt(f['pop_loss'])}, "
-            f"fresh-sample relevant score {_fmt(f.get('pop_score_relevant'), '.3f')}"
-        )
-    else:
-        lines.append(f"population: n/a ({res.data.get('population')})")
-    for g in ("clean", "noisy"):
-        if f.get(f"score_{g}_relevant") == f.get(f"score_{g}_relevant"):
-            lines.append(
-                f"scores ({g}): relevant {_fmt(f[f'score_{g}_relevant'], '.3f')}, "
-                f"weak aligned {_fmt(f[f'score_{g}_weak_aligned'], '.3f')}, "
-                f"weak opposite {_fmt(f[f'score_{g}_weak_opposite'], '.3f')}, "
-                f"irrelevant {_fmt(f[f'score_{g}_irrelevant'], '.3f')}"
-            )
-    never = "never (within the run)"
-    t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
-    lines.append(f"regime: {f['regime']} ({_regime_reason(f, c)}); {_generalization(f, c)}")
-    lines.append(
-        f"times: memorized at step {never if t_mem is None else t_mem}, "
-        f"fresh relevant score >= {c['gen_score']:g} from step {never if t_gen is None else t_gen}"
-    )
-    for w in res.warnings:
-        lines.append(f"warning: {w}")
-    return "\n".join(lines)
-
-
-def cmd_sweep(args) -> int:
-    from .results import check_output_dir
-    from .sweep import read_spec, run_sweep
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .results import check_output_dir  # lazy
+    from .sweep import read_spec, run_sweep  # lazy
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers: must be >= 1")
@@ -418,11 +304,12 @@ def cmd_sweep(args) -> int:
     return 1 if report.failed else 0
 
 
-def cmd_real(args) -> int:
-    from .config import from_mapping, parse_set, regular_file
-    from .realdata import BUILTIN, format_table, run_protocol
-    from .results import check_output_dir
-    from .sweep import MAX_POINTS
+def cmd_real(args: argparse.Namespace) -> int:
+    from .config import from_mapping, parse_set, regular_file  # lazy
+    from .data.real import BUILTIN  # lazy
+    from .experiments.real import format_table, run_protocol  # lazy
+    from .results import check_output_dir  # lazy
+    from .sweep.spec import MAX_POINTS  # lazy
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers: must be >= 1")
@@ -451,83 +338,30 @@ def cmd_real(args) -> int:
     return 1 if report.failed else 0
 
 
-def cmd_plot(args) -> int:
+def cmd_plot(args: argparse.Namespace) -> int:
     """Draw a run's folder or a sweep's folder into a PNG beside it."""
-    from .results import check_output_dir
+    from .report import plot_folder  # lazy: matplotlib
+    from .results import check_output_dir  # lazy
 
     folder = Path(args.folder)
     if args.out is not None:
         check_output_dir(Path(args.out).parent, "--out")
     if not folder.is_dir():
         raise UsageError(f"plot: {folder}: no such folder")
-    if (folder / "result.json").is_file():
-        kind = "run"
-    elif (folder / "sweep.json").is_file():
-        kind = "sweep"
-    else:
+    if not (folder / "result.json").is_file() and not (folder / "sweep.json").is_file():
         raise UsageError(f"plot: {folder} is neither a run (result.json) nor a sweep (sweep.json)")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from . import plotting
-    from .results import save_png
-
-    if kind == "run":
-        from .results import load
-
-        res = load(folder)
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-        plotting.plot_run(axes, res)
-        c = res.config
-        title = f"{folder.name}: n={c['n']}, d={c['d']}, |mu|={c['signal_norm']:g}, "
-        fig.suptitle(title + f"noise_rate={c['noise_rate']:g}: regime {res.final.get('regime')}", fontsize=10)
-        path = Path(args.out) if args.out is not None else folder / "plot.png"
-    else:
-        from .sweep import load_spec, load_sweep
-
-        spec = load_spec(folder)
-        table = load_sweep(folder)
-        metric, x, by = _sweep_axes(spec, table, args.metric, args.x_key)
-        fig, ax = plt.subplots(figsize=(6.5, 4.2))
-        plotting.plot_sweep(ax, table, metric, x, by, logy=args.logy)
-        ax.set_title(f"sweep {spec.name}: {metric} against {x} ({len(spec.seeds)} seed(s))", fontsize=10)
-        path = Path(args.out) if args.out is not None else folder / f"{metric}-vs-{x}.png"
-    fig.tight_layout()
-    save_png(fig, path)
+    path = plot_folder(folder, args.out, args.metric, args.x_key, args.logy)
     print(f"wrote {path}")
     return 0
 
 
-def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, str, list[str]]:
-    """The metric, the x key and the keys that get one line per value (each checked)."""
-    from .config import suggest
-
-    columns = [k for k in table if not k.startswith(("config.", "status", "error", "engine"))]
-    metric = metric or ("pop_error" if "pop_error" in columns else "train_loss")
-    if metric not in columns:
-        near = suggest(metric, columns)
-        hint = f"; did you mean {near!r}?" if near else f"; recorded: {', '.join(columns[:12])}, ..."
-        raise UsageError(f"plot --metric: {metric!r} is not recorded{hint}")
-    varied = [k for k, v in spec.grid.items() if len(v) > 1] or [k for p in spec.extra for k in p]
-    varied = list(dict.fromkeys(varied))
-    if x is None:
-        if not varied:
-            raise UsageError("plot: the sweep varies no config key; nothing to draw against")
-        x = varied[0]
-    if f"config.{x}" not in table:
-        raise UsageError(f"plot --x: {x!r} is not a config key of the sweep")
-    return metric, x, [k for k in varied if k != x]
-
-
-def cmd_figures(args) -> int:
-    from .figures import NAMES, make
+def cmd_figures(args: argparse.Namespace) -> int:
+    from .figures import NAMES, make  # lazy
 
     bad = [n for n in args.names if n not in NAMES]
     if bad:
         raise UsageError(f"figures: unknown figure(s) {', '.join(bad)}; choose from {', '.join(NAMES)}")
-    from .results import check_output_dir
+    from .results import check_output_dir  # lazy
 
     outdir = (
         args.outdir if args.outdir is not None else ("runs/figures-quick" if args.quick else "figures")
@@ -535,7 +369,7 @@ def cmd_figures(args) -> int:
     check_output_dir(outdir, "--outdir")
     check_output_dir(args.cache, "--cache")
     if "real" in (args.names or NAMES):  # before hours of other figures, not after
-        from .realdata import require_sklearn
+        from .data.real import require_sklearn  # lazy
 
         require_sklearn("figures real")
     t = time.perf_counter()
@@ -544,34 +378,20 @@ def cmd_figures(args) -> int:
     return 0
 
 
-def cmd_check_grad(args) -> int:
-    from . import kernels
-    from .model import finite_difference_errors, random_instance
-
+def cmd_check_grad(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.h) and 0 < args.h < 1):
         raise UsageError(f"check-grad --h: the difference step must be in (0, 1), got {args.h}")
     if not (math.isfinite(args.tol) and 0 < args.tol < 1):
         raise UsageError(f"check-grad --tol: must be in (0, 1), got {args.tol}")
     if args.seed < 0:
         raise UsageError(f"check-grad --seed: must be >= 0, got {args.seed}")
-    from .config import make_config
+    from . import registry  # lazy
+    from .config import make_config  # lazy
 
     cfg = make_config(sets=args.sets)
-    if cfg.model == "encoder":
-        return _check_grad_encoder(args, cfg)
-    X, y, W, p, nu = random_instance(args.seed)
-    n, T, k = X.shape
-    print(f"central differences, h = {args.h:g}, n={n} T={T} k={k} r={W.shape[1]}, p != 0")
-    errors = {
-        loss: finite_difference_errors(
-            lambda W_, p_, nu_, loss=loss: kernels.loss_and_grads(X, y, W_, p_, nu_, loss)[0],
-            lambda W_, p_, nu_, loss=loss: kernels.loss_and_grads(X, y, W_, p_, nu_, loss)[1:],
-            {"W": W, "p": p, "nu": nu},
-            h=args.h,
-        )
-        for loss in ("logistic", "linear")
-    }
-    return _grad_verdict(errors, args.tol, width=2)
+    head, errors, width = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
+    print("\n".join(head))
+    return _grad_verdict(errors, args.tol, width=width)
 
 
 def _grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:
@@ -597,37 +417,12 @@ def _grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:
     return 0 if ok else 1
 
 
-def _check_grad_encoder(args, cfg) -> int:
-    from .data import ENCODER_ARRAYS
-    from .kernels import encoder
-    from .model import encoder_loss, finite_difference_errors, random_encoder
-
-    X, y, P = random_encoder(args.seed)
-    n, T, d = X.shape
-    m = P["W1"].shape[0]
-    print(f"encoder (skip={cfg.skip}): central differences of the all-positions reference loss against the")
-    print(f"CLS-path gradients, h = {args.h:g}, n={n} T={T} d={d} mlp_dim={m}, parameters away from init")
-    names = list(ENCODER_ARRAYS)
-    errors = {
-        loss: finite_difference_errors(
-            lambda *v, loss=loss: encoder_loss(X, y, dict(zip(names, v)), cfg.skip, loss),
-            lambda *v, loss=loss: [
-                encoder.loss_and_grads(X, y, dict(zip(names, v)), cfg.skip, loss)[1][k] for k in names
-            ],
-            {k: P[k] for k in names},
-            h=args.h,
-        )
-        for loss in ("logistic", "linear")
-    }
-    return _grad_verdict(errors, args.tol, width=7)
-
-
 def entry() -> None:
-    """The console command: :func:`main`, then :func:`attnsim.parallel.end_process`
+    """The console command: :func:`main`, then :func:`attnsim.runtime.signals.end_process`
     (every result is written and closed and the workers are stopped by then).
     An uncaught exception or SystemExit (--help, --version) ends the usual way."""
     code = main()
-    from .parallel import end_process
+    from .runtime.signals import end_process  # lazy
 
     end_process(code)
 

@@ -14,13 +14,16 @@ import json
 import math
 import numbers
 import os
+import stat
 import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from . import registry
+from .words import suggest
 
 TRAIN_BLOCKS = ("W", "p", "nu")
 MAX_INT = 2**53  # integers above this are not exact in float64 (chi-square degrees of freedom, steps)
@@ -33,7 +36,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Config:
-    """All settings of one run; see the table in the README for meanings."""
+    """All settings of one run; ``attnsim keys`` and docs/usage.md give their meanings."""
 
     n: int = 20
     T: int = 8
@@ -132,13 +135,11 @@ class Config:
 
 
 def _default_test_n(model: str) -> int:
-    return 1000 if model == "encoder" else 0
+    return registry.default(model, "test_n")
 
 
 def _default_clean_twin(model: str) -> bool:
-    """The clean-label twin doubles the step loop: cheap for the attention
-    model (its setup is shared), a second full run for the encoder."""
-    return model != "encoder"
+    return registry.default(model, "clean_twin")
 
 
 KEYS = tuple(f.name for f in fields(Config))
@@ -152,11 +153,11 @@ _CHOICES = {
     "integrator": ("gd", "flow"),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
-    "model": ("attention", "encoder"),
+    "model": tuple(registry.MODELS),
 }
 
 
-# key -> (allowed values, meaning), for ``attnsim keys`` and the README's table
+# key -> (allowed values, meaning), for ``attnsim keys`` and docs/usage.md
 KEY_HELP = {
     "n": ("integer >= 2", "training samples"),
     "T": ("integer >= the role tokens", "tokens per sample"),
@@ -193,7 +194,7 @@ KEY_HELP = {
     "benign_error": ("(0, 1)", "excess error up to which overfitting is benign"),
     "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
     "clean_twin": ("true, false (default true; false for the encoder)", "train the clean-label twin"),
-    "model": ("attention, encoder", "the model"),
+    "model": (", ".join(registry.MODELS), "the model"),
     "mlp_dim": ("integer >= 1 (encoder only)", "the encoder's MLP width"),
     "skip": ("true, false (encoder only)", "the encoder's residual connections"),
     "init_cls_scale": ("> 0 (encoder only)", "standard deviation of the CLS token"),
@@ -336,9 +337,8 @@ def _validate(c: Config) -> None:
     _check_scales(c)
     _require(c.mlp_dim >= 1, f"mlp_dim: must be an integer >= 1, got {c.mlp_dim}")
     _require(c.init_cls_scale > 0, f"init_cls_scale: must be > 0, got {c.init_cls_scale}")
-    if c.model == "attention":
-        for key, default in (("mlp_dim", 2000), ("skip", True), ("init_cls_scale", 1.0)):
-            _require(getattr(c, key) == default, f"{key}: applies to model=encoder only")
+    for key, default in registry.foreign_keys(c.model).items():
+        _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
     _require(
         not c.limit or c.train_set & {"W", "p"},
         "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)",
@@ -399,29 +399,6 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
-def edit_distance(a: str, b: str) -> int:
-    """Optimal-string-alignment distance: insertions, deletions, substitutions
-    and swaps of neighbours each cost 1."""
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cost = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                cost = min(cost, prev2[j - 2] + 1)
-            cur.append(cost)
-        prev2, prev = prev, cur
-    return prev[-1]
-
-
-def suggest(word: str, choices) -> str | None:
-    """The closest choice when it is a likely typo (a case change, or at most
-    one edit per four letters), else None."""
-    best = min(choices, key=lambda c: (edit_distance(word.lower(), c.lower()), c))
-    return best if edit_distance(word.lower(), best.lower()) <= max(1, len(word) // 4) else None
-
-
 def unknown_key_message(key: str) -> str:
     near = suggest(key, KEYS)
     hint = f"; did you mean {near!r}?" if near else f"; valid keys: {', '.join(KEYS)}"
@@ -459,8 +436,6 @@ def regular_file(path: str | Path, what: str, max_bytes: float | None = None) ->
     """``path`` if it is a regular file (following symlinks) of at most
     ``max_bytes``; else a ConfigError naming it (a folder, a device such as
     /dev/zero or a pipe would hang or fail a reader)."""
-    import stat
-
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -519,8 +494,3 @@ def as_config(config: Config | Mapping[str, Any] | None) -> Config:
     if isinstance(config, Mapping):
         return from_mapping(config)
     raise ConfigError(f"config: expected a mapping or Config, got {type(config).__name__}")
-
-
-def exact_fraction(x: float) -> Fraction:
-    """The decimal a user typed (0.07 -> 7/100), for exact rounding of n * eta."""
-    return Fraction(repr(x))

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .data import ROLE_NAMES
+from .data.dataset import ROLE_NAMES
 
 GROUPS = ("clean", "noisy")
 REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted", "clean_labels")
@@ -137,33 +137,6 @@ class StateMetrics:
 def _scalars(values: dict) -> dict:
     """0-d values as Python numbers (one state); arrays unchanged (a stack)."""
     return {k: (v.item() if np.ndim(v) == 0 else v) for k, v in values.items()}
-
-
-TEST_CHUNK = 4096  # test samples per evaluation chunk (bounds the temporary logits)
-
-
-def test_set_metrics(X2, outside, y, T: int, W, p, nu, loss: str) -> dict[str, float]:
-    """Loss and accuracy of the state (W, p, nu) on a finite test set.
-
-    X2 : (m*T, k) test tokens in engine coordinates; outside : (m*T, r) their
-    products with the part of W(0) R outside span(Q), or None; y : (m,).
-    """
-    from .kernels import outputs
-
-    m = y.size
-    qk, vals = W @ p, np.empty(m)
-    total = 0.0
-    for lo in range(0, m, TEST_CHUNK):
-        hi = min(m, lo + TEST_CHUNK)
-        rows = slice(lo * T, hi * T)
-        z = X2[rows] @ qk
-        if outside is not None:
-            z += outside[rows] @ p
-        u = X2[rows] @ nu
-        _, f, L = outputs(z.reshape(-1, T), u.reshape(-1, T), y[lo:hi], loss)
-        vals[lo:hi] = y[lo:hi] * f
-        total += L * (hi - lo)
-    return {"test_loss": total / m, "test_acc": float(np.mean(vals > 0))}
 
 
 def _avg_row(mask: np.ndarray) -> np.ndarray:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .data import ROLE_NAMES
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .data.dataset import ROLE_NAMES
+from .theory import g_inv
+
+if TYPE_CHECKING:  # names in annotations only
+    from matplotlib.axes import Axes
+    from matplotlib.contour import ContourSet
+    from matplotlib.figure import Figure
+
+    from .results import Result
 
 ROLE_COLORS = {
     "relevant": "tab:green",
@@ -21,15 +33,16 @@ def token_labels(roles: np.ndarray | None, T: int) -> list[tuple[str, str]]:
     return [(ROLE_NAMES[r], ROLE_COLORS[ROLE_NAMES[r]]) for r in roles]
 
 
-def log_steps(steps) -> np.ndarray:
+def log_steps(steps: ArrayLike) -> np.ndarray:
     """Steps for a logarithmic axis: step 0 (the initial state) has no place
     there, so it becomes NaN and lines start at the first logged step >= 1."""
     steps = np.asarray(steps, dtype=float)
     return np.where(steps > 0, steps, np.nan)
 
 
-def plot_sample_scores(ax, steps, scores, roles=None, title: str = "", logx: bool = False,
-                       legend: bool = True, headroom: float = 0.0) -> None:  # fmt: skip
+def plot_sample_scores(ax: Axes, steps: ArrayLike, scores: np.ndarray, roles: np.ndarray | None = None,
+                       title: str = "", logx: bool = False, legend: bool = True,
+                       headroom: float = 0.0) -> None:  # fmt: skip
     """Every token's score of one sample against step.
 
     steps : (L,); scores : (L, T); roles : (T,) role codes or None.
@@ -54,7 +67,7 @@ def plot_sample_scores(ax, steps, scores, roles=None, title: str = "", logx: boo
         ax.legend(fontsize=7, loc="center right")
 
 
-def role_legend(fig, ax, rect_bottom: float = 0.06) -> tuple:
+def role_legend(fig: Figure, ax: Axes, rect_bottom: float = 0.06) -> tuple:
     """One legend of the token roles below every panel (from ``ax``'s lines);
     returns the tight_layout rect that leaves room for it."""
     handles, labels = ax.get_legend_handles_labels()
@@ -62,7 +75,9 @@ def role_legend(fig, ax, rect_bottom: float = 0.06) -> tuple:
     return (0, rect_bottom, 1, 1)
 
 
-def label_contours(ax, cs, fmt: str, margin: tuple[float, float] = (0.02, 0.15), fontsize: float = 6) -> None:
+def label_contours(
+    ax: Axes, cs: ContourSet, fmt: str, margin: tuple[float, float] = (0.02, 0.15), fontsize: float = 6
+) -> None:
     """Label each contour line once, at the middle of its part that lies at least
     ``margin`` (fractions of the Axes' width and height) inside the edges, so no
     label is clipped; lines with no such part stay unlabelled."""
@@ -83,7 +98,7 @@ def label_contours(ax, cs, fmt: str, margin: tuple[float, float] = (0.02, 0.15),
         ax.clabel(cs, levels=levels, fontsize=fontsize, fmt=fmt, manual=spots)
 
 
-def plot_example_scores(axes, result) -> None:
+def plot_example_scores(axes: Sequence[Axes], result: Result) -> None:
     """One clean and one noisy training sample of a Result on two Axes."""
     tr = result.trajectory
     steps, ex, idx = tr["step"], tr["example_scores"], tr["example_index"]
@@ -98,11 +113,9 @@ def plot_example_scores(axes, result) -> None:
         plot_sample_scores(ax, steps, ex[:, a], r, f"{kind} sample {idx[a]}", logx=logx)
 
 
-def plot_gaps(ax, result) -> None:
+def plot_gaps(ax: Axes, result: Result) -> None:
     """Clean samples' relevant-token gaps and noisy samples' fitting gaps
     (effective gaps, group means) against the fitted g-law."""
-    from .theory import g_inv
-
     tr, th = result.trajectory, result.theory
     steps = tr["step"]
     m = th.get("g_law_m") or (result.config["T"] - 1)
@@ -134,7 +147,7 @@ def _on_axis(steps: np.ndarray, logx: bool) -> np.ndarray:
     return steps > 0 if logx else np.ones(steps.shape, bool)
 
 
-def plot_run(axes, result) -> None:
+def plot_run(axes: Sequence[Axes], result: Result) -> None:
     """A finished run on three Axes: the mean attention score of each role
     (clean samples solid, noisy dashed), the losses, and the errors (the
     population error with a band of two standard errors)."""
@@ -183,7 +196,9 @@ def _lines(ax, tr: dict, keep: np.ndarray, x: np.ndarray, curves: dict) -> None:
                 ax.plot(x[m], y[m], color=f"C{i}", marker="." if m.sum() < 30 else None, label=label)
 
 
-def plot_sweep(ax, table, metric: str, x: str, by: list[str] | None = None, logy: bool = False) -> None:
+def plot_sweep(
+    ax: Axes, table: Mapping[str, Any], metric: str, x: str, by: list[str] | None = None, logy: bool = False
+) -> None:
     """A recorded metric of a sweep against one config key: one line per value
     of the other keys ``by``, the mean over seeds with a band from the smallest
     to the largest seed's value. ``table``: :func:`attnsim.sweep.load_sweep`."""

@@ -5,17 +5,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import hashlib
 import json
 import math
 import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
+
+from ._meta import __version__
+from .runtime.threads import threads
+
+if TYPE_CHECKING:  # names in annotations only
+    from matplotlib.figure import Figure
 
 SCHEMA_VERSION = 4  # 2: regimes from counts; 3: refined times, the limit section, new config keys;
 # 4: the population error from importance sampling, with pop_error_resolved
@@ -125,7 +133,7 @@ class WriteError(Exception):
     permission): the run or sweep fails with one line naming the file."""
 
 
-def atomic_write(path: Path, write, durable: bool = True) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object], durable: bool = True) -> None:
     """Write through a temporary file in the same folder, then rename; the file
     gets the mode open() would give it (temporary files are created 0600).
     ``durable``: fsync before the rename, so the file survives an OS crash too
@@ -150,9 +158,9 @@ def atomic_write(path: Path, write, durable: bool = True) -> None:
         raise
 
 
-def save_png(fig, path: str | Path, dpi: int = 110) -> Path:
+def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     """A matplotlib figure as a PNG, written atomically (its folder created), then closed."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib is imported only by what draws
 
     path = Path(path)
     try:
@@ -269,10 +277,8 @@ def versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
-    import numba
-    import scipy
-
-    from . import __version__
+    import numba  # lazy: reading results (attnsim plot, attnsim.load) needs no Numba or SciPy
+    import scipy  # lazy: as numba
 
     return {
         "attnsim": __version__,
@@ -290,10 +296,8 @@ THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OPENBLAS_NUM_
 def thread_settings() -> dict[str, Any]:
     """The settings results depend on bit for bit (SPEC §10): the thread
     variables as set (null: unset), Numba's thread count and layer, and the
-    two-way splits of attnsim's NumPy work (:mod:`attnsim.parallel`)."""
-    import numba
-
-    from .parallel import threads
+    two-way splits of attnsim's NumPy work :func:`attnsim.runtime.threads.threads`)."""
+    import numba  # lazy: as in _versions
 
     layer = None
     with contextlib.suppress(ValueError):  # no parallel kernel has run yet in this process
@@ -308,8 +312,6 @@ def thread_settings() -> dict[str, Any]:
 
 def file_hash(path: str | Path) -> str:
     """SHA-256 of a file, read in blocks."""
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -339,7 +341,7 @@ def git_revision() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             pass
     try:
-        from . import _revision
+        from . import _revision  # optional: written only when the package is built (attnsim/_build.py)
     except ImportError:
         return {"revision": None, "reason": "installed from a source without git metadata"}
     return {

@@ -14,11 +14,12 @@ score exactly, s_sel = e^x / (e^x + m); the summaries below use it.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .data import RELEVANT
+from .data.dataset import RELEVANT
 
 
 def snr(signal_norm: float, sigma: float, d: int) -> float:
@@ -57,7 +58,7 @@ def settle_time(steps: np.ndarray, values: np.ndarray, rel: float = 0.01) -> int
     return int(steps[0] if far.size == 0 else steps[far[-1] + 1])
 
 
-def summary(cfg, traj, known_signal: bool = True) -> dict:
+def summary(cfg: Any, traj: Any, known_signal: bool = True) -> dict:
     """The "theory" section of result.json (``known_signal``: |mu| and sigma
     are known, so the SNR is defined)."""
     a = traj.arrays
@@ -122,7 +123,7 @@ def gap_law(x0: float, c: float, tau: ArrayLike, m: float) -> np.ndarray | float
     return g_inv(g(x0, m) + c * np.asarray(tau, dtype=np.float64), m)
 
 
-def fit_rate(steps, x, m: float, min_points: int = 3) -> dict | None:
+def fit_rate(steps: ArrayLike, x: ArrayLike, m: float, min_points: int = 3) -> dict | None:
     """Fit g(x(tau)) = a + c tau by least squares over the saturated phase
     (x >= log m); returns the rate c (per step), the intercept and the largest
     deviation |g^{-1}(a + c tau) - x| there, or None with too few points."""
@@ -178,7 +179,9 @@ def _gauss_newton(tau, x, m: float, a: float, c: float, iters: int = 100) -> tup
 # -- gaps ----------------------------------------------------------------------
 
 
-def selected_tokens(roles, final_s, final_u, y, noisy) -> np.ndarray:
+def selected_tokens(
+    roles: np.ndarray | None, final_s: np.ndarray, final_u: np.ndarray, y: np.ndarray, noisy: np.ndarray
+) -> np.ndarray:
     """Per sample the token whose gaps are tracked (-1 if none): for a clean
     sample its relevant token (the highest-scoring one if several); for a
     noisy sample the highest-final-score token whose value agrees with the
@@ -193,7 +196,15 @@ def selected_tokens(roles, final_s, final_u, y, noisy) -> np.ndarray:
     return np.where(cand.any(axis=1), sel, -1).astype(np.int64)
 
 
-def gap_summaries(logits, roles, final_s, final_u, y, noisy, per_sample: bool = False) -> dict:
+def gap_summaries(
+    logits: np.ndarray,
+    roles: np.ndarray | None,
+    final_s: np.ndarray,
+    final_u: np.ndarray,
+    y: np.ndarray,
+    noisy: np.ndarray,
+    per_sample: bool = False,
+) -> dict:
     """Gap summaries over the log grid (logits: (L, n, T)).
 
     Lambda (clean samples) and Gamma (noisy samples) are z_sel - z_t for the
@@ -236,7 +247,7 @@ def gap_summaries(logits, roles, final_s, final_u, y, noisy, per_sample: bool = 
     return out
 
 
-def law_fits(steps, arrays: dict, T: int) -> dict:
+def law_fits(steps: np.ndarray, arrays: dict, T: int) -> dict:
     """Fitted g-law rates of the clean and noisy effective-gap summaries."""
     out = {}
     for group in ("clean", "noisy"):

@@ -33,8 +33,9 @@ import numpy as np
 
 def problem(d: int, n: int, T: int = 8):
     from attnsim.config import Config
-    from attnsim.data import generate, make_streams
-    from attnsim.encoder import init_params
+    from attnsim.data.dataset import make_streams
+    from attnsim.data.synthetic import generate
+    from attnsim.models.encoder.params import init_params
 
     cfg = Config(model="encoder", n=n, T=T, d=d, mlp_dim=d)
     streams = make_streams(0)
@@ -46,7 +47,7 @@ def run_attnsim(d: int, n: int, steps: int) -> float:
     """attnsim's step as ``attnsim run`` takes it: one BLAS thread in the step loop."""
     from threadpoolctl import threadpool_limits
 
-    from attnsim.encoder import EncoderStepper
+    from attnsim.models.encoder.model import EncoderStepper
 
     cfg, ds, P = problem(d, n)
     stepper = EncoderStepper(ds.X, ds.y, P, cfg, np.zeros((n, 8)))

@@ -67,11 +67,14 @@ if ARGS is not None:
 import numpy as np  # noqa: E402
 
 import attnsim  # noqa: E402
-from attnsim import kernels  # noqa: E402
 from attnsim.config import Config  # noqa: E402
-from attnsim.data import draw_W0, generate, make_streams  # noqa: E402
-from attnsim.engines import build  # noqa: E402
+from attnsim.data.dataset import make_streams  # noqa: E402
+from attnsim.data.synthetic import generate  # noqa: E402
+from attnsim.init import draw_W0  # noqa: E402
+from attnsim.models.attention.engines import build  # noqa: E402
+from attnsim.models.attention.steppers import Segment  # noqa: E402
 from attnsim.run import ensure_compiled  # noqa: E402
+from attnsim.runtime.workspace import Workspace  # noqa: E402
 
 
 def torch_loop(cfg: Config, careful: bool, steps: int) -> float:
@@ -198,13 +201,13 @@ def part_floor(args) -> None:
     cfg = Config()
     streams = make_streams(0)
     ds = generate(cfg, streams)
-    pb = build(cfg, ds, streams, "reduced", "")
+    pb, _ = build(cfg, ds, streams, "reduced", "", Workspace())
     n, T = ds.y.size, cfg.T
     k, r = pb.k, pb.r
     times = []
     for _ in range(args.reps):
         rel = np.ones(n * T)
-        seg = kernels.Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, T, cfg.lr, cfg.train_set, cfg.loss, rel)
+        seg = Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, T, cfg.lr, cfg.train_set, cfg.loss, rel)
         seg.advance(0, 10)
         t = time.perf_counter()
         seg.advance(10, 20_000)

@@ -43,7 +43,7 @@ STATES = {
 def state_scalars() -> dict[str, list[float]]:
     """The population scalars of each state (computed with this checkout)."""
     import attnsim
-    from attnsim.population import state_scalars as scalars
+    from attnsim.models.attention.population import state_scalars as scalars
 
     out = {}
     for name, over in STATES.items():
@@ -54,7 +54,10 @@ def state_scalars() -> dict[str, list[float]]:
 
 def worker(states_file: str, points: int, evals: int) -> None:
     """Time every state with the attnsim importable here; print JSON."""
-    from attnsim import population as P
+    try:  # this checkout's layout, or a checkout from before the models/ folders
+        from attnsim.models.attention import population as P
+    except ImportError:
+        from attnsim import population as P
 
     states = json.loads(Path(states_file).read_text())
     rng = np.random.default_rng(0)

@@ -1,8 +1,8 @@
 """Microseconds per gradient step of the two GD forms, side by side in one process.
 
 The default run's problem in the reduced engine (k = r = n T + 2 = 162), the
-same state for both forms: the W form (:class:`attnsim.kernels.Segment`, which
-updates W) and the X W form (:class:`attnsim.kernels.SegmentXW`, which updates
+same state for both forms: the W form (:class:`attnsim.models.attention.steppers.Segment`, which
+updates W) and the X W form (:class:`attnsim.models.attention.steppers.SegmentXW`, which updates
 B = X W and rebuilds W only when asked; README, "The X W form of a step").
 Repetitions alternate between the forms (W, X W, W, X W, ...), each timing
 ``--steps`` steps from step 0; the table gives microseconds per step, median
@@ -33,15 +33,16 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
 
-    from attnsim import engines, kernels
     from attnsim.config import Config
-    from attnsim.data import make_streams
+    from attnsim.data.dataset import make_streams
+    from attnsim.models.attention import engines, steppers
+    from attnsim.runtime.workspace import Workspace
 
     cfg = Config()
-    pb, ds = engines.build(cfg, None, make_streams(cfg.seed), "reduced", "benchmark")
+    pb, ds = engines.build(cfg, None, make_streams(cfg.seed), "reduced", "benchmark", Workspace())
     rel = (ds.roles == 0).astype(np.float64).ravel()
     prob = (pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel)
-    forms = {"W form": kernels.Segment, "X W form": kernels.SegmentXW}
+    forms = {"W form": steppers.Segment, "X W form": steppers.SegmentXW}
     for cls in forms.values():  # load (or compile) the kernels
         cls(*prob).advance(0, 2)
     per_step: dict[str, list[float]] = {name: [] for name in forms}
@@ -53,7 +54,7 @@ def main() -> int:
             t = time.perf_counter()
             seg.advance(0, args.steps)
             per_step[name].append((time.perf_counter() - t) / args.steps * 1e6)
-            if cls is kernels.SegmentXW:
+            if cls is steppers.SegmentXW:
                 t = time.perf_counter()
                 seg.rebuild(seg.B)
                 rebuild.append((time.perf_counter() - t) * 1e3)

@@ -26,8 +26,16 @@ CASES = {
     "flow": ["--set", "d=500", "--set", "integrator=flow", "--set", "steps=1e8", "--set", "log_scale=log"],
     "train_p_nu": ["--set", "d=400", "--set", "train=p,nu", "--set", "noise_rate=0.2"],
     "limit": ["--set", "d=300", "--set", "limit=true", "--set", "steps=3000"],
-    "encoder": ["--data", str(ROOT / "tests/data/peer_encoder_small.npz"), "--set", "model=encoder",
-                "--set", "steps=30", "--set", "lr=0.05"],  # fmt: skip
+    "encoder": [
+        "--data",
+        str(ROOT / "tests/data/peer_encoder_small.npz"),
+        "--set",
+        "model=encoder",
+        "--set",
+        "steps=30",
+        "--set",
+        "lr=0.05",
+    ],  # fmt: skip
 }
 SWEEP = """[sweep]
 name = "cmp"

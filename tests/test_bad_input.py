@@ -407,10 +407,10 @@ def _as_if_compiling(monkeypatch):
 
     real = attnsim.run.ensure_compiled
 
-    def announcing(integrator="gd", announce=None):
+    def announcing(integrator="gd", announce=None, model="attention", workspace=None):
         if announce is not None:
             announce()
-        return real(integrator)
+        return real(integrator, model=model, workspace=workspace)
 
     monkeypatch.setattr(attnsim.run, "ensure_compiled", announcing)
 
@@ -477,21 +477,6 @@ def test_sweep_with_an_unreachable_scheduler_leaves_nothing(tmp_path, monkeypatc
     assert main(["sweep", _sweep(tmp_path, SWEEP), "--scheduler", "tcp://127.0.0.1:1"]) == 2
     assert "cannot connect" in capsys.readouterr().err
     assert not (tmp_path / "sweeps").exists()
-
-
-def test_read_only_folder_as_out(tmp_path, capsys):
-    """A mode-0555 folder: exit 2 for a normal user; root may write there, so the run succeeds."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    try:
-        writable = os.access(ro, os.W_OK)
-        code = main(["run", *TINY, "--out", str(ro / "run"), "--quiet"])
-        assert code == (0 if writable else 2)
-        if not writable:
-            assert "cannot write" in capsys.readouterr().err
-    finally:
-        ro.chmod(0o755)
 
 
 def _interrupt(args, tmp_path, wait_for):
@@ -562,7 +547,7 @@ print("carried on after the signal", file=sys.stderr)
 _HANDLERS = {
     "worker SIGTERM": (
         "SIGTERM",
-        "from attnsim.parallel import on_signal\n"
+        "from attnsim.runtime.signals import on_signal\n"
         "def stop():\n    raise SystemExit(143)\non_signal(signal.SIGTERM, stop)",
         143,
     ),

@@ -6,17 +6,10 @@ import numpy as np
 import pytest
 
 from attnsim.config import Config
-from attnsim.data import (
-    DataError,
-    W0_blocks,
-    clean_labels,
-    draw_W0,
-    flip_mask,
-    generate,
-    head,
-    load_npz,
-    make_streams,
-)
+from attnsim.data.dataset import DataError, make_streams
+from attnsim.data.files import load_npz
+from attnsim.data.synthetic import clean_labels, flip_mask, generate, head
+from attnsim.init import W0_blocks, draw_W0
 
 
 def _flips(n, eta, mode, seed=0):
@@ -95,7 +88,7 @@ def test_seed_reproducible():
 
 
 def test_W0_row_blocks_equal_one_draw(monkeypatch):
-    from attnsim import data
+    from attnsim import init
 
     cfg = Config(d=600)
     full = draw_W0(cfg, make_streams(0).init)
@@ -105,7 +98,7 @@ def test_W0_row_blocks_equal_one_draw(monkeypatch):
     blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
     assert [lo for lo, _ in blocks] == [0]
-    monkeypatch.setattr(data, "BLOCK_ELEMENTS", 100 * 600)
+    monkeypatch.setattr(init, "BLOCK_ELEMENTS", 100 * 600)
     blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
     assert [lo for lo, _ in blocks] == [0, 100, 200, 300, 400, 500]
@@ -120,7 +113,7 @@ def test_W0_drawn_in_two_halves_at_once_is_the_sequential_draw(d, one_thread, mo
     """fill_W0 draws the halves of the rows from copies of the stream jumped
     ahead: the same numbers as one sequential draw, and the stream is left
     where the sequential draw leaves it (p(0) comes next)."""
-    from attnsim.data import fill_W0
+    from attnsim.init import fill_W0
 
     if one_thread:
         monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
@@ -141,17 +134,17 @@ def test_kept_draws_give_every_W0_the_fresh_draw_and_stream_state(init_W, monkey
     of the kept numbers, or more than are kept), equals a fresh draw bit for
     bit, and the stream is left where the fresh draw leaves it; another seed,
     or a stream moved on, is not confused with the kept one."""
-    from attnsim import data
+    from attnsim.init import fill_W0
+    from attnsim.runtime import workspace
 
-    monkeypatch.setattr(data, "DRAW_CHUNK", 1024)  # many chunk boundaries at small d
-    kept = data.KeptDraws(max_bytes=8 * 700**2)
-    monkeypatch.setattr(data, "KEPT_DRAWS", kept)
+    monkeypatch.setattr(workspace, "DRAW_CHUNK", 1024)  # many chunk boundaries at small d
+    kept = workspace.KeptDraws(max_bytes=8 * 700**2)
 
     def draw(d, seed, on, skip=0):
         kept.enabled = on
         rng = make_streams(seed).init
         rng.random(skip)
-        W = data.fill_W0(Config(d=d, init_W=init_W), rng, np.full((d, d), np.nan))
+        W = fill_W0(Config(d=d, init_W=init_W), rng, np.full((d, d), np.nan), kept)
         return W, rng.bit_generator.state, rng.standard_normal(3)
 
     for d, seed, skip in [(300, 0, 0), (200, 0, 0), (32, 0, 0), (33, 0, 0), (500, 0, 0), (300, 1, 0),

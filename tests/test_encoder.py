@@ -11,16 +11,12 @@ import pytest
 import attnsim
 from attnsim.cli import main
 from attnsim.config import Config
-from attnsim.data import ENCODER_ARRAYS
-from attnsim.encoder import init_params, param_shapes
-from attnsim.kernels import encoder as K
-from attnsim.model import (
-    encoder_forward,
-    encoder_loss,
-    finite_difference_errors,
-    random_encoder,
-)
-from attnsim.sweep import read_spec
+from attnsim.models.base import finite_difference_errors
+from attnsim.models.encoder import kernels as K
+from attnsim.models.encoder.params import init_params, param_shapes
+from attnsim.models.encoder.reference import encoder_forward, encoder_loss, random_encoder
+from attnsim.registry import ENCODER_ARRAYS
+from attnsim.sweep.spec import read_spec
 
 SMALL = {"model": "encoder", "n": 6, "T": 4, "d": 16, "mlp_dim": 8, "steps": 20, "log_every": 5, "test_n": 50}
 
@@ -182,22 +178,3 @@ def test_the_default_test_set_follows_a_change_of_model(tmp_path):
                      '[[point]]\nmodel = "encoder"\n')  # fmt: skip
     (cfg,) = read_spec(sweep).points()
     assert cfg.model == "encoder" and cfg.test_n == 1000
-
-
-def test_the_cls_path_bounds_the_speed_up_over_every_position():
-    """The arithmetic behind the encoder benchmark's ratio: at d = mlp_dim = 2000,
-    n = 20, T = 8 the official loop does 14.7x the multiply-adds of the CLS
-    path. PyTorch's float32 does twice as many per cycle as float64 and the
-    official loop uses both cores, so a float64 CLS path can be at most
-    14.7 / 2 = 7.3x faster per step on two threads (3.7x on one): a 10x target
-    against the bare float32 step is out of reach at equal efficiency."""
-    import importlib.util
-
-    path = Path(__file__).parent.parent / "benchmarks" / "bench_encoder.py"
-    spec = importlib.util.spec_from_file_location("bench_encoder", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    every, cls_path = bench.macs(2000, 2000, 20)
-    assert every == 3 * 20 * 9 * (3 * 2000**2 + 2 * 2000 * 2000)  # forward and two backward products
-    assert 14 < every / cls_path < 15
-    assert every / cls_path / 2 < 10  # float32 SIMD width alone leaves less than 10x

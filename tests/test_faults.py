@@ -21,7 +21,10 @@ import pytest
 import attnsim
 from attnsim.cli import main
 from attnsim.config import ConfigError, from_mapping
-from attnsim.sweep import Store, Task, parse_sweep, record_key, run_sweep
+from attnsim.sweep.point import run_point
+from attnsim.sweep.run import run_sweep
+from attnsim.sweep.spec import Task, parse_sweep, record_key
+from attnsim.sweep.store import Store
 
 TINY = {"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64}
 BASE = {"n": 6, "T": 5, "steps": 60, "log_every": 30, "pop_points": 256, "pop_log_points": 2}
@@ -225,7 +228,7 @@ def test_store_keeps_only_records_of_their_point(tmp_path):
     cfg = from_mapping(TINY)
     key = record_key(cfg)
     (store.dir / ".abc.json.123.tmp").write_text("{half")
-    assert store.compute(Task(key, cfg.to_dict(resolved=False), []))
+    assert store.compute(Task(key, cfg.to_dict(resolved=False), []), run_point)
     assert store.done() == {key} and store.records()[0]["key"] == key
     assert store.records()[0]["threads"]["numba_threads"] >= 1  # records say what they are bit-identical for
     os.replace(store.path(key), store.path("0" * 16))
@@ -469,7 +472,7 @@ def test_results_record_the_thread_settings_and_the_data_file(tmp_path, monkeypa
 def test_the_environment_is_checked_before_numba_or_matplotlib_load(env, tmp_path):
     """In a fresh process (Numba reads its variables once, at import)."""
     if "NUMBA_THREADING_LAYER" in env:
-        from attnsim.parallel import _have_tbb
+        from attnsim.runtime.environment import _have_tbb
 
         if _have_tbb():
             pytest.skip("TBB is installed here")
@@ -482,7 +485,7 @@ def test_the_environment_is_checked_before_numba_or_matplotlib_load(env, tmp_pat
 
 _WARM_UP = """
 import signal
-from attnsim.parallel import on_signal
+from attnsim.runtime.signals import on_signal
 def stop():
     raise SystemExit(143)
 on_signal(signal.SIGTERM, stop)
@@ -513,13 +516,13 @@ def test_a_signal_while_the_kernels_load_never_aborts_the_process():
 
 def test_a_sweep_runs_no_more_workers_than_fit_in_memory_together(tmp_path, monkeypatch):
     """Each point fits alone (checked when the sweep is read); two at once would not."""
-    import attnsim.engines
-    from attnsim.engines import choose_engine, memory_estimate
+    import attnsim.sweep.run
+    from attnsim.models.attention.plan import choose_engine, memory_estimate
 
     spec = parse_sweep({"sweep": {"name": "m", "seeds": 4}, "base": {**BASE, "d": 60}})
     cfg = spec.points()[0]
     need = sum(b for *_, b in memory_estimate(cfg, choose_engine(cfg, user_data=False)[0]))
-    monkeypatch.setattr(attnsim.engines, "physical_memory", lambda: 1.5 * need / 0.8)
+    monkeypatch.setattr(attnsim.sweep.run, "physical_memory", lambda: 1.5 * need / 0.8)
     rep = run_sweep(spec, tmp_path, workers=2, progress=False)
     assert rep.ok == 4 and rep.workers == 0  # one worker: it ran here
     assert any("running 1 worker(s), not 2" in m for m in rep.messages), rep.messages

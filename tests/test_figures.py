@@ -12,7 +12,7 @@ def test_figure_quick_smoke(name, tmp_path):
     paths = make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
     pngs = [p for p in paths if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
-    numbers = [p for p in paths if p.suffix == ".txt"]  # the numbers the README quotes
+    numbers = [p for p in paths if p.suffix == ".txt"]  # the numbers docs/figures.md quotes
     assert len(numbers) == 1 and numbers[0].read_text().strip()
     again = make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
     assert again == paths  # cached sweep records are reused

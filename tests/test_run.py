@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 import attnsim
-from attnsim.config import Config
-from attnsim.dynamics import SimulationError, log_grid, pop_indices
+from attnsim._meta import SimulationError
+from attnsim.driver import log_grid, pop_indices
 from attnsim.metrics import StateMetrics, final_metrics, regime
 
 
 def test_log_grid_linear_and_log_include_ends():
-    g = log_grid(Config(steps=95, log_every=10))
+    g = log_grid(95, "linear", 10, 100)
     assert g[0] == 0 and g[-1] == 95 and 90 in g and len(g) == 11
-    g = log_grid(Config(steps=10**6, log_scale="log", log_points=60))
+    g = log_grid(10**6, "log", 10, 60)
     assert g[0] == 0 and g[-1] == 10**6 and len(g) <= 60 and np.all(np.diff(g) > 0)
-    assert list(log_grid(Config(steps=0))) == [0]
+    assert list(log_grid(0, "linear", 10, 100)) == [0]
     idx = pop_indices(101, 50)
     assert idx[0] == 0 and idx[-1] == 100 and len(idx) <= 50
 
@@ -266,9 +266,9 @@ def test_overflow_is_divergence_naming_the_step(over):
 
 
 def test_stalled_flow_stops_with_a_message(monkeypatch):
-    from attnsim import kernels
+    from attnsim.models.attention.steppers import FlowField
 
-    monkeypatch.setattr(kernels.FlowField, "max_evals", 2000)
+    monkeypatch.setattr(FlowField, "max_evals", 2000)
     with pytest.raises(SimulationError, match="gradient flow stalled"):
         attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 100, "lr": 1e300, "integrator": "flow"})
 
@@ -299,18 +299,13 @@ def test_sparse_log_points_use_the_x_w_form_with_the_same_results():
 def test_population_metrics_computed_beside_the_steps_equal_inline_ones(small_cfg, monkeypatch):
     """The driver hands population metrics to a second thread (the evaluator's
     ``defer``) while the steps go on; the same run evaluated inline agrees exactly."""
-    from attnsim import engines, parallel
     from attnsim.metrics import POP_KEYS
+    from attnsim.models.attention.problem import StateEvaluator
+    from attnsim.runtime.threads import _Done, threads
 
-    assert parallel.threads() == 2 or os.environ.get("NUMBA_NUM_THREADS") == "1"
+    assert threads() == 2 or os.environ.get("NUMBA_NUM_THREADS") == "1"
     deferred = attnsim.simulate(small_cfg)
-    build = engines.Problem.evaluator
-
-    def inline_only(self, cfg, pop):
-        evaluate = build(self, cfg, pop)
-        return None if evaluate is None else (lambda state: evaluate(state))  # no .defer
-
-    monkeypatch.setattr(engines.Problem, "evaluator", inline_only)
+    monkeypatch.setattr(StateEvaluator, "defer", lambda self, state: _Done(self(state)))  # measured at once
     inline = attnsim.simulate(small_cfg)
     assert np.isfinite(deferred.trajectory["pop_loss"]).sum() == 11
     for key in POP_KEYS:
@@ -318,7 +313,7 @@ def test_population_metrics_computed_beside_the_steps_equal_inline_ones(small_cf
 
 
 def test_a_deferred_metric_that_overflows_names_its_step(small_cfg, monkeypatch):
-    from attnsim import population
+    from attnsim.models.attention import population
     from attnsim.run import ensure_compiled
 
     ensure_compiled("gd")  # its warm-up run evaluates too
@@ -336,10 +331,10 @@ def test_a_deferred_metric_that_overflows_names_its_step(small_cfg, monkeypatch)
 
 
 def test_score_metrics_do_not_depend_on_how_many_log_points_are_measured_at_once(small_cfg, monkeypatch):
-    from attnsim import dynamics
+    from attnsim import observers
 
     whole = attnsim.simulate({**small_cfg, "log_every": 1}, save_scores=True).trajectory
-    monkeypatch.setattr(dynamics, "RECORD_CHUNK", 3)
+    monkeypatch.setattr(observers, "RECORD_CHUNK", 3)
     chunked = attnsim.simulate({**small_cfg, "log_every": 1}, save_scores=True).trajectory
     assert list(whole) == list(chunked) and whole["step"].size == 51
     for key in whole:

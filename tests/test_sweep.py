@@ -12,7 +12,10 @@ import time
 import pytest
 
 from attnsim.config import ConfigError
-from attnsim.sweep import load_records, parse_sweep, record_key, run_sweep
+from attnsim.runtime.workspace import WORKSPACE
+from attnsim.sweep.run import run_sweep
+from attnsim.sweep.spec import parse_sweep, record_key
+from attnsim.sweep.store import load_records
 
 BASE = {"n": 6, "T": 5, "steps": 100, "log_every": 50, "pop_points": 256, "pop_log_points": 2}
 
@@ -122,7 +125,7 @@ def test_sweep_survives_a_killed_worker(tmp_path):
 
 _KILLER = """
 import os, signal
-import attnsim.sweep as sweep
+import attnsim.sweep.executors as sweep
 _run = sweep.run_point
 def run_point(cfg, save, data=None):
     if cfg.get("signal_norm") == 13.0:
@@ -247,17 +250,17 @@ def test_worker_pool_serves_every_sweep_in_its_block(tmp_path):
     sweep (no new ones started), with the records a serial run writes; they
     stop when the block ends. A sweep with many records to compute starts
     its workers before reading and sorting them."""
-    from attnsim import sweep
+    from attnsim.sweep import executors as sweep
 
     serial = run_sweep(_spec(seeds=1), tmp_path / "serial", workers=1, progress=False)
     with sweep.worker_pool():
-        assert sweep._SHARED == []
+        assert WORKSPACE.idle_workers == []
         a = run_sweep(_spec(seeds=1), tmp_path / "a", workers=2, progress=False)
-        kept = [w.proc for w in sweep._SHARED]
+        kept = [w.proc for w in WORKSPACE.idle_workers]
         assert len(kept) == 2 and all(p.is_alive() for p in kept)
         b = run_sweep(_spec(name="u", seeds=1), tmp_path / "b", workers=2, progress=False)
-        assert sorted(id(w.proc) for w in sweep._SHARED) == sorted(id(p) for p in kept)
-    assert sweep._SHARED is None
+        assert sorted(id(w.proc) for w in WORKSPACE.idle_workers) == sorted(id(p) for p in kept)
+    assert WORKSPACE.idle_workers is None
     for p in kept:
         p.join(10)
         assert not p.is_alive()
@@ -270,7 +273,7 @@ def test_worker_pool_serves_every_sweep_in_its_block(tmp_path):
 
 
 def test_cheap_setup_groups_go_in_short_tasks():
-    from attnsim.sweep import TAIL_POINTS, _chunks
+    from attnsim.sweep.run import TAIL_POINTS, _chunks
 
     group = list(range(39))
     whole = _chunks(group, 1521, 2, setup_flops=1e10, point_flops=2e8)  # setup of 50 points: kept whole
@@ -283,13 +286,13 @@ def test_cheap_setup_groups_go_in_short_tasks():
 
 
 def test_worker_pool_can_start_its_workers_at_once(tmp_path):
-    from attnsim import sweep
+    from attnsim.sweep import executors as sweep
 
     with sweep.worker_pool(start=2):
-        started = [w.proc for w in sweep._SHARED]
+        started = [w.proc for w in WORKSPACE.idle_workers]
         assert len(started) == 2
         rep = run_sweep(_spec(seeds=1), tmp_path, workers=2, progress=False)
-        assert sorted(id(w.proc) for w in sweep._SHARED) == sorted(id(p) for p in started)
+        assert sorted(id(w.proc) for w in WORKSPACE.idle_workers) == sorted(id(p) for p in started)
     assert rep.ok == 6 and rep.workers == 2
     for p in started:
         p.join(10)

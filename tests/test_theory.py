@@ -124,7 +124,7 @@ def test_flow_matches_a_closed_form_on_a_linear_problem(tmp_path):
     np.savez(path, X=X, y=y, W0=W0, p0=p0, nu=nu0)
     cfg = {"train": "nu", "loss": "linear", "integrator": "flow", "lr": 0.1, "steps": 50, "log_every": 10}
     r = attnsim.simulate(cfg, data=path)
-    from attnsim import model
+    from attnsim.models.attention import reference as model
 
     g_nu = model.grads(X, y, W0, p0, nu0, "linear")[2]
     for step, L in zip(r.trajectory["step"], r.trajectory["train_loss"]):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 NAMES = {
@@ -33,9 +35,15 @@ SWEEPS = {"heatmaps", "frak_s", "delayed", "phase", "noise", "generalization_tim
           "encoder_heatmaps", "real"}  # fmt: skip
 
 
-def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=print) -> list[Path]:
+def make(
+    names: list[str] | None = None,
+    outdir: str | Path = "figures",
+    quick: bool = False,
+    cache: str | Path = "sweeps/figures",
+    log: Callable[[str], object] = print,
+) -> list[Path]:
     """Make the named figures (all by default); returns the written files."""
-    import matplotlib
+    import matplotlib  # lazy: the command line imports this package for NAMES alone
 
     matplotlib.use("Agg")
     unknown = [n for n in names or [] if n not in NAMES]
@@ -57,8 +65,6 @@ def make(names=None, outdir="figures", quick=False, cache="sweeps/figures", log=
 def _workers(sweeping, fresh: bool):
     if not sweeping:
         return contextlib.nullcontext()
-    import os
-
-    from ..sweep import worker_pool
+    from ..sweep.executors import worker_pool  # lazy: as matplotlib above
 
     return worker_pool(start=(os.cpu_count() or 1) if fresh else 0)

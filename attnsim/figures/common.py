@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..results import atomic_write, save_png
 from ..sweep import parse_sweep, run_sweep
 
+if TYPE_CHECKING:  # names in annotations only
+    from matplotlib.figure import Figure
 
-def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=(), points=()) -> list[dict]:
+
+def sweep_records(
+    cache: Path,
+    name: str,
+    base: dict,
+    grid: dict,
+    seeds: list[int],
+    save: Sequence[str] = (),
+    points: Sequence[dict] = (),
+) -> list[dict]:
     """Run (or reuse) a sweep under ``cache`` (a grid, or explicit ``points``)
     and return its successful records."""
     data = {"sweep": {"name": name, "seeds": list(seeds), "save": list(save)}, "base": base, "grid": grid}
@@ -20,11 +33,13 @@ def sweep_records(cache: Path, name: str, base: dict, grid: dict, seeds, save=()
     return [r for r in run_sweep(spec, cache, progress=None).records() if r.get("status") == "ok"]
 
 
-def save(fig, path: Path, dpi: int = 110) -> Path:
+def save(fig: Figure, path: Path, dpi: int = 110) -> Path:
     return save_png(fig, path, dpi)
 
 
-def grid_of(records: list[dict], xkey: str, ykey: str, value) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def grid_of(
+    records: list[dict], xkey: str, ykey: str, value: Callable[[dict], float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(xs, ys, Z) with Z[iy, ix] = value(record), NaN where missing."""
     xs = sorted({r["config"][xkey] for r in records})
     ys = sorted({r["config"][ykey] for r in records})
@@ -36,7 +51,7 @@ def grid_of(records: list[dict], xkey: str, ykey: str, value) -> tuple[np.ndarra
 
 def write_numbers(outdir: Path, stem: str, lines: list[str]) -> Path:
     """The numbers a figure shows, as text beside its PNG (``<stem>.txt``): what
-    the README quotes comes from these files."""
+    docs/figures.md quotes comes from these files."""
     path = outdir / f"{stem}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ The feature dimension is ``D`` = 32: a step at n = 997 (16 000 tokens) costs
 about 0.3 ms at d = 32, 1 ms at d = 64 and 30-40 ms at d = 2000 on this
 machine, and the 18 runs of 10^5 steps must fit the figure's 5 minutes.
 ``attnsim real digits --set d=2000`` runs the same protocol at any d (the
-README's second table: d = 2000, 1000 steps)."""
+docs/real-data.md's second table: d = 2000, 1000 steps)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..experiments.real import format_table, noise_model, protocol_sweep, protocol_table, write_table
 from ..plotting import log_steps
-from ..realdata import format_table, noise_model, protocol_sweep, protocol_table, write_table
+from ..sweep import parse_sweep, run_sweep
 from .common import save, write_numbers
 
 D = 32
@@ -41,8 +42,6 @@ VARIANTS = (("eta = 0", 0.0, None), ("eta = 0.2, round(n eta) flips", 0.2, "coun
 
 
 def records(quick: bool, cache: Path) -> tuple[list[dict], list[str]]:
-    from ..sweep import parse_sweep, run_sweep
-
     ns, steps = ([10, 40], 2000) if quick else (NS, STEPS)
     base = {"d": 32 if quick else D, "steps": steps}
     seeds = SEEDS[:2] if quick else SEEDS

@@ -17,8 +17,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..config import Config
-from ..data import RELEVANT, ROLE_NAMES, WEAK_OPPOSITE, clean_labels, draw_tokens, generate, make_streams
+from ..data.dataset import RELEVANT, ROLE_NAMES, WEAK_OPPOSITE, make_streams
+from ..data.synthetic import clean_labels, draw_tokens, generate
 from ..plotting import ROLE_COLORS
+from ..run import simulate
 from .common import save, write_numbers
 from .fig2_dynamics import SETTINGS
 
@@ -36,7 +38,7 @@ def _scatter(ax, coords, roles_sel, correct, title):
     ax.set_ylabel("x . mu- / |mu|")
 
 
-def hand_built(quick: bool):
+def hand_built(quick: bool) -> dict:
     n, d = (40, 2000) if quick else (100, 10000)
     cfg = Config(n=n, d=d, T=8, signal_norm=20.0, rho=0.2, noise_rate=0.2)
     streams = make_streams(0)
@@ -62,11 +64,9 @@ def hand_built(quick: bool):
     return out
 
 
-def trained(quick: bool):
+def trained(quick: bool) -> dict:
     out = {}
     for label, over in SETTINGS.items():
-        from ..run import simulate
-
         res = simulate({**over, "steps": 300 if quick else 1000, "test_n": 100, "log_every": 1000})
         pb, st = res.problem, res.state
         e1, e2 = pb.mu_pos / over["signal_norm"], pb.mu_neg / over["signal_norm"]

@@ -5,7 +5,10 @@ cell, as in the official runs; cells sharing d share the reduced setup."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -14,6 +17,9 @@ from matplotlib.colors import ListedColormap
 from ..metrics import REGIMES
 from ..plotting import label_contours
 from .common import grid_of, save, sweep_records, write_numbers
+
+if TYPE_CHECKING:  # names in annotations only
+    from matplotlib.axes import Axes
 
 REGIME_COLORS = {"not_overfitting": "tab:blue", "partial": "tab:cyan", "benign": "tab:green",
                  "harmful": "tab:red", "underfit": "0.5", "fitted": "0.8",
@@ -33,7 +39,10 @@ def records(quick: bool, cache: Path) -> list[dict]:
 
 
 def plot_panels(
-    axes, recs: list[dict], test_key: str = "pop_loss", test_title: str = "test (population) loss"
+    axes: Sequence[Axes],
+    recs: list[dict],
+    test_key: str = "pop_loss",
+    test_title: str = "test (population) loss",
 ) -> None:
     snr = lambda r: r["theory"]["snr"]
     for ax, key, title in (
@@ -69,9 +78,7 @@ def plot_panels(
 
 
 def numbers(recs: list[dict]) -> list[str]:
-    """The regime counts and the loss levels the README quotes."""
-    from collections import Counter
-
+    """The regime counts and the loss levels docs/figures.md quotes."""
     count = Counter(r["final"]["regime"] for r in recs)
     lines = [f"{len(recs)} cells: " + ", ".join(f"{k} {v}" for k, v in sorted(count.items()))]
     unfit = [r for r in recs if r["final"]["n_fitted_noisy"] == 0]

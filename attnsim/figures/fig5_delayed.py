@@ -8,6 +8,7 @@ Memorization (every training sample fitted for good) and generalization
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -16,6 +17,9 @@ from ..metrics import format_error
 from ..plotting import log_steps
 from ..theory import g_inv
 from .common import save, sweep_records, write_numbers
+
+if TYPE_CHECKING:  # names in annotations only
+    from matplotlib.axes import Axes
 
 SAVE = [
     "train_loss",
@@ -87,7 +91,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     return [save(fig, outdir / "fig5_delayed.png"), write_numbers(outdir, "fig5_delayed", summary(recs))]
 
 
-def plot_error(ax, steps, err, se, resolved, color) -> None:
+def plot_error(
+    ax: Axes, steps: np.ndarray, err: np.ndarray, se: np.ndarray, resolved: np.ndarray, color: str
+) -> None:
     """A population error on a log axis with its +-2 se band; values the
     estimator could not resolve are upper bounds, drawn as downward triangles."""
     ok = resolved == 1.0
@@ -99,7 +105,7 @@ def plot_error(ax, steps, err, se, resolved, color) -> None:
 
 
 def summary(recs: list[dict]) -> list[str]:
-    """One line per setting: the numbers the README quotes."""
+    """One line per setting: the numbers docs/figures.md quotes."""
     lines = []
     for r in recs:
         tr, th = r["trajectory"], r["theory"]

@@ -1,0 +1,30 @@
+"""What every layer of attnsim may need and that needs nothing: the version,
+the package's own error types and the Numba versions it runs with."""
+
+__version__ = "0.1.0"
+
+
+class DependencyError(ImportError):
+    """An installed dependency attnsim cannot run with (the message says which and what to do)."""
+
+
+class SimulationError(RuntimeError):
+    """A run that failed (diverged); the command line exits with code 1."""
+
+
+# numba 0.59.1, 0.60.0 and 0.62.1 were measured to crash in attnsim's GD kernel (a
+# segmentation fault); 0.63.0 and later pass the test suite. The upper bound is the
+# newest Numba the suite and the cache loader (attnsim/runtime/numba_cache.py) were
+# tested with: its patch relies on private names of Numba's cache.
+MIN_NUMBA = (0, 63)
+MAX_NUMBA = (0, 68)  # tested: 0.63.0 and 0.68.1
+
+
+def check_numba_version(version: str) -> None:
+    """DependencyError (an ImportError) if ``version`` (numba's) is older than ``MIN_NUMBA``."""
+    if tuple(int(part) for part in version.split(".")[:2]) < MIN_NUMBA:
+        need = ".".join(map(str, MIN_NUMBA))
+        raise DependencyError(
+            f"attnsim needs numba >= {need} (found {version}): older versions crash running its "
+            "kernels; pip install -U numba"
+        )

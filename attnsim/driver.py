@@ -1,0 +1,249 @@
+"""The driver: owns the schedule, the log grid and the snapshots.
+
+A model supplies a *stepper* (:class:`attnsim.models.base.Stepper`): it
+advances its state k steps in place (gradient-descent steps, or a gradient
+flow over the same span of time), shows the current state on the training set
+and hands out its parameters. An *evaluator* measures a state on fresh data.
+What is recorded at each log point is the business of a *recorder* handed to
+:func:`run` (as diffrax's ``SaveAt(fn=...)``): :class:`attnsim.observers.Recorder`
+keeps the paper's metrics. The driver knows nothing of any model or metric, so
+every model runs through :func:`run`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._meta import SimulationError
+from .models.base import DIVERGED, FROZEN, Evaluator, Stepper
+
+PROGRESS_CHUNK = 20_000  # GD steps per kernel call while a progress bar exists (flows are never cut)
+
+
+class Recorder(Protocol):
+    """What the driver hands each log point to (see :class:`attnsim.observers.Recorder`)."""
+
+    def record(self, j: int, step: int, stepper: Stepper, evaluated: dict) -> None: ...
+
+    def add(self, j: int, evaluated: dict) -> None: ...
+
+    def frozen(self, stepper: Stepper, step: int) -> None: ...
+
+    def finish(self, stepper: Stepper, steps: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]: ...
+
+
+def log_grid(steps: int, log_scale: str, log_every: int, log_points: int) -> np.ndarray:
+    """Logged steps: always 0 and ``steps``; linear (every ``log_every``) or geometric
+    (``log_points`` in all) in between."""
+    if log_scale == "linear":
+        grid = np.arange(0, steps + 1, log_every)
+    else:
+        grid = np.geomspace(1, max(steps, 1), log_points - 1).round()
+    return np.unique(np.concatenate([[0, steps], grid]).astype(np.int64))
+
+
+def pop_indices(n_log: int, pop_log_points: int) -> np.ndarray:
+    """Indices into the log grid where population metrics are evaluated:
+    at most ``pop_log_points``, evenly spread, first and last included."""
+    m = min(n_log, pop_log_points)
+    return np.unique(np.linspace(0, n_log - 1, m).round().astype(np.int64))
+
+
+@dataclass
+class Trajectory:
+    """Metrics over the log grid (arrays of length L = number of log points),
+    plus per-sample end-of-run records."""
+
+    arrays: dict[str, np.ndarray]
+    fit_step: np.ndarray
+    status: str = "ok"
+    frozen_at: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    refined: dict[str, float | None] = field(default_factory=dict)  # times located between log points
+    snapshots: dict[int, Any] = field(default_factory=dict)  # states at the evaluated log points (in memory)
+
+
+def run(
+    stepper: Stepper,
+    recorder: Recorder,
+    grid: np.ndarray,
+    lr: float,
+    evaluate: Evaluator | None = None,
+    at: Sequence[int] = (),
+    progress: bool | None = None,
+    log_bar: bool = False,
+    watch: Callable[[dict], None] | None = None,
+    snapshots: bool = False,
+    meanwhile: Callable[[], None] | None = None,
+) -> Trajectory:
+    """Advance ``stepper`` along ``grid``, handing every log point to ``recorder``;
+    ``evaluate`` runs at the log points ``at`` (through its ``defer`` on a second
+    thread while the steps go on, unless ``snapshots`` are kept), ``watch`` (if
+    given) sees the parameters at every log point. With ``snapshots`` the state
+    at each evaluated log point is kept for :func:`refine_crossing`. ``meanwhile``
+    (if given) is called once the steps are done, while the deferred evaluations
+    finish on the other thread (the run's clean-label twin). ``lr`` only names
+    the step size in a divergence message; ``log_bar``: the progress bar counts decades."""
+    steps = int(grid[-1])
+    at = set(at) if evaluate is not None else set()
+    defer = None if snapshots or evaluate is None else evaluate.defer
+    pending: list[tuple[int, object]] = []  # (log point, job) of deferred evaluations
+    snaps: dict[int, object] = {}
+    bar = _progress_bar(steps, progress, log_bar)
+    # GD steps are exact in any chunks, so a bar may cut them; a flow is integrated
+    # whole between log points and reports its progress from the solver's own steps
+    whole = stepper.whole_spans
+    if whole and bar is not None:
+        stepper.progress = bar.to
+    traj_warnings: list[str] = []
+    frozen_at = None
+    step = 0
+    try:
+        for j, target in enumerate(grid):
+            while frozen_at is None and step < target:
+                chunk = min(target - step, PROGRESS_CHUNK if bar is not None and not whole else target - step)
+                status, reached = stepper.advance(step, chunk)
+                if status == DIVERGED:
+                    raise SimulationError(
+                        f"diverged at step {reached}: the training loss or a parameter norm is not finite "
+                        f"(reduce lr={lr:g})"
+                    )
+                if status == FROZEN:
+                    frozen_at = reached
+                    recorder.frozen(stepper, reached)
+                    msg = f"frozen after step {reached}: every gradient underflows to 0 (reduce lr)"
+                    traj_warnings.append(msg)
+                    warnings.warn(msg, stacklevel=2)
+                    break
+                if bar is not None:
+                    bar.to(reached)
+                step = reached
+            evaluated, job = {}, None
+            if j in at and defer is not None:
+                job = defer(stepper.state())
+            elif j in at:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    evaluated = evaluate(stepper.state())
+            recorder.record(j, int(target), stepper, evaluated)
+            if job is not None:
+                pending.append((j, job))
+            if watch is not None:
+                watch(stepper.state())
+            if snapshots and j in at:
+                snaps[int(target)] = stepper.snapshot()
+        if meanwhile is not None:
+            meanwhile()
+        _collect(recorder, pending)
+    except SimulationError:
+        _collect(recorder, pending)  # an overflow at an earlier log point is the one to report
+        raise
+    finally:
+        for _, job in pending:
+            job.cancel()
+        if bar is not None:
+            bar.close()
+        if whole:
+            stepper.progress = None
+    arrays, fit, recorded_warnings = recorder.finish(stepper, steps)
+    if frozen_at is None:
+        traj_warnings += recorded_warnings
+    return Trajectory(
+        arrays=arrays,
+        fit_step=fit,
+        status="frozen" if frozen_at is not None else "ok",
+        frozen_at=frozen_at,
+        warnings=traj_warnings,
+        state=stepper.final_state(),
+        snapshots=snaps,
+    )
+
+
+def _collect(rec: Recorder, pending: list) -> None:
+    """Add the deferred evaluations to their rows, in log order (a metric that
+    overflowed raises SimulationError naming its step)."""
+    while pending:
+        j, job = pending.pop(0)
+        try:
+            rec.add(j, job.result())
+        except SimulationError:
+            pending.clear()  # the later ones do not matter
+            raise
+
+
+def refine_crossing(
+    stepper: Stepper, snap: Any, a: float, b: float, g: Callable[[dict], float], integer: bool
+) -> float:
+    """The step in (a, b] where g(state) changes sign, g(a) < 0 <= g(b), by
+    bisection: the stepper restarts from ``snap`` (its state at step a) and
+    advances to each trial step. GD steps are integers (the exact first step
+    with g >= 0); flow steps are real (to a relative 1e-6)."""
+
+    def value(step: float) -> float:
+        stepper.restore(snap)
+        if step > a:
+            stepper.advance(a, step - a)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return g(stepper.state())
+
+    if integer:
+        a, b = int(a), int(b)
+    lo, hi = a, b
+    while (hi - lo > 1) if integer else (hi - lo > 1e-6 * hi):
+        mid = (lo + hi) // 2 if integer else math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        if integer:
+            mid = int(mid)
+        if value(mid) >= 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+class _Bar:
+    """A progress bar over steps, or over decades of steps for a log grid
+    (position log10(1 + step): a flow to 1e14 spends its time evenly per
+    decade), moved to absolute positions."""
+
+    def __init__(self, steps: int, progress: bool | None, log: bool):
+        from tqdm.auto import tqdm  # lazy: 0.1 s of start-up, paid only by runs long enough for a bar
+
+        self.log = log
+        total = math.log10(1.0 + steps) if log else steps
+        fmt = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
+        self._bar = tqdm(total=total, bar_format=fmt, disable=None if progress is None else not progress)
+        self._bar.set_description_str(f"step 0 of {steps:.3g}", refresh=False)
+        self.steps = steps
+        self._shown = 0.0
+
+    def to(self, step: float) -> None:
+        bar = self._bar
+        now = time.monotonic()
+        if bar.disable or now - self._shown < 0.1:  # redrawn at most ten times a second
+            return
+        self._shown = now
+        bar.n = math.log10(1.0 + step) if self.log else step
+        bar.set_description_str(f"step {step:.3g} of {self.steps:.3g}")
+
+    def close(self) -> None:
+        bar = self._bar
+        if not bar.disable:
+            bar.n = bar.total
+            bar.set_description_str(f"step {self.steps:.3g} of {self.steps:.3g}", refresh=False)
+        bar.close()
+
+
+def _progress_bar(steps: int, progress: bool | None, log: bool) -> _Bar | None:
+    if progress is False or steps < 10 * PROGRESS_CHUNK:
+        return None
+    return _Bar(steps, progress, log)
+
+
+__all__ = ["Recorder", "SimulationError", "Trajectory", "log_grid", "pop_indices", "refine_crossing", "run"]

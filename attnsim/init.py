@@ -1,0 +1,119 @@
+"""The initial parameters W(0) and p(0), from the run's init stream (SPEC §2).
+
+W(0) is drawn row by row, top to bottom, in blocks (:func:`W0_blocks`), then p(0)
+if ``init_p = gaussian``; a sweep worker may read W(0) from the kept draws of its
+workspace (:class:`attnsim.runtime.workspace.KeptDraws`). The encoder's parameters
+are drawn by :func:`attnsim.models.encoder.params.init_params`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from .config import Config
+from .runtime.threads import halves
+from .runtime.workspace import DRAW_CHUNK, KeptDraws
+
+BLOCK_ELEMENTS = 1 << 22  # W(0) is drawn in row blocks of about this many numbers (32 MB)
+
+
+def draw_W0(
+    cfg: Config, rng: np.random.Generator, d: int | None = None, kept: KeptDraws | None = None
+) -> np.ndarray:
+    """W(0), d x d: the numbers of :func:`W0_blocks` (the reduced engine can stream the same blocks)."""
+    d = cfg.d if d is None else d
+    return fill_W0(cfg, rng, np.empty((d, d)), kept)
+
+
+def fill_W0(
+    cfg: Config, rng: np.random.Generator, out: np.ndarray, kept: KeptDraws | None = None
+) -> np.ndarray:
+    """W(0) into ``out`` (d x d), the numbers of :func:`W0_blocks`, and ``rng``
+    left where they leave it.
+
+    The uniform init takes exactly one 64-bit draw of the stream per number, so
+    the two halves of the rows are drawn at once (:func:`attnsim.runtime.threads.halves`)
+    from copies of the stream, the second jumped ahead past the first half
+    (``PCG64.advance``); the stream is then jumped past all d^2 numbers. In a
+    sweep worker the numbers may come from its workspace's ``kept`` draws instead.
+    """
+    d = out.shape[0]
+    kept = kept.take(rng, d * d, cfg.init_W) if kept is not None else None
+    if kept is not None:
+        flat = out.reshape(-1)
+        for lo in range(0, kept.size, DRAW_CHUNK // 8):  # chunks that stay in cache
+            chunk = flat[lo : lo + DRAW_CHUNK // 8]
+            chunk[:] = kept[lo : lo + chunk.size]
+            _scale_draws(cfg, chunk)
+        return out
+    bg = rng.bit_generator
+    state = bg.state
+    if cfg.init_W in ("gaussian", "identity") or not hasattr(bg, "advance") or state.get("has_uint32", 1):
+        for _ in W0_blocks(cfg, rng, d, out=out):
+            pass
+        return out
+
+    def rows(lo: int, hi: int) -> None:
+        copy = type(bg)()
+        copy.state = state
+        copy.advance(lo * d)
+        np.random.Generator(copy).random(out=out[lo:hi])
+        _scale_draws(cfg, out[lo:hi])
+
+    halves(rows, d)
+    bg.advance(d * d)
+    return out
+
+
+def W0_block_rows(d: int) -> int:
+    """Rows per block of :func:`W0_blocks`: about ``BLOCK_ELEMENTS`` numbers, >= 64 rows."""
+    return min(d, max(64, BLOCK_ELEMENTS // d))
+
+
+def W0_blocks(
+    cfg: Config,
+    rng: np.random.Generator,
+    d: int,
+    out: np.ndarray | None = None,
+    buf: np.ndarray | None = None,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (first row, block) of W(0) in row blocks of :func:`W0_block_rows`
+    rows, top to bottom; the draws are identical to one full draw. Blocks are
+    views of ``out`` (d x d) when given, else of one reused buffer ``buf``
+    (allocated if None; memory O(BLOCK_ELEMENTS + 64 d): copy a block to keep it)."""
+    rows = W0_block_rows(d)
+    if out is None and buf is None:
+        buf = np.empty((rows, d))
+    for lo in range(0, d, rows):
+        hi = min(d, lo + rows)
+        block = out[lo:hi] if out is not None else buf[: hi - lo]
+        if cfg.init_W == "identity":
+            block[:] = 0.0
+            block[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
+        else:
+            getattr(rng, KeptDraws.KINDS[cfg.init_W])(out=block)
+            _scale_draws(cfg, block)
+        yield lo, block
+
+
+def _scale_draws(cfg: Config, block: np.ndarray) -> None:
+    """W(0)'s numbers from its raw draws, in place: standard normals times the
+    scale, or for kaiming_uniform the uniforms u on [0, 1) to U(-a, a) as
+    rng.uniform(-a, a) computes them, -a + 2a u (one 64-bit draw per number;
+    U(-a, a) has std a / sqrt(3))."""
+    if cfg.init_W == "gaussian":
+        block *= cfg.W_scale
+    else:
+        a = cfg.W_scale * math.sqrt(3.0)
+        block *= 2.0 * a
+        block -= a
+
+
+def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
+    d = cfg.d if d is None else d
+    if cfg.init_p == "zeros":
+        return np.zeros(d)
+    return cfg.p_scale * rng.standard_normal(d)

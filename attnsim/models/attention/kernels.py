@@ -1,0 +1,499 @@
+"""Numba kernels of the attention model: forward pass, hand-derived gradients,
+a many-step gradient-descent kernel and the gradient-flow vector field.
+
+Every ``@njit`` function here calls only functions of this file (numba's
+on-disk cache does not notice edits to callees in other files). The Python
+classes at the bottom validate and coerce input; the ``_kernels`` work on
+contiguous float64 arrays and write into preallocated buffers.
+
+Model and loss
+--------------
+Tokens of sample i are the rows x_it (t = 1..T) of ``X2[i*T:(i+1)*T]`` (k wide).
+With W (k x r), p (r), nu (k)::
+
+    q = W p,   z_it = x_it . q,   s_i = softmax(z_i),   u_it = x_it . nu,
+    f_i = sum_t s_it u_it,        L = (1/n) sum_i l(y_i f_i),
+
+l(m) = log(1 + e^{-m}) (logistic) or l(m) = -m (linear).
+
+Gradient derivation
+-------------------
+Write a_i = dL/df_i = (1/n) l'(y_i f_i) y_i, i.e. a_i = -(y_i/n) sigma(-y_i f_i)
+for the logistic loss and a_i = -y_i/n for the linear one.
+
+Softmax Jacobian: ds_it/dz_iv = s_it (delta_tv - s_iv), hence
+df_i/dz_iv = sum_t u_it s_it (delta_tv - s_iv) = s_iv (u_iv - f_i).
+
+Define c_iv = a_i s_iv (u_iv - f_i) = dL/dz_iv.  Since z_iv = x_iv^T W p,
+
+    dL/dq   = sum_{i,v} c_iv x_iv =: g            (k,)
+    dL/dW   = g p^T      (dz/dW_ab = x_a p_b)     (k, r)
+    dL/dp   = W^T g      (dz/dp = W^T x)          (r,)
+    dL/dnu  = sum_{i,t} a_i s_it x_it             (u_it = x_it . nu enters f linearly)
+
+The same formulas hold for a rectangular W, which the reduced engine uses.
+
+The X W form
+------------
+With nu fixed, W enters the loss only through the logits X W p, and every
+update of W is g p^T with g = X^T c (c = dL/dz). So B = X W (n*T x r) follows
+
+    B <- B - lr (K c) p^T,   p <- p - lr B^T c,   z = B p,   K = X X^T,
+
+and W = W(0) + X^T K^-1 (B - B(0)) (the update lies in the span of the tokens).
+A step then reads B twice and K once, where the W form reads W twice and X
+twice: about 30% faster for the reduced engine (n*T = k - 2). A log point
+needs no W (outputs from B p, |W - W(0)| = |L^-1 (B - B(0))| with K = L L^T,
+q = W p by one vector solve), which costs what this form saves in about 70
+steps; W is rebuilt only when asked for (:class:`XWState`). Runs whose log
+points are far apart use the form (:func:`make_segment`).
+
+Reproducibility
+---------------
+No reduction runs across ``prange`` iterations: the parallel W pass splits the
+rows into ``N_CHUNKS`` fixed chunks, each chunk writes its own buffer row, and a
+serial loop adds the rows in order, so results do not depend on the number of
+threads. Matrix-vector products go through BLAS (``np.dot``); pin BLAS threads
+(threadpoolctl) for bitwise equality across thread settings (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+from numpy.typing import ArrayLike
+
+from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
+from ...runtime.numba_cache import CACHE, FASTMATH
+from ..base import DIVERGED, FROZEN, OK  # noqa: F401  (compile-time constants of the kernels)
+
+XW_MAX_TOKENS = 4096  # the X W form keeps K = X X^T (n*T squared floats): at most 128 MB
+XW_MAX_COND = 1e6  # ... and is used when K's condition number is at most this (W rebuilt to ~1e-10)
+XW_MIN_LOG_GAP = 200  # ... and when log points are at least this many steps apart on average
+
+N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
+PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
+CHUNK_FLOATS = 1 << 16  # token block of the forward-backward pass (512 kB: stays in a core's L2 cache)
+LOGISTIC, LINEAR = 0, 1
+
+
+class Data(NamedTuple):
+    """One training problem in engine coordinates (read only in the kernels)."""
+
+    X2: np.ndarray  # (n*T, k) tokens
+    y: np.ndarray  # (n,) observed labels
+    rel: np.ndarray  # (n*T,) 1 on relevant tokens (for the cumulative frakS), else 0
+    T: int
+    loss_kind: int
+
+
+class Work(NamedTuple):
+    """Buffers every step overwrites (see :func:`work_for`)."""
+
+    q: np.ndarray  # (k,) W p
+    z: np.ndarray  # (n*T,) logits
+    u: np.ndarray  # (n*T,) token values x . nu
+    s: np.ndarray  # (n*T,) scores
+    f: np.ndarray  # (n,) outputs
+    c: np.ndarray  # (n*T,) dL/dz
+    w: np.ndarray  # (n*T,) a_i s_it
+    g: np.ndarray  # (k,) dL/dq
+    gnu: np.ndarray  # (k,) dL/dnu
+    gp: np.ndarray  # (r,) W^T g
+    part: np.ndarray  # (N_CHUNKS, r) per-chunk partial sums of the parallel W pass
+    tmp: np.ndarray  # (k,) one block's gradient terms
+
+
+def work_for(nT: int, n: int, k: int, r: int) -> Work:
+    e = np.empty
+    return Work(e(k), e(nT), e(nT), e(nT), e(n), e(nT), e(nT), e(k), e(k), e(r), e((N_CHUNKS, r)), e(k))
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _softplus(x):
+    """log(1 + e^x) without overflow."""
+    if x > 0.0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _sigmoid(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _outputs(z, u, y, T, loss_kind, s, f):
+    """Stable softmax of logits z (n*T,), outputs f (n,); returns the mean loss."""
+    n = f.size
+    total = 0.0
+    for i in range(n):
+        base = i * T
+        zmax = z[base]
+        for t in range(1, T):
+            if z[base + t] > zmax:
+                zmax = z[base + t]
+        ssum = 0.0
+        for t in range(T):
+            e = math.exp(z[base + t] - zmax)
+            s[base + t] = e
+            ssum += e
+        fi = 0.0
+        for t in range(T):
+            s[base + t] /= ssum
+            fi += s[base + t] * u[base + t]
+        f[i] = fi
+        m = y[i] * fi
+        total += -m if loss_kind == LINEAR else _softplus(-m)
+    return total / n
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _relevant_increment(s, rel, T, i):
+    """s_rel (1 - s_rel) of sample i, s_rel its score mass on relevant tokens."""
+    sr = 0.0
+    for t in range(T):
+        sr += rel[i * T + t] * s[i * T + t]
+    return sr * (1.0 - sr)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+def _forward(data, W, p, nu, work, values_stale):
+    """q = W p, logits, scores and outputs of the state; returns the loss
+    (NaN when |q|^2 or |p|^2 overflows). ``values_stale``: recompute u = X nu."""
+    np.dot(W, p, work.q)
+    if not (math.isfinite(_sumsq(work.q)) and math.isfinite(_sumsq(p))):
+        return math.nan
+    if values_stale:
+        np.dot(data.X2, nu, work.u)
+    np.dot(data.X2, work.q, work.z)
+    return _outputs(work.z, work.u, data.y, data.T, data.loss_kind, work.s, work.f)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _forward_backward(data, W, p, nu, work, values_stale, want_gnu):
+    """The loss with g = dL/dq (and dL/dnu when ``want_gnu``) in one pass over
+    the tokens: blocks of whole samples of about ``CHUNK_FLOATS`` numbers are
+    multiplied by q (BLAS) and, while still in cache, their gradient terms
+    c^T X are added to g (BLAS). Two passes over all of X2 would stream it
+    from memory twice when it does not fit in cache (e.g. n T = 16 000
+    real-data tokens). Fills z, u (when ``values_stale``), s, f, c = dL/dz and
+    w_it = a_i s_it; returns NaN when |q|^2 or |p|^2 overflows."""
+    np.dot(W, p, work.q)
+    if not (math.isfinite(_sumsq(work.q)) and math.isfinite(_sumsq(p))):
+        return math.nan
+    X2, y, T = data.X2, data.y, data.T
+    n, k = y.size, X2.shape[1]
+    per = max(1, CHUNK_FLOATS // (T * k))  # samples per block
+    for j in range(k):
+        work.g[j] = 0.0
+        if want_gnu:
+            work.gnu[j] = 0.0
+    total = 0.0
+    for i0 in range(0, n, per):
+        i1 = min(n, i0 + per)
+        r0, r1 = i0 * T, i1 * T
+        X = X2[r0:r1]
+        np.dot(X, work.q, work.z[r0:r1])
+        if values_stale:
+            np.dot(X, nu, work.u[r0:r1])
+        total += _block_coeffs(data, i0, i1, work)
+        np.dot(work.c[r0:r1], X, work.tmp)
+        for j in range(k):
+            work.g[j] += work.tmp[j]
+        if want_gnu:
+            np.dot(work.w[r0:r1], X, work.tmp)
+            for j in range(k):
+                work.gnu[j] += work.tmp[j]
+    return total / n
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _block_coeffs(data, i0, i1, work):
+    """Samples i0..i1-1: stable softmax s, outputs f, c_it = a_i s_it (u_it - f_i)
+    = dL/dz_it and w_it = a_i s_it, with a_i = dL/df_i; returns their summed loss."""
+    y, T, n = data.y, data.T, data.y.size
+    z, u, s, c, w = work.z, work.u, work.s, work.c, work.w
+    total = 0.0
+    for i in range(i0, i1):
+        base = i * T
+        zmax = z[base]
+        for t in range(base + 1, base + T):
+            if z[t] > zmax:
+                zmax = z[t]
+        ssum = 0.0
+        for t in range(base, base + T):
+            s[t] = math.exp(z[t] - zmax)
+            ssum += s[t]
+        fi = 0.0
+        for t in range(base, base + T):
+            s[t] /= ssum
+            fi += s[t] * u[t]
+        work.f[i] = fi
+        m = y[i] * fi
+        if data.loss_kind == LINEAR:
+            total += -m
+            a = -y[i] / n
+        else:
+            total += _softplus(-m)
+            a = -(y[i] / n) * _sigmoid(-m)
+        for t in range(base, base + T):
+            w[t] = a * s[t]
+            c[t] = w[t] * (u[t] - fi)
+    return total
+
+
+ROWS = 8  # rows of W per sweep of _w_rows
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _w_rows(W, g, h, p, lr, acc, lo, hi):
+    """acc += W[lo:hi]^T g[lo:hi] (rows added in order), then W[lo:hi] -= lr h p^T.
+
+    Rows go ``ROWS`` at a time: each column's running sum stays in a register
+    across them instead of a load and a store per row (the same additions in
+    the same order, so the same bits), which makes the pass about 1.5x faster.
+    """
+    r = W.shape[1]
+    i = lo
+    while i + ROWS <= hi:
+        g0, g1, g2, g3 = g[i], g[i + 1], g[i + 2], g[i + 3]
+        g4, g5, g6, g7 = g[i + 4], g[i + 5], g[i + 6], g[i + 7]
+        s0, s1, s2, s3 = lr * h[i], lr * h[i + 1], lr * h[i + 2], lr * h[i + 3]
+        s4, s5, s6, s7 = lr * h[i + 4], lr * h[i + 5], lr * h[i + 6], lr * h[i + 7]
+        w0, w1, w2, w3 = W[i], W[i + 1], W[i + 2], W[i + 3]  # the rows, as views
+        w4, w5, w6, w7 = W[i + 4], W[i + 5], W[i + 6], W[i + 7]
+        for j in range(r):
+            pj = p[j]
+            b0, b1, b2, b3, b4, b5, b6, b7 = w0[j], w1[j], w2[j], w3[j], w4[j], w5[j], w6[j], w7[j]
+            a = acc[j]
+            a += b0 * g0
+            a += b1 * g1
+            a += b2 * g2
+            a += b3 * g3
+            a += b4 * g4
+            a += b5 * g5
+            a += b6 * g6
+            a += b7 * g7
+            acc[j] = a
+            w0[j], w1[j], w2[j], w3[j] = b0 - s0 * pj, b1 - s1 * pj, b2 - s2 * pj, b3 - s3 * pj
+            w4[j], w5[j], w6[j], w7[j] = b4 - s4 * pj, b5 - s5 * pj, b6 - s6 * pj, b7 - s7 * pj
+        i += ROWS
+    for m in range(i, hi):
+        gm = g[m]
+        step = lr * h[m]
+        for j in range(r):
+            acc[j] += W[m, j] * gm
+            W[m, j] -= step * p[j]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, parallel=True)
+def _w_pass_parallel(W, g, h, p, lr, part):
+    """Chunk c: part[c] = W[rows_c]^T g[rows_c]; then W[rows_c] -= lr h p^T."""
+    k, r = W.shape
+    nc = part.shape[0]
+    for c in prange(nc):
+        for j in range(r):
+            part[c, j] = 0.0
+        _w_rows(W, g, h, p, lr, part[c], c * k // nc, (c + 1) * k // nc)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _w_pass(W, g, h, p, lr, gp, part):
+    """gp = W^T g with the old W, then W -= lr h p^T: one pass over W (the
+    gradient step has h = g; the X W form below has W = X W, g = c, h = K c)."""
+    k, r = W.shape
+    for j in range(r):
+        gp[j] = 0.0
+    if k * r >= PAR_MIN:
+        _w_pass_parallel(W, g, h, p, lr, part)
+        for c in range(part.shape[0]):  # serial, fixed-order reduction
+            for j in range(r):
+                gp[j] += part[c, j]
+        return
+    _w_rows(W, g, h, p, lr, gp, 0, k)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _sumsq(a):
+    acc = 0.0
+    for v in a:
+        acc += v * v
+    return acc
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _sq_dist(a, b):
+    """sum (a - b)^2 over two contiguous arrays of one size, as eight
+    interleaved partial sums added in a fixed order (independent chains the
+    CPU overlaps; a single running sum waits on each addition)."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    m = a.size // 8
+    for i in range(m):
+        j = 8 * i
+        d0, d1, d2, d3 = a[j] - b[j], a[j + 1] - b[j + 1], a[j + 2] - b[j + 2], a[j + 3] - b[j + 3]
+        d4, d5, d6, d7 = a[j + 4] - b[j + 4], a[j + 5] - b[j + 5], a[j + 6] - b[j + 6], a[j + 7] - b[j + 7]
+        s0, s1, s2, s3 = s0 + d0 * d0, s1 + d1 * d1, s2 + d2 * d2, s3 + d3 * d3
+        s4, s5, s6, s7 = s4 + d4 * d4, s5 + d5 * d5, s6 + d6 * d6, s7 + d7 * d7
+    tail = 0.0
+    for j in range(8 * m, a.size):
+        d = a[j] - b[j]
+        tail += d * d
+    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + tail
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _all_zero(a):
+    for v in a:
+        if v != 0.0:
+            return False
+    return True
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _in_loop_records(data, work, step, fit_since, S_acc):
+    """Update fit_since and S_acc with the state at ``step`` (its outputs and
+    scores in ``work``); see :func:`_gd_segment`."""
+    y, T = data.y, data.T
+    for i in range(y.size):
+        if y[i] * work.f[i] > 0.0:
+            if fit_since[i] < 0:
+                fit_since[i] = step
+        else:
+            fit_since[i] = -1
+        S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc):
+    """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which of
+    the three are updated), keeping the in-loop records.
+
+    At each state tau (tau = step0 .. step0 + nsteps - 1, before update tau + 1):
+    ``fit_since[i]`` is the first step of the current run of states in which
+    y_i f_i > 0 (-1 while unfitted) and ``S_acc[i]`` accumulates
+    s_rel (1 - s_rel), s_rel the score mass on sample i's relevant tokens.
+
+    Returns (status, step): (OK, step0 + nsteps), (DIVERGED, tau) when the loss,
+    |p|^2 or |W p|^2 at state tau is not finite, or (FROZEN, tau) when every
+    gradient at state tau is exactly zero (a fixed point of GD in float64).
+    """
+    train_W, train_p, train_nu = train
+    for k in range(nsteps):
+        step = step0 + k
+        L = _forward_backward(data, W, p, nu, work, train_nu or k == 0, train_nu)
+        if not math.isfinite(L):
+            return DIVERGED, step
+        _in_loop_records(data, work, step, fit_since, S_acc)
+        if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
+            return FROZEN, step
+        if train_W:
+            _w_pass(W, work.g, work.g, p, lr, work.gp, work.part)
+        elif train_p:
+            np.dot(work.g, W, work.gp)
+        if train_p:
+            for j in range(p.size):
+                p[j] -= lr * work.gp[j]
+        if train_nu:
+            for j in range(nu.size):
+                nu[j] -= lr * work.gnu[j]
+    return OK, step0 + nsteps
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, S_acc):
+    """:func:`_gd_segment` for a fixed nu, with B = X W (n*T, r) in place of W
+    (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except
+    that divergence is seen in the loss (z = B p) and |p|^2."""
+    train_W, train_p = train
+    n = data.y.size
+    for k in range(nsteps):
+        step = step0 + k
+        if not math.isfinite(_sumsq(p)):
+            return DIVERGED, step
+        np.dot(B, p, work.z)
+        L = _block_coeffs(data, 0, n, work)
+        if not math.isfinite(L):
+            return DIVERGED, step
+        _in_loop_records(data, work, step, fit_since, S_acc)
+        if _all_zero(work.c):
+            return FROZEN, step
+        if train_W:
+            np.dot(K, work.c, v)  # X g, g = X^T c
+            _w_pass(B, work.c, v, p, lr, work.gp, work.part)
+        elif train_p:
+            np.dot(work.c, B, work.gp)
+        if train_p:
+            for j in range(p.size):
+                p[j] -= lr * work.gp[j]
+    return OK, step0 + nsteps
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _flow_rhs(data, theta, W_fix, p_fix, nu_fix, train, lr, work, out):
+    """Gradient-flow vector field -grad L at the state packed in ``theta``.
+
+    Layout of theta and out: [W (k*r) if trained, p (r) if trained, nu (k) if
+    trained, S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S
+    counts in units of GD steps (t = lr * step). Untrained blocks come from
+    the ``*_fix`` arrays. Returns the loss (NaN flags divergence).
+    """
+    train_W, train_p, train_nu = train
+    k, r = W_fix.shape
+    o = 0
+    W = W_fix
+    if train_W:
+        W = theta[: k * r].reshape(k, r)
+        o = k * r
+    p = p_fix
+    if train_p:
+        p = theta[o : o + r]
+        o += r
+    nu = nu_fix
+    if train_nu:
+        nu = theta[o : o + k]
+        o += k
+    L = _forward_backward(data, W, p, nu, work, True, train_nu)
+    j = 0
+    if train_W:
+        for a in range(k):
+            for b in range(r):
+                out[j] = -work.g[a] * p[b]
+                j += 1
+    if train_p:
+        np.dot(work.g, W, work.gp)
+        for b in range(r):
+            out[j] = -work.gp[b]
+            j += 1
+    if train_nu:
+        for a in range(k):
+            out[j] = -work.gnu[a]
+            j += 1
+    for i in range(data.y.size):
+        out[j + i] = _relevant_increment(work.s, data.rel, data.T, i) / lr
+    return L
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _relevant_increments(s, rel, T, out):
+    for i in range(out.size):
+        out[i] = _relevant_increment(s, rel, T, i)
+
+
+# -- public wrappers ---------------------------------------------------------
+
+
+def f64(a: ArrayLike) -> np.ndarray:
+    """``a`` as a contiguous float64 array (no copy when it already is one)."""
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def loss_kind_code(loss: str) -> int:
+    return {"logistic": LOGISTIC, "linear": LINEAR}[loss]

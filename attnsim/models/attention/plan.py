@@ -1,0 +1,123 @@
+"""Which engine a run of the attention model uses, and what it will cost (SPEC §4, §9)."""
+
+from __future__ import annotations
+
+from ...config import Config, ConfigError
+from ...runtime.resources import check_fits
+
+DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
+KEEP_W0_BYTES = 256 * 1024**2  # setups up to d = 5792 draw W(0) once into a reused array
+
+
+def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
+    """The engine to use and why (SPEC §4)."""
+    dense_bytes = 8.0 * cfg.d * cfg.d
+    if cfg.engine == "implicit":
+        _check_implicit(cfg, user_data)
+        return "implicit", "requested"
+    if cfg.engine != "auto":
+        return cfg.engine, "requested"
+    dense_step, reduced_step = step_flops(cfg, "dense"), step_flops(cfg, "reduced")
+    if dense_bytes <= DENSE_MAX_BYTES and dense_step <= reduced_step:
+        return "dense", (
+            f"auto: the reduced coordinates would not be smaller (n*T + 2 = {cfg.n * cfg.T + 2} >= "
+            f"d = {cfg.d}): "
+            f"dense costs {dense_step:.3g} flops per step, reduced {reduced_step:.3g}"
+        )
+    if dense_bytes <= DENSE_MAX_BYTES:
+        return "reduced", "auto: exact reduced coordinates (cost independent of d)"
+    why = f"auto: a {cfg.d} x {cfg.d} W(0) would need {dense_bytes / 1e9:.3g} GB"
+    try:
+        _check_implicit(cfg, user_data)
+    except ConfigError as exc:
+        raise ConfigError(f"{why}; {exc}") from None
+    return "implicit", why + "; implicit Bartlett construction"
+
+
+def step_flops(cfg: Config, engine: str) -> float:
+    """Flops of one GD step of the attention model: the W pass and q = W p
+    (4 k r) and the token products (4 n T k), k = r = d (dense) or about
+    n T + 2 (reduced)."""
+    m = cfg.n * cfg.T
+    k = cfg.d if engine == "dense" else min(m + 2, cfg.d)
+    r = k + (cfg.init_p != "zeros")
+    return 4.0 * k * r + 4.0 * m * k
+
+
+def n_log_points(cfg: Config) -> int:
+    """How many log points :func:`attnsim.driver.log_grid` will make (at most)."""
+    if cfg.log_scale == "linear":
+        return cfg.steps // cfg.log_every + 2
+    return cfg.log_points + 1
+
+
+def keeps_w0(d: int) -> bool:
+    """Whether the reduced setup keeps all of a d x d W(0) (drawn once) rather
+    than streaming it in row blocks (drawn twice)."""
+    return 8.0 * d * d <= KEEP_W0_BYTES
+
+
+def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list[tuple[str, str, float]]:
+    """(keys, what, bytes) of the large arrays a run allocates, a conservative estimate."""
+    n, T, d, m = cfg.n, cfg.T, cfg.d, cfg.n * cfg.T
+    k = d if engine == "dense" else min(m + 2, d)
+    r = k + 1
+    f = 8.0
+    items = []
+    if engine != "implicit":
+        items.append(
+            ("n, T, d", f"the training tokens X (n*T*d = {n:.3g}*{T:.3g}*{d:.3g} floats)", f * n * T * d)
+        )
+    if engine == "dense":
+        items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
+    elif engine == "reduced":
+        items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
+        if keeps_w0(d):
+            items.append(("d", "W(0)", f * d * d))
+        else:
+            items.append(("d", "W(0) row blocks", f * max(1 << 22, 64.0 * d)))
+    if engine != "dense":
+        what = f"the reduced W, W(0), factors, X W, X W(0) and X X^T (8 k^2 floats, k = {k:.3g})"
+        items.append(("n, T", what, 8 * f * k * r))
+    items.append(("test_n, T", f"the test set (test_n*T*(k+r) = {cfg.test_n:.3g}*{T}*{k + r:.3g} floats)",
+                  f * cfg.test_n * T * (k + r)))  # fmt: skip
+    items.append(
+        ("pop_points", f"the population points ({cfg.pop_points:.3g}*T floats)", f * cfg.pop_points * T)
+    )
+    L = n_log_points(cfg)
+    per = f * m * (6 if save_scores else 3) + 600 * f
+    keys = "steps, log_every" if cfg.log_scale == "linear" else "log_points"
+    items.append((keys, f"the log ({L:.3g} log points of {per:.3g} bytes)", L * per))
+    return items
+
+
+def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None:
+    """Refuse, before anything is allocated, a run that cannot fit in memory or
+    finish: one line naming the keys and the estimate (ConfigError, exit 2)."""
+    k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
+    flops = 6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k if cfg.integrator == "gd" else 0.0
+    check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
+
+
+def _check_implicit(cfg: Config, user_data: bool) -> None:
+    if user_data:
+        raise ConfigError("engine: implicit draws its own data; --data needs engine dense or reduced")
+    if cfg.init_W != "gaussian":
+        raise ConfigError(f"init_W: the implicit engine needs init_W=gaussian (got {cfg.init_W})")
+    if cfg.init_p != "zeros":
+        raise ConfigError(f"init_p: the implicit engine needs init_p=zeros (got {cfg.init_p})")
+    m = cfg.n * cfg.T
+    if cfg.d < m + 3:
+        raise ConfigError(f"d: the implicit engine needs d >= n*T + 3 = {m + 3} (got {cfg.d})")
+
+
+SETUP_KEYS = ("seed", "n", "T", "d", "sigma", "init_W", "init_W_scale", "init_p", "init_p_scale")
+
+
+def setup_key(cfg: Config) -> tuple:
+    """What the reduced setup of generated data depends on. span(Q) holds the
+    token noise and e1, e2 whatever the signal strength, so runs that differ
+    only in signal_norm, rho, labels, lr, steps, ... share the token noise (in
+    Q coordinates), Q, R, W~(0) and U (sweeps group their points by this key)."""
+    c = cfg.to_dict()
+    return tuple(c[k] for k in SETUP_KEYS)

@@ -1,0 +1,107 @@
+"""The attention model f(X) = nu^T X^T softmax(X W p) as attnsim runs it (SPEC §1-§5):
+its engines, population metrics, warm-up and gradient check behind the ModelSpec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...config import Config
+from ...data.dataset import Dataset, Streams
+from ...runtime.workspace import Workspace
+from . import plan
+
+# The spec plans a run with the config alone (a sweep's parent does, for every point),
+# so the modules that load Numba's kernels, SciPy's solvers and BLAS are imported by
+# the methods that run the model ("lazy" below: start-up of the planning commands).
+
+POPULATION_METHOD = "importance sampling around the error's design points (README: 'Population metrics')"
+
+
+class AttentionSpec:
+    name = "attention"
+    warm_configs = {
+        "gd": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "test_n": 2},
+        "flow": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "integrator": "flow"},
+    }
+
+    def validate(self, cfg: Config, user_data: bool) -> None:
+        """Every key of the attention model is checked by :class:`attnsim.config.Config` and the plan."""
+
+    def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
+        return plan.choose_engine(cfg, user_data)
+
+    def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:
+        return plan.memory_estimate(cfg, engine, save_scores)
+
+    def check_resources(self, cfg: Config, engine: str, save_scores: bool = False) -> None:
+        plan.check_resources(cfg, engine, save_scores)
+
+    def step_flops(self, cfg: Config, engine: str) -> float:
+        return plan.step_flops(cfg, engine)
+
+    def setup_key(self, cfg: Config) -> tuple:
+        return plan.setup_key(cfg)
+
+    def warm_up(self) -> None:
+        from ...runtime.threads import blas  # lazy
+        from .population import HERMITE_NODES, expected_softplus, hermite_rule  # lazy
+        from .steppers import warmup  # lazy
+
+        warmup()
+        blas()
+        for _, nodes in HERMITE_NODES:
+            hermite_rule(nodes)
+        expected_softplus(np.zeros(3), np.array([0.1, 0.5, 2.0]))  # each rule's kernels
+
+    def prepare(self, cfg: Config, engine: str, user_data: bool, ws: Workspace) -> float:
+        """Once-per-process work before the setup (seconds, counted as start-up): the W(0) buffer."""
+        from .engines import reserve_w0  # lazy
+
+        return reserve_w0(cfg.d, ws) if engine == "reduced" and not user_data else 0.0
+
+    def build(self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str,
+              ws: Workspace) -> tuple[Any, Dataset]:  # fmt: skip
+        from .engines import build  # lazy
+
+        return build(cfg, ds, streams, engine, reason, ws)
+
+    def population(self, cfg: Config, ds: Dataset, rng: np.random.Generator, ws: Workspace) -> Any:
+        if ds.population_reason is not None:
+            return None
+        from .population import cached_population  # lazy
+
+        roles = np.repeat(np.arange(4), ds.role_counts)
+        rho = ds.rho if ds.rho is not None else cfg.rho
+        return cached_population(ws, cfg.seed, roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng)
+
+    def limit_watch(self, problem: Any) -> Any:
+        from .limit import LimitWatch  # lazy
+
+        return LimitWatch(problem)
+
+    def population_note(self, ds: Dataset, problem: Any) -> str:
+        return ds.population_reason or POPULATION_METHOD
+
+    def check_grad(self, cfg: Config, seed: int, h: float) -> tuple[list[str], dict[str, dict], int]:
+        from ..base import finite_difference_errors  # lazy
+        from .reference import random_instance  # lazy
+        from .steppers import loss_and_grads  # lazy
+
+        X, y, W, p, nu = random_instance(seed)
+        n, T, k = X.shape
+        head = [f"central differences, h = {h:g}, n={n} T={T} k={k} r={W.shape[1]}, p != 0"]
+        errors = {
+            loss: finite_difference_errors(
+                lambda W_, p_, nu_, loss=loss: loss_and_grads(X, y, W_, p_, nu_, loss)[0],
+                lambda W_, p_, nu_, loss=loss: loss_and_grads(X, y, W_, p_, nu_, loss)[1:],
+                {"W": W, "p": p, "nu": nu},
+                h=h,
+            )
+            for loss in ("logistic", "linear")
+        }
+        return head, errors, 2
+
+
+SPEC = AttentionSpec()

@@ -1,0 +1,412 @@
+"""The attention model's steppers: GD segments in the W form and the X W form,
+and the gradient-flow vector field, around the kernels of :mod:`.kernels`
+(plain Python: the classes validate, coerce and own the kernels' buffers)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.linalg import cho_solve, lapack, solve_triangular
+
+from ..base import Observation
+from .kernels import (
+    XW_MAX_COND,
+    XW_MAX_TOKENS,
+    XW_MIN_LOG_GAP,
+    Data,
+    _flow_rhs,
+    _forward,
+    _forward_backward,
+    _gd_segment,
+    _gd_segment_xw,
+    _outputs,
+    _relevant_increments,
+    _sq_dist,
+    f64,
+    loss_kind_code,
+    work_for,
+)  # fmt: skip
+
+
+def outputs(
+    z: ArrayLike, u: ArrayLike, y: ArrayLike, loss: str = "logistic"
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Scores s (n, T), outputs f (n,) and mean loss from logits z and values u (n, T)."""
+    z, u, y = f64(z), f64(u), f64(y)
+    n, T = z.shape
+    if u.shape != z.shape or y.shape != (n,):
+        raise ValueError(f"shapes z {z.shape}, u {u.shape}, y {y.shape} do not match")
+    s = np.empty(n * T)
+    f = np.empty(n)
+    L = _outputs(z.reshape(-1), u.reshape(-1), y, T, loss_kind_code(loss), s, f)
+    return s.reshape(n, T), f, L
+
+
+def loss_and_grads(
+    X: ArrayLike, y: ArrayLike, W: ArrayLike, p: ArrayLike, nu: ArrayLike, loss: str = "logistic"
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean loss and (grad_W, grad_p, grad_nu) by the kernels; X is (n, T, k)."""
+    X, y, W, p, nu = map(f64, (X, y, W, p, nu))
+    n, T, k = X.shape
+    if W.shape[0] != k or W.shape[1] != p.size or nu.size != k or y.size != n:
+        raise ValueError(f"shapes X {X.shape}, W {W.shape}, p {p.shape}, nu {nu.shape} do not match")
+    data = Data(np.ascontiguousarray(X.reshape(n * T, k)), y, np.zeros(n * T), T, loss_kind_code(loss))
+    work = work_for(n * T, n, k, p.size)
+    L = _forward_backward(data, W, p, nu, work, True, True)
+    g = work.g.copy()
+    return L, np.outer(g, p), W.T @ g, work.gnu.copy()
+
+
+class AttentionModel:
+    """One attention problem in engine coordinates, with the buffers the
+    kernels share. W, p, nu are copies, updated in place by subclasses.
+
+    Parameters
+    ----------
+    X2 : (n*T, k) tokens.  y : (n,) labels.  W : (k, r), p : (r,), nu : (k,).
+    T : tokens per sample.  lr : step size.  train : subset of {"W", "p", "nu"}.
+    loss : "logistic" or "linear".  rel : (n*T,) relevant-token indicator.
+    """
+
+    def __init__(
+        self,
+        X2: ArrayLike,
+        y: ArrayLike,
+        W: ArrayLike,
+        p: ArrayLike,
+        nu: ArrayLike,
+        T: int,
+        lr: float,
+        train: Collection[str],
+        loss: str,
+        rel: ArrayLike,
+    ):
+        X2, y = f64(X2), f64(y)
+        self.W, self.p, self.nu = f64(W).copy(), f64(p).copy(), f64(nu).copy()
+        self.T, self.lr = int(T), float(lr)
+        self.train = (*(b in train for b in ("W", "p", "nu")),)
+        nT, k = X2.shape
+        n, r = y.size, self.p.size
+        rel = f64(rel).reshape(-1)
+        if self.W.shape != (k, r) or self.nu.size != k or nT != n * self.T or rel.size != nT:
+            raise ValueError("AttentionModel: inconsistent shapes")
+        self.data = Data(X2, y, rel, self.T, loss_kind_code(loss))
+        self.work = work_for(nT, n, k, r)
+        self.W0 = self.W.copy()
+
+    def observe(
+        self, W: np.ndarray | None = None, p: np.ndarray | None = None, nu: np.ndarray | None = None
+    ) -> Observation:
+        """The training-set view of a state (default: the current one)."""
+        W = self.W if W is None else W
+        p = self.p if p is None else p
+        nu = self.nu if nu is None else nu
+        L = _forward(self.data, W, p, nu, self.work, True)  # a kernel: overflow gives inf/NaN, no warning
+        return self._observation(L)
+
+    def _observation(self, L: float) -> Observation:
+        """The Observation of the outputs the last forward pass left in ``work`` (copies)."""
+        n, T, wk = self.data.y.size, self.T, self.work
+        return Observation(wk.z.reshape(n, T).copy(), wk.u.reshape(n, T).copy(), wk.s.reshape(n, T).copy(),
+                           wk.f.copy(), float(L))  # fmt: skip
+
+    def extra_metrics(
+        self, W: np.ndarray | None = None, p: np.ndarray | None = None, nu: np.ndarray | None = None
+    ) -> dict[str, float]:
+        """|p| and |W - W(0)| (engine coordinates preserve both norms)."""
+        W = self.W if W is None else f64(W)
+        p = self.p if p is None else p
+        return {"p_norm": math.sqrt(p @ p), "W_dev": math.sqrt(_sq_dist(W, self.W0))}
+
+    def relevant_increments(self, s: np.ndarray) -> np.ndarray:
+        """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T)."""
+        out = np.empty(self.data.y.size)
+        _relevant_increments(f64(s).reshape(-1), self.data.rel, self.T, out)
+        return out
+
+
+class Segment(AttentionModel):
+    """Gradient descent: repeated :func:`_gd_segment` calls; ``fit_since`` and
+    ``S_acc`` are the in-loop records (see the kernel's docstring)."""
+
+    whole_spans = False  # exact in any chunks of steps
+    progress = None
+
+    def __init__(
+        self,
+        X2: ArrayLike,
+        y: ArrayLike,
+        W: ArrayLike,
+        p: ArrayLike,
+        nu: ArrayLike,
+        T: int,
+        lr: float,
+        train: Collection[str],
+        loss: str,
+        rel: ArrayLike,
+    ):
+        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+        self.fit_since = -np.ones(self.data.y.size, dtype=np.int64)
+        self.S_acc = np.zeros(self.data.y.size)
+
+    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        """Apply ``nsteps`` updates starting at state ``step0``; (status, step)."""
+        st, step = _gd_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, step0, nsteps,
+                               self.work, self.fit_since, self.S_acc)  # fmt: skip
+        return int(st), int(step)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"W": self.W, "p": self.p, "nu": self.nu}
+
+    def final_state(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.state().items()}
+
+    def snapshot(self) -> tuple:
+        return self.W.copy(), self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
+
+    def restore(self, snap: tuple) -> None:
+        for dst, src in zip((self.W, self.p, self.nu, self.fit_since, self.S_acc), snap):
+            dst[...] = src
+
+
+class SegmentXW(Segment):
+    """Gradient descent in the X W form (module docstring): the kernel updates
+    B = X W and p; :meth:`state` gives an :class:`XWState` (W rebuilt from B
+    only if asked for), :meth:`observe` and :meth:`extra_metrics` work from B.
+    nu must be fixed. Build it with :func:`make_segment`, which checks that
+    K = X X^T is well conditioned."""
+
+    def __init__(
+        self,
+        X2: ArrayLike,
+        y: ArrayLike,
+        W: ArrayLike,
+        p: ArrayLike,
+        nu: ArrayLike,
+        T: int,
+        lr: float,
+        train: Collection[str],
+        loss: str,
+        rel: ArrayLike,
+        K: np.ndarray | None = None,
+        chol: np.ndarray | None = None,
+    ):
+        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+        if self.train[2]:
+            raise ValueError("SegmentXW: nu must be fixed (train without nu)")
+        X = self.data.X2
+        self.K, self.chol = _token_gram(X) if K is None else (K, chol)
+        if self.chol is None:
+            raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
+        self.B0 = np.ascontiguousarray(X @ self.W0)
+        self.B = self.B0.copy()
+        self.v = np.empty(X.shape[0])
+        np.dot(X, self.nu, self.work.u)
+        self._fresh = True  # self.W is the W of self.B
+
+    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        self._fresh = False
+        st, step = _gd_segment_xw(self.data, self.B, self.K, self.p, self.train[:2], self.lr, step0, nsteps,
+                                  self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip
+        return int(st), int(step)
+
+    def _back(self, dB: np.ndarray) -> np.ndarray:
+        """X^T K^-1 dB: the change of W (or of W p) that changes B (or B p) by dB."""
+
+        return self.data.X2.T @ cho_solve((self.chol, True), dB, check_finite=False)
+
+    def rebuild(self, B: np.ndarray) -> np.ndarray:
+        """The W of B: W(0) + X^T K^-1 (B - B(0)) (a k x k solve and product: 1-2 ms at k = 162)."""
+        return self.W0 + self._back(B - self.B0)
+
+    def q_of(self, B: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """W p of the W of B, without W: W(0) p + X^T K^-1 (B p - B(0) p)."""
+        return self.W0 @ p + self._back(B @ p - self.B0 @ p)
+
+    def state(self) -> XWState:
+        """The current state, detached from later steps; W is rebuilt only if asked for."""
+        if self._fresh:
+            return XWState(self, None, self.p.copy(), self.nu.copy(), W=self.W.copy())
+        return XWState(self, self.B.copy(), self.p.copy(), self.nu.copy())
+
+    def observe(
+        self, W: np.ndarray | None = None, p: np.ndarray | None = None, nu: np.ndarray | None = None
+    ) -> Observation:
+        if W is not None:
+            return super().observe(W, p, nu)
+        wk = self.work
+        np.dot(self.B, self.p, wk.z)  # z = X W p = B p; wk.u holds X nu (nu is fixed)
+        L = _outputs(wk.z, wk.u, self.data.y, self.T, self.data.loss_kind, wk.s, wk.f)
+        return self._observation(L)
+
+    def final_state(self) -> XWState:
+        return self.state()  # already detached from later steps
+
+    def extra_metrics(
+        self, W: np.ndarray | None = None, p: np.ndarray | None = None, nu: np.ndarray | None = None
+    ) -> dict[str, float]:
+        if W is not None or self._fresh:
+            return super().extra_metrics(W, p, nu)
+
+        # |W - W(0)|_F^2 = tr(dB^T K^-1 X X^T K^-1 dB) = |L^-1 dB|_F^2, K = L L^T
+        Y = solve_triangular(self.chol, self.B - self.B0, lower=True, check_finite=False).ravel()
+        return {"p_norm": math.sqrt(self.p @ self.p), "W_dev": math.sqrt(Y @ Y)}
+
+    def snapshot(self) -> tuple:
+        return self.B.copy(), self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
+
+    def restore(self, snap: tuple) -> None:
+        for dst, src in zip((self.B, self.p, self.nu, self.fit_since, self.S_acc), snap):
+            dst[...] = src
+        self._fresh = False
+
+
+class XWState(Mapping):
+    """A state of the X W form ("W", "p", "nu"), detached from later steps:
+    W is rebuilt from B when first asked for (a run's last log point usually
+    needs only q = W p, :meth:`q`)."""
+
+    def __init__(
+        self, seg: SegmentXW, B: np.ndarray | None, p: np.ndarray, nu: np.ndarray, W: np.ndarray | None = None
+    ):
+        self._seg, self._B, self._W = seg, B, W
+        self._arrays = {"p": p, "nu": nu}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key != "W":
+            return self._arrays[key]
+        if self._W is None:
+            self._W = self._seg.rebuild(self._B)
+        return self._W
+
+    def __iter__(self):
+        return iter(("W", "p", "nu"))
+
+    def __len__(self) -> int:
+        return 3
+
+    def q(self) -> np.ndarray:
+        """W p (engine coordinates)."""
+        p = self._arrays["p"]
+        return self._W @ p if self._W is not None else self._seg.q_of(self._B, p)
+
+
+def state_q(state: Mapping) -> np.ndarray:
+    """q = W p of a stepper's state (an :class:`XWState` gives it without rebuilding W)."""
+    return state.q() if isinstance(state, XWState) else state["W"] @ state["p"]
+
+
+def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """K = X X^T and its lower Cholesky factor when K's condition number is at
+    most ``XW_MAX_COND`` (LAPACK's estimate), else None."""
+
+    K = np.ascontiguousarray(X @ X.T)
+
+    L, info = lapack.dpotrf(K, lower=1, clean=1)
+    if info != 0:
+        return K, None
+    rcond, info = lapack.dpocon(L, np.abs(K).sum(axis=0).max(), uplo="L")
+    return K, (L if info == 0 and rcond * XW_MAX_COND >= 1.0 else None)
+
+
+def make_segment(
+    X2: ArrayLike,
+    y: ArrayLike,
+    W: ArrayLike,
+    p: ArrayLike,
+    nu: ArrayLike,
+    T: int,
+    lr: float,
+    train: Collection[str],
+    loss: str,
+    rel: ArrayLike,
+    log_gap: float,
+) -> Segment:
+    """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
+    is fixed, there are no more tokens than rows of W (n*T <= k, at most
+    ``XW_MAX_TOKENS``), K = X X^T is well conditioned and log points are on
+    average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (a log point costs
+    what the form saves in about 70 steps); otherwise the W
+    form (:class:`Segment`)."""
+    X2 = f64(X2)
+    nT, k = X2.shape
+    if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
+        K, chol = _token_gram(X2)
+        if chol is not None:
+            return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, K=K, chol=chol)
+    return Segment(X2, y, W, p, nu, T, lr, train, loss, rel)
+
+
+class EvaluationBudgetExceeded(RuntimeError):
+    """The flow solver evaluated the vector field more often than allowed."""
+
+
+class FlowField(AttentionModel):
+    """The gradient-flow vector field of one problem, for scipy's solve_ivp.
+
+    ``pack``/``unpack`` convert between (W, p, nu, S) and the flat state.
+    At most ``max_evals`` evaluations per field (:class:`EvaluationBudgetExceeded`
+    after that): when the logits are huge the adaptive step size can shrink to
+    a tiny fraction of t and the solver would otherwise crawl for hours.
+    """
+
+    max_evals = 500_000  # legitimate flows to 1e14 steps need 5 000 - 15 000
+
+    def __init__(
+        self,
+        X2: ArrayLike,
+        y: ArrayLike,
+        W: ArrayLike,
+        p: ArrayLike,
+        nu: ArrayLike,
+        T: int,
+        lr: float,
+        train: Collection[str],
+        loss: str,
+        rel: ArrayLike,
+    ):
+        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+        self.evals = 0
+
+    def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:
+        tw, tp, tn = self.train
+        parts = ([W.ravel()] if tw else []) + ([p] if tp else []) + ([nu] if tn else []) + [S]
+        return np.concatenate(parts)
+
+    def unpack(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(W, p, nu, S) views of a flat state (untrained blocks: the fixed arrays)."""
+        k, r = self.W.shape
+        tw, tp, tn = self.train
+        o = 0
+        W = theta[: k * r].reshape(k, r) if tw else self.W
+        o += k * r if tw else 0
+        p = theta[o : o + r] if tp else self.p
+        o += r if tp else 0
+        nu = theta[o : o + k] if tn else self.nu
+        o += k if tn else 0
+        return W, p, nu, theta[o:]
+
+    def __call__(self, t: float, theta: np.ndarray) -> np.ndarray:
+        self.evals += 1
+        if self.evals > self.max_evals:
+            raise EvaluationBudgetExceeded(t)
+        out = np.empty_like(theta)
+        _flow_rhs(self.data, np.ascontiguousarray(theta), self.W, self.p, self.nu, self.train, self.lr,
+                  self.work, out)  # fmt: skip
+        return out
+
+
+def warmup() -> None:
+    """Compile (or load from the cache) the kernels of this module on a tiny
+    problem, with the argument types real runs use."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 3, 4))
+    y = np.array([1.0, -1.0])
+    W, p, nu = rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal(4)
+    outputs(X[:, :, 0], X[:, :, 1], y)
+    seg = Segment(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p"), "logistic", np.ones(6))
+    seg.advance(0, 1)
+    seg.relevant_increments(seg.observe().s)

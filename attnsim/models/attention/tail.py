@@ -1,0 +1,166 @@
+"""The population error by importance sampling around its design points (SPEC §5).
+
+Given the logit noises zeta ~ N(0, I_T) of a fresh sample of class y, the
+error is P_y = E[Phi(-t(zeta))] with t = y m / (sdc |s|) (see
+:mod:`attnsim.population`). When P_y is small its mass sits far out in zeta:
+the tokens that carry the margin must fall and a competing token rise
+together (default run: zeta_rel ~ -3.7 with zeta_opp ~ +3.9), where plain
+quasi-Monte Carlo points never land. So P_y is estimated by multiple
+importance sampling.
+
+1. Exchangeable tokens. Tokens of equal mean logit and value (the five
+   irrelevant tokens of the default layout) form groups within which the
+   integrand is symmetric. The estimate integrates over the fundamental
+   domain D (each group's largest coordinate in its first member's place)
+   and every point is folded into D; P_y = M int_D phi h, M the product of
+   the group sizes. So one group needs one set of design points, however
+   many tokens it has.
+2. Design points (as in structural reliability, FORM;
+   :func:`attnsim.kernels.population._design_points`): the origin; the
+   maximum of psi = -|zeta|^2/2 + log Phi(-t) along the *anchor group*'s
+   direction (the group of the token carrying the margin, falling against
+   all others); and for the first member j of every other group the maximum
+   of psi over the plane of the anchor's and j's directions, and along j's
+   direction alone. The failure boundary is curved; these points span its arc.
+   Newton's method with the exact Hessian in the plane.
+3. At each design point z_k, t is linearized, t ~ c_k + g_k . zeta, and the
+   component's density is the skew normal that linearization makes exact,
+   q_k(zeta) = phi(zeta) Phi(-c_k - g_k . zeta) / Phi(-beta_k),
+   beta_k = c_k / sqrt(1 + |g_k|^2) (the FORM reliability index; Phi(-beta_k)
+   the FORM estimate of its mass). It is sampled exactly: the (T+1)-dim
+   normal (zeta, W) conditioned on W > c_k + g_k . zeta, whose coordinate
+   along that half-space's normal is a normal truncated to > beta_k (AS 241
+   from the logarithm of its tail, so any beta works). Where t is linear
+   the weights are constant; curvature makes them vary, which the standard
+   error shows.
+4. A defensive share (``DEFENSIVE``) of the points from N(0, I) itself; the
+   rest in proportion to the FORM masses, each component at least ``FLOOR``
+   of it. Fixed counts n_k with the balance heuristic: each point's term is
+   h / (n_0/N + sum_k f_k (n_k/N) q_k/phi), where the Gaussian factor has
+   cancelled (one dot product and one normal tail per component and point)
+   and f_k = 1 for a component symmetric within groups, 1/|g| for one that
+   favours group g's first member (its points outside D before folding count
+   as 0). Unbiased for any design points: every q_k has full support. The
+   standard error is the stratified one, from the spread within each
+   component's points (plain Monte Carlo: +-2 se is a 95 % interval).
+
+The design points only shape the proposal: a poor one costs variance, not
+bias. What the estimator cannot see is mass far from every design point and
+from the origin; the structure of the integrand (a softmax over tokens whose
+failure needs the margin's tokens to lose weight to others) is what makes the
+design points above complete. Below ~1e-250 (every design point's beta above
+``MAX_BETA``), or with a standard error above ``RESOLVED_REL`` of the value,
+the result is flagged unresolved and an upper bound is reported instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from . import design_kernels, pop_kernels, sample_kernels
+
+DEFENSIVE = 0.15  # share of the points drawn from N(0, I)
+FLOOR = 0.02  # least share of the rest for any design point
+MERGE = 0.3  # design points closer than this are one
+MAX_BETA = 36.0  # a design point beyond this (FORM mass below 1e-284) carries nothing resolvable
+PRUNE = 1e-8  # design points of FORM mass below this share of the largest are dropped
+FLOOR_BOUND = 1e-250  # the error of a class whose design points are all beyond MAX_BETA is below this
+RESOLVED_REL = 0.2  # a standard error above this share of the estimate: unresolved
+
+
+def tail_points(T: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The random numbers of :class:`TailError`, drawn once per run: per class
+    (2, n, T + 1) standard normals (stored token-major, (2, T + 1, n)), then
+    (2, n) uniforms in (0, 1]."""
+    X = np.ascontiguousarray(rng.standard_normal((2, n, T + 1)).transpose(0, 2, 1))
+    u = 1.0 - rng.random((2, n))  # (0, 1]: the truncated normal's inverse CDF stays finite
+    return X, u
+
+
+class TailError:
+    """The population error P = (P_+ + P_-)/2 of one layout of T tokens.
+
+    Parameters
+    ----------
+    X : (2, T + 1, N) standard normals and u : (2, N) uniforms in (0, 1] per
+        class (:func:`tail_points`).
+    """
+
+    def __init__(self, X: np.ndarray, u: np.ndarray):
+        self.X, self.u = X, u
+        self.log_u = np.log(u)
+        T, N = X.shape[1] - 1, X.shape[2]
+        self.N, self.T = N, T
+        # work arrays, reused: at most K = 2 T components per class
+        K = 2 * T
+        self._w = {
+            "Z": np.empty((K, T)), "G": np.empty((K, T)), "t0": np.empty(K),
+            "rep": np.empty(K, dtype=np.int64), "members": np.empty(T, dtype=np.int64),
+            "offsets": np.empty(T + 1, dtype=np.int64),
+            "off": np.empty(K), "beta": np.empty(K), "log_mass": np.empty(K), "A": np.zeros((K + 1, T + 1)),
+            "counts": np.zeros(K + 1, dtype=np.int64), "starts": np.zeros(K + 2, dtype=np.int64),
+            "s": np.zeros(N), "zeta": np.empty((T, N)), "E": np.empty((T, N)), "U": np.empty((K, N)),
+            "GU": np.empty((K, N)), "vectors": np.empty((6, N)), "factor": np.ones(K),
+        }  # fmt: skip
+
+    def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
+        """The error of the state with mean logits aq (2, T) and mean values
+        anu (2, T) per class (+1 then -1), logit noise scale kappa = sigma |q| > 0,
+        value-logit coupling b = sigma q^.nu and conditional value sd sdc.
+
+        Returns ``pop_error``, ``pop_error_se`` and ``pop_error_resolved``
+        (1.0 or 0.0); unresolved, ``pop_error`` is an upper bound and the
+        standard error is NaN.
+        """
+        total, var, below = 0.0, 0.0, 0.0
+        for c, y in enumerate((1.0, -1.0)):
+            p, se, floor = self._class(c, y, aq[c], anu[c], kappa, b, sdc)
+            below += 0.5 * floor
+            total += 0.5 * p
+            var += 0.25 * se * se
+        se = math.sqrt(var)
+        resolved = total > 0.0 and se <= RESOLVED_REL * total and below <= 1e-3 * total
+        if resolved:
+            return {"pop_error": total, "pop_error_se": se, "pop_error_resolved": 1.0}
+        bound = max(total + 3.0 * se, below)
+        return {"pop_error": bound, "pop_error_se": math.nan, "pop_error_resolved": 0.0}
+
+    def class_error(
+        self, c: int, y: float, aq: ArrayLike, anu: ArrayLike, kappa: float, b: float, sdc: float
+    ) -> tuple[float, float]:
+        """The error P_y of one class (c = 0 for y = +1, 1 for y = -1, the
+        points of that class) with its standard error."""
+        p, se, _ = self._class(c, y, aq, anu, kappa, b, sdc)
+        return p, se
+
+    def _class(self, c: int, y: float, aq, anu, kappa: float, b: float, sdc: float):
+        """(P_y, its standard error, the bound on P_y not seen: 0 or FLOOR_BOUND)."""
+        w = self._w
+        aq, anu = np.ascontiguousarray(aq, dtype=np.float64), np.ascontiguousarray(anu, dtype=np.float64)
+        # a design needs a smooth integrand: with sdc = 0 (nu along q) Phi(-t) is a step,
+        # so the proposal is built for a slightly noisy value (the estimate stays exact)
+        sdc_design = sdc if sdc > 0.0 else 1e-3 * (float(np.abs(anu).max()) + abs(b)) + 1e-300
+        t, g, h, den, tail, keep = w["vectors"]
+        K, n_groups = design_kernels._tail_components(
+            aq, anu, kappa, b, sdc_design, y, self.X[c].shape[1], DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE,
+            w["members"], w["offsets"], w["Z"], w["G"], w["t0"], w["rep"], w["off"], w["beta"], w["log_mass"],
+            w["A"], w["counts"], w["starts"],
+        )  # fmt: skip
+        if K == 0:  # every design point beyond MAX_BETA
+            return 0.0, 0.0, FLOOR_BOUND
+        sample_kernels._tail_sample(
+            K, n_groups, aq, kappa, self.u[c], self.log_u[c], self.X[c], w["members"], w["offsets"], w["G"],
+            w["rep"], w["off"], w["log_mass"], w["A"], w["starts"], w["s"], w["zeta"], keep, w["E"], w["U"],
+            w["GU"], g, h, w["factor"],
+        )  # fmt: skip
+        E, U, GU = w["E"], w["U"][:K], w["GU"][:K]
+        np.exp(E, out=E)
+        np.exp(GU, out=GU)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            p, se = pop_kernels._tail_finish(E, U, GU, w["zeta"], anu, b, sdc, y, keep, w["log_mass"],
+                                             w["factor"], K, w["counts"][: K + 1], w["starts"][: K + 2], t, g,
+                                             h, den, tail)  # fmt: skip
+        return p, se, 0.0

@@ -1,0 +1,148 @@
+"""The one-layer Transformer encoder as a model of attnsim (SPEC §12): its
+parameters (PyTorch's initialization, or arrays from a data file), its
+stepper for the driver and its evaluator on a finite test set.
+
+The kernels are in :mod:`.kernels` (the CLS path with
+hand-derived gradients); the readable reference that computes every position
+is :func:`.reference.encoder_forward`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...config import Config
+from ...data.dataset import Dataset, Streams
+from ...data.synthetic import clean_labels, draw_tokens
+from ...runtime.threads import _Done
+from ..base import DIVERGED, FROZEN, OK, Observation
+from . import kernels as K
+from .params import check_config, init_params
+
+
+class EncoderStepper:
+    """Gradient descent on every parameter of the encoder (a driver stepper)."""
+
+    whole_spans = False
+    progress = None
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, P: dict, cfg: Config, rel: np.ndarray):
+        n, T, d = X.shape
+        self.n, self.T = n, T
+        self.X2 = np.ascontiguousarray(X.reshape(n * T, d), dtype=np.float64)
+        self.y = np.asarray(y, dtype=np.float64)
+        self.P = {k: np.array(v, dtype=np.float64) for k, v in P.items()}
+        self.lr, self.skip, self.loss = cfg.lr, cfg.skip, cfg.loss
+        self.rel = np.asarray(rel, dtype=np.float64).reshape(n, T)
+        self.fit_since = -np.ones(n, dtype=np.int64)
+        self.S_acc = np.zeros(n)
+        self._cache = None  # the forward pass of the current parameters
+
+    def _forward(self) -> dict:
+        if self._cache is None:
+            self._cache = K.forward(self.X2, self.n, self.T, self.P, self.skip)
+        return self._cache
+
+    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        for k in range(nsteps):
+            step = step0 + k
+            cache = self._forward()
+            L, df = K.loss_coefficients(cache["f"], self.y, self.loss)
+            if not np.isfinite(L):
+                return DIVERGED, step
+            fitted = self.y * cache["f"] > 0
+            self.fit_since = np.where(fitted, np.where(self.fit_since < 0, step, self.fit_since), -1)
+            self.S_acc += self.relevant_increments(cache["a"][:, 1:])
+            G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df)
+            if K.all_zero(G):
+                return FROZEN, step
+            K.update(self.P, G, self.lr)
+            self._cache = None
+        return OK, step0 + nsteps
+
+    def observe(self) -> Observation:
+        cache = self._forward()
+        L, _ = K.loss_coefficients(cache["f"], self.y, self.loss)
+        return Observation(cache["logits"][:, 1:], None, cache["a"][:, 1:], cache["f"], L)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return self.P
+
+    def final_state(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.P.items()}
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {"score_cls": float(self._forward()["a"][:, 0].mean())}  # the CLS query's attention on itself
+
+    def relevant_increments(self, s: np.ndarray) -> np.ndarray:
+        sr = (s * self.rel).sum(axis=1)
+        return sr * (1.0 - sr)
+
+    def snapshot(self) -> tuple:
+        return {k: v.copy() for k, v in self.P.items()}, self.fit_since.copy(), self.S_acc.copy()
+
+    def restore(self, snap: tuple) -> None:
+        P, fit, S = snap
+        self.P = {k: v.copy() for k, v in P.items()}
+        self.fit_since, self.S_acc = fit.copy(), S.copy()
+        self._cache = None
+
+
+class EncoderProblem:
+    """The encoder's training and test sets and initial parameters."""
+
+    engine = "dense"
+
+    def __init__(self, cfg: Config, ds: Dataset, streams: Streams, reason: str):
+        check_config(cfg)
+        self.reason = reason
+        self.ds = ds
+        self.P0 = init_params(cfg, streams.init, ds.extra)
+        self.T = ds.X.shape[1]
+        if ds.X_test is not None:
+            self.X_test, self.y_test = ds.X_test, ds.y_test
+        elif cfg.test_n > 0 and ds.source == "generated":
+            self.y_test = clean_labels(cfg.test_n)
+            self.X_test, _ = draw_tokens(cfg, self.y_test, streams.test)
+        else:
+            self.X_test = self.y_test = None
+        self.info = {
+            "k": cfg.d,
+            "mlp_dim": cfg.mlp_dim,
+            "test_n": 0 if self.y_test is None else int(self.y_test.size),
+        }
+
+    def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> EncoderStepper:
+        """GD on every parameter, trained on the labels ``y`` (default: the observed ones)."""
+        return EncoderStepper(self.ds.X, self.ds.y if y is None else y, self.P0, cfg, rel)
+
+    def evaluator(self, cfg: Config, pop: None = None) -> TestSetEvaluator | None:
+        """Loss and accuracy on the finite test set (no closed form exists)."""
+        if self.X_test is None:
+            return None
+        return TestSetEvaluator(self.X_test, self.y_test, cfg.skip, cfg.loss)
+
+
+class TestSetEvaluator:
+    """Loss and accuracy of encoder parameters on a finite test set, in chunks
+    (an :class:`attnsim.models.base.Evaluator`; :meth:`defer` computes at once)."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, skip: bool, loss: str):
+        self.X, self.y, self.skip, self.loss = X, y, skip, loss
+
+    def __call__(self, P: dict) -> dict:
+        X, y = self.X, self.y
+        m, T, d = X.shape
+        total, right = 0.0, 0
+        for lo in range(0, m, 1024):
+            hi = min(m, lo + 1024)
+            X2 = np.ascontiguousarray(X[lo:hi].reshape(-1, d))
+            f = K.forward(X2, hi - lo, T, P, self.skip)["f"]
+            L, _ = K.loss_coefficients(f, y[lo:hi], self.loss)
+            total += L * (hi - lo)
+            right += int(np.count_nonzero(y[lo:hi] * f > 0))
+        return {"test_loss": total / m, "test_acc": right / m}
+
+    def defer(self, P: dict) -> _Done:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _Done(self(P))

@@ -1,0 +1,93 @@
+"""The encoder's parameters (SPEC §12): their names and shapes as PyTorch stores them,
+the keys the encoder refuses, and PyTorch's default initialization from the init stream."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...config import Config, ConfigError
+from ...data.dataset import DataError
+from ...registry import ENCODER_ARRAYS as PARAMS
+
+
+def param_shapes(d: int, m: int) -> dict[str, tuple]:
+    """Every encoder parameter's shape, as PyTorch stores it (d width, m MLP width)."""
+    return {
+        "cls": (1, 1, d),
+        "ln1_g": (d,),
+        "ln1_b": (d,),
+        "W_qkv": (3 * d, d),
+        "ln2_g": (d,),
+        "ln2_b": (d,),
+        "W1": (m, d),
+        "b1": (m,),
+        "W2": (d, m),
+        "b2": (d,),
+        "lnf_g": (d,),
+        "lnf_b": (d,),
+        "head_w": (1, d),
+        "head_b": (1,),
+    }
+
+
+def check_config(cfg: Config, user_data: bool = False) -> None:
+    """Refuse the keys that cannot apply to the encoder, one line each (exit 2)."""
+    defaults = Config()
+    rules = (
+        (
+            cfg.engine in ("reduced", "implicit"),
+            "engine",
+            "the encoder runs in d dimensions (engine auto or dense)",
+        ),
+        (
+            cfg.integrator != "gd",
+            "integrator",
+            "the encoder is trained by gradient descent only (integrator=gd)",
+        ),
+        (cfg.train != defaults.train, "train", "the encoder trains every parameter; leave train unset"),
+        (cfg.limit, "limit", "the max-margin limit is defined for the attention model only"),
+    )
+    for bad, key, why in rules:
+        if bad:
+            raise ConfigError(f"{key}: {why}")
+    for key in ("init_W", "init_W_scale", "init_p", "init_p_scale"):
+        if getattr(cfg, key) != getattr(defaults, key):
+            raise ConfigError(f"{key}: the encoder's weights use PyTorch's initialization; leave {key} unset")
+
+
+def init_params(cfg: Config, rng: np.random.Generator, given: dict | None = None) -> dict[str, np.ndarray]:
+    """PyTorch's default initialization, drawn from the run's init stream in
+    the order of :data:`PARAMS`: Linear weights and biases U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)), LayerNorm gains 1 and biases 0, the CLS token
+    N(0, init_cls_scale^2). Arrays in ``given`` replace the draws (the draws
+    are made anyway, so the others do not depend on which are given)."""
+    d, m = cfg.d, cfg.mlp_dim
+    shapes = param_shapes(d, m)
+    bound = {
+        "W_qkv": 1 / math.sqrt(d),
+        "W1": 1 / math.sqrt(d),
+        "b1": 1 / math.sqrt(d),
+        "W2": 1 / math.sqrt(m),
+        "b2": 1 / math.sqrt(m),
+        "head_w": 1 / math.sqrt(d),
+        "head_b": 1 / math.sqrt(d),
+    }
+    P = {}
+    for name in PARAMS:
+        shape = shapes[name]
+        if name == "cls":
+            v = cfg.init_cls_scale * rng.standard_normal(shape)
+        elif name in bound:
+            v = rng.uniform(-bound[name], bound[name], shape)
+        else:
+            v = np.ones(shape) if name.endswith("_g") else np.zeros(shape)
+        P[name] = v
+    for name, v in (given or {}).items():
+        if v.shape != shapes[name]:
+            raise DataError(
+                f"array {name!r} has shape {v.shape}, expected {shapes[name]} (d={d}, mlp_dim={m})"
+            )
+        P[name] = np.array(v, dtype=np.float64)
+    return P

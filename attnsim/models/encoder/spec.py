@@ -1,0 +1,111 @@
+"""The encoder as attnsim runs it: the ModelSpec (its planning needs the config alone;
+the stepper, kernels and reference load with the methods that run the model, "lazy" below)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
+
+from ...config import Config, ConfigError
+from ...data.dataset import Dataset, Streams
+from ...registry import ENCODER_ARRAYS as PARAMS
+from ...runtime.resources import check_fits
+from .params import check_config
+
+if TYPE_CHECKING:  # names in annotations only
+    from ...runtime.workspace import Workspace
+
+
+class EncoderSpec:
+    name = "encoder"
+    warm_configs = {
+        "gd": {"model": "encoder", "n": 4, "T": 4, "d": 12, "mlp_dim": 6, "steps": 2, "test_n": 2}
+    }
+
+    def validate(self, cfg: Config, user_data: bool) -> None:
+        check_config(cfg, user_data)
+
+    def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
+        check_config(cfg, user_data)
+        return "dense", "the encoder runs in d dimensions (only the CLS path is computed)"
+
+    def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:
+        n, T, d = cfg.n, cfg.T, cfg.d
+        params = 3.0 * d * d + 2.0 * d * cfg.mlp_dim
+        return [
+            ("d, mlp_dim", f"the encoder's parameters, gradients and a copy (3 x {params:.3g} floats)",
+             24 * params),
+            ("n, T, d", "the training tokens and their LayerNorm (3 n*T*d floats)", 24.0 * n * T * d),
+            ("test_n, T, d", f"the test set (test_n*T*d = {cfg.test_n:.3g}*{T}*{d} floats)",
+             8.0 * cfg.test_n * T * d),
+        ]  # fmt: skip
+
+    def step_flops(self, cfg: Config, engine: str) -> float:
+        return 12.0 * cfg.n * cfg.d * (cfg.d + cfg.mlp_dim)
+
+    def check_resources(self, cfg: Config, engine: str, save_scores: bool = False) -> None:
+        flops = self.step_flops(cfg, engine) if cfg.integrator == "gd" else 0.0
+        check_fits(self.memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
+
+    def setup_key(self, cfg: Config) -> tuple:
+        return (cfg.seed, cfg.n, cfg.T, cfg.d, cfg.mlp_dim)
+
+    def warm_up(self) -> None:
+        from . import kernels  # lazy
+
+        kernels.warmup()
+
+    def prepare(self, cfg: Config, engine: str, user_data: bool, ws: Workspace) -> float:
+        return 0.0
+
+    def build(
+        self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str, ws: Workspace
+    ) -> tuple:
+        from ...data.synthetic import generate  # lazy
+        from .model import EncoderProblem  # lazy
+
+        if ds is None:
+            ds = generate(cfg, streams)
+        return EncoderProblem(cfg, ds, streams, reason), ds
+
+    def population(self, cfg: Config, ds: Dataset, rng: np.random.Generator, ws: Workspace) -> None:
+        return None  # no closed form for the encoder
+
+    def limit_watch(self, problem: Any) -> NoReturn:
+        raise ConfigError("limit: the max-margin limit is defined for the attention model only")
+
+    def population_note(self, ds: Dataset, problem: Any) -> str:
+        return (
+            "none for the encoder (no closed form): test metrics come from a finite test set of "
+            f"{problem.info.get('test_n')} independent samples"
+        )
+
+    def check_grad(self, cfg: Config, seed: int, h: float) -> tuple[list[str], dict[str, dict], int]:
+        from ..base import finite_difference_errors  # lazy
+        from . import kernels as K  # lazy
+        from .reference import encoder_loss, random_encoder  # lazy
+
+        X, y, P = random_encoder(seed)
+        n, T, d = X.shape
+        m = P["W1"].shape[0]
+        head = [
+            f"encoder (skip={cfg.skip}): central differences of the all-positions reference loss against the",
+            f"CLS-path gradients, h = {h:g}, n={n} T={T} d={d} mlp_dim={m}, parameters away from init",
+        ]
+        names = list(PARAMS)
+        errors = {
+            loss: finite_difference_errors(
+                lambda *v, loss=loss: encoder_loss(X, y, dict(zip(names, v)), cfg.skip, loss),
+                lambda *v, loss=loss: [
+                    K.loss_and_grads(X, y, dict(zip(names, v)), cfg.skip, loss)[1][k] for k in names
+                ],
+                {k: P[k] for k in names},
+                h=h,
+            )
+            for loss in ("logistic", "linear")
+        }
+        return head, errors, 7
+
+
+SPEC = EncoderSpec()

@@ -1,0 +1,235 @@
+"""What the paper records at each log point: the observer the driver hands every
+state to (:class:`Recorder`), and the times located between log points afterwards
+(:func:`refine_times`). It needs of a stepper, besides the driver's protocol, the
+in-loop records ``fit_since`` (n,: first step of each sample's current run of
+fitted states, -1 while unfitted) and ``S_acc`` (n,: the cumulative
+s_rel (1 - s_rel) in units of steps), and ``relevant_increments(s)``."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import metrics, theory
+from ._meta import SimulationError
+from .driver import refine_crossing
+from .models.base import Observation
+
+if TYPE_CHECKING:  # names in annotations only
+    from .data.dataset import Dataset
+
+RECORD_CHUNK = 64  # log points whose score metrics are computed at once
+
+# metrics that are NaN by design: for an empty group (no noisy samples, say), and the
+# standard error of a population error the estimator could not resolve (then a bound)
+_MAY_BE_NAN = ("train_acc_clean", "train_acc_noisy", "train_acc_noisy_true", "score_", "pop_error_se")
+
+
+class Recorder:
+    """Turns the observation of each log point into a row of metrics.
+
+    The metrics of the scores and outputs are computed for many log points at
+    once (:class:`attnsim.metrics.StateMetrics` on stacks of states): the
+    observations wait in a buffer of at most ``RECORD_CHUNK`` log points.
+    """
+
+    def __init__(self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int):
+        self.ds, self.grid = ds, grid
+        self.lr, self.d = lr, d  # for the saturation warning
+        self._S_frozen: np.ndarray | None = None  # S_acc when the stepper froze, and its rate since
+        self._incr: np.ndarray | None = None
+        self._frozen_at: int | None = None
+        self.save_scores = save_scores
+        self.noisy = ds.noisy
+        self.metrics = metrics.StateMetrics(ds.y, ds.y_clean, ds.roles)
+        self.logits: list[np.ndarray] = []  # (n, T) per log point, for the gaps
+        self.rows: list[dict] = []  # per log point: step, loss, model scalars, evaluations
+        self.columns: dict[str, list] = {}  # the metrics of the scores and outputs, per flushed chunk
+        self.hot: list[np.ndarray] = []  # per chunk: whether half the samples have one-hot scores
+        self.extra: dict[str, list] = {"selected": [], "selected_role": [], "example_scores": []}
+        if save_scores:
+            self.extra["scores"] = []
+        self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (s, f, S_acc) not yet measured
+        clean_idx, noisy_idx = np.flatnonzero(~self.noisy), np.flatnonzero(self.noisy)
+        self.examples = np.array(
+            [clean_idx[0] if clean_idx.size else -1, noisy_idx[0] if noisy_idx.size else -1]
+        )
+        self.last: Observation | None = None
+
+    def frozen(self, stepper: Any, step: int) -> None:
+        """The stepper stopped moving after ``step``: its frakS keeps accumulating at the last rate."""
+        self._frozen_at = step
+        self._incr = stepper.relevant_increments(stepper.observe().s)
+        self._S_frozen = stepper.S_acc.copy()
+
+    def record(self, j: int, target: int, stepper: Any, evaluated: dict) -> None:
+        """The state of ``stepper`` at log point ``j`` (step ``target``), with the metrics ``evaluated``."""
+        if self._frozen_at is None:
+            S_acc = stepper.S_acc
+        else:
+            S_acc = self._S_frozen + self._incr * (target - self._frozen_at - 1)
+        self._record(j, stepper.observe(), S_acc, stepper.extra_metrics(), evaluated)
+
+    def _record(self, j: int, obs: Observation, S_acc: np.ndarray, extra: dict, evaluated: dict) -> None:
+        step = int(self.grid[j])
+        if not np.isfinite(obs.loss):  # the state after the last update is only seen here
+            raise SimulationError(f"diverged at step {step}: the training loss is not finite")
+        self.last = obs
+        row = {"step": step, "train_loss": obs.loss}
+        row.update(extra)
+        row.update(evaluated)
+        _check_finite(row)
+        self.rows.append(row)
+        self.logits.append(obs.z)
+        self._buffer.append((obs.s, obs.f, S_acc.copy()))
+        if len(self._buffer) >= RECORD_CHUNK:
+            self._flush()
+
+    def add(self, j: int, evaluated: dict) -> None:
+        """Metrics of log point ``j`` that arrived after its row was recorded."""
+        row = self.rows[j]
+        row.update(evaluated)
+        _check_finite(row)
+
+    def _flush(self) -> None:
+        """Measure the buffered log points at once."""
+        if not self._buffer:
+            return
+        s, f, S_acc = (np.asarray(v) for v in zip(*self._buffer))  # (m, n, T), (m, n), (m, n)
+        first = len(self.rows) - len(self._buffer)
+        self._buffer = []
+        vals = {**self.metrics.accuracy(f), **self.metrics.role_scores(s), **self.metrics.max_score(s),
+                **self.metrics.frak_s(S_acc)}  # fmt: skip
+        for key, v in vals.items():
+            bad = _overflowed(key, v)
+            if bad.any():
+                raise _overflow(self.rows[first + int(np.argmax(bad))]["step"], key, v[bad][0])
+            self.columns.setdefault(key, []).append(v)
+        self.hot.append(np.sum(s.max(axis=2) == 1.0, axis=1) * 2 >= s.shape[1])
+        sel = s.argmax(axis=2)
+        self.extra["selected"].extend(sel)
+        roles = self.ds.roles
+        self.extra["selected_role"].extend(
+            roles[np.arange(sel.shape[1]), sel] if roles is not None else -np.ones_like(sel)
+        )
+        ex = np.full((s.shape[0], 2, s.shape[2]), np.nan)
+        for a, i in enumerate(self.examples):
+            if i >= 0:
+                ex[:, a] = s[:, i]
+        self.extra["example_scores"].extend(ex)
+        if self.save_scores:
+            self.extra["scores"].extend(s)
+
+    @property
+    def saturated_at(self) -> int | None:
+        """First log step of the final run of log points at which at least half
+        the training samples have one-hot scores (None if the last is not one)."""
+        self._flush()
+        hot = np.concatenate(self.hot) if self.hot else np.zeros(0, dtype=bool)
+        if hot.size == 0 or not hot[-1]:
+            return None
+        cold = np.flatnonzero(~hot)
+        return self.rows[cold[-1] + 1 if cold.size else 0]["step"]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        self._flush()
+        keys: dict[str, None] = {}
+        for row in self.rows:
+            keys.update(dict.fromkeys(row))
+        out = {}
+        for key in ("step", "train_loss"):
+            out[key] = np.asarray(
+                [row[key] for row in self.rows], dtype=np.int64 if key == "step" else np.float64
+            )
+        for key, parts in self.columns.items():
+            out[key] = np.concatenate(parts).astype(np.int64 if key in metrics.COUNT_KEYS else np.float64)
+        for key in keys:
+            if key not in out:
+                out[key] = np.asarray([row.get(key, np.nan) for row in self.rows], dtype=np.float64)
+        for key, vals in self.extra.items():
+            out[key] = np.asarray(vals)
+        out["example_index"] = self.examples
+        last = self.last
+        gaps = theory.gap_summaries(
+            np.asarray(self.logits),
+            self.ds.roles,
+            last.s,
+            last.u,
+            self.ds.y,
+            self.noisy,
+            per_sample=self.save_scores,
+        )
+        out.update(gaps)
+        if self.save_scores:
+            out["logits"] = np.asarray(self.logits)
+        return out
+
+    def finish(self, stepper: Any, steps: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+        """The metric arrays, each sample's first step of its final run of fitted
+        states (the in-loop record closed with the final state; -1: not fitted),
+        and the warnings of the run (attention saturated)."""
+        fit = stepper.fit_since.copy()
+        y = self.ds.y
+        fitted_now = y * self.last.f > 0
+        fit[~fitted_now] = -1
+        fit[fitted_now & (fit < 0)] = steps
+        out = []
+        if self._frozen_at is None and self.saturated_at is not None:
+            n_hot = int(np.sum(self.last.s.max(axis=1) == 1.0))
+            msg = (
+                f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
+                f"in float64 by step {self.saturated_at}, so their gradients vanish; "
+                f"the first logit step grows like lr*sigma^2*d: reduce lr (lr={self.lr:g}, d={self.d})"
+            )
+            out.append(msg)
+            warnings.warn(msg, stacklevel=3)
+        return self.arrays(), fit, out
+
+
+def _check_finite(row: dict) -> None:
+    """A metric that is inf or NaN (other than an empty group's) means the
+    state overflowed float64: stop rather than report it."""
+    for key, v in row.items():
+        if not math.isfinite(v) and not (math.isnan(v) and key.startswith(_MAY_BE_NAN)):
+            raise _overflow(row["step"], key, v)
+
+
+def _overflowed(key: str, v: np.ndarray) -> np.ndarray:
+    """Elementwise :func:`_check_finite`."""
+    return ~np.isfinite(v) & ~(np.isnan(v) & key.startswith(_MAY_BE_NAN))
+
+
+def _overflow(step: int, key: str, v) -> SimulationError:
+    return SimulationError(f"diverged by step {step}: {key} = {v} overflows float64 (reduce lr)")
+
+
+def refine_times(stepper: Any, snaps: dict, arrays: dict, evaluate: Callable[[dict], dict], gen_score: float,
+                 integer: bool) -> dict:  # fmt: skip
+    """t_generalize (the fresh relevant score reaches ``gen_score`` for good)
+    and t_pop_loss_settled (the population loss stays within 1% of its final
+    value) between the population log points that bracket them."""
+    steps = arrays["step"]
+    out: dict[str, float | None] = {}
+    ok = np.isfinite(arrays["pop_score_relevant"])
+    st, score, loss = steps[ok], arrays["pop_score_relevant"][ok], arrays["pop_loss"][ok]
+    final_loss = loss[-1]
+    checks = {
+        "t_generalize": (score - gen_score, lambda s: evaluate(s)["pop_score_relevant"] - gen_score),
+        "t_pop_loss_settled": (0.01 * abs(final_loss) - np.abs(loss - final_loss),
+                               lambda s: 0.01 * abs(final_loss) - abs(evaluate(s)["pop_loss"] - final_loss)),
+    }  # fmt: skip
+    for name, (vals, g) in checks.items():
+        if vals[-1] < 0:
+            out[name] = None  # not within the horizon
+            continue
+        below = np.flatnonzero(vals < 0)
+        if below.size == 0:
+            out[name] = float(st[0])
+            continue
+        a, b = st[below[-1]], st[below[-1] + 1]
+        out[name] = float(refine_crossing(stepper, snaps[int(a)], float(a), float(b), g, integer))
+    return out

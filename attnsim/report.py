@@ -1,0 +1,188 @@
+"""What the command line shows of a run: its summary, and the figures of a run or a sweep folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from . import metrics, plotting
+from .results import load, save_png
+from .sweep.store import load_spec, load_sweep
+from .words import suggest
+
+if TYPE_CHECKING:  # names in annotations only
+    from .results import Result
+
+
+class PlotError(ValueError):
+    """A plot that cannot be drawn as asked (exit 2)."""
+
+
+def plot_result(res: Result, kind: str, path: Path) -> None:
+    """The figure ``run --plot`` writes: the example samples' scores, or the gaps."""
+    import matplotlib  # lazy: a run's summary needs no matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
+
+    if kind == "scores":
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+        plotting.plot_example_scores(axes, res)
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        plotting.plot_gaps(ax, res)
+    c = res.config
+    fig.suptitle(
+        f"d={c['d']}, |mu|={c['signal_norm']:g}, lr={c['lr']:g}: regime {res.final['regime']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    save_png(fig, path)
+
+
+def _fmt(x, spec: str = ".4f") -> str:
+    return "n/a" if x is None or x != x else format(x, spec)
+
+
+def _regime_reason(f: dict, c: dict) -> str:
+    """What the regime was decided on (SPEC §3)."""
+
+    regime = f["regime"]
+    if regime == "clean_labels":
+        return "no noisy training label: no label-overfitting verdict"
+    if regime not in ("benign", "harmful"):
+        noisy, clean = f"{f['n_fitted_noisy']} of {f['n_noisy']}", f"{f['n_fitted_clean']} of {f['n_clean']}"
+        return f"{noisy} noisy and {clean} clean samples fitted"
+    if f.get("regime_rule", "").startswith("excess"):
+        side = "at most" if regime == "benign" else "above"
+        excess = metrics.format_error(f["excess_error"], f["excess_error_se"], f.get("excess_error_resolved"))
+        twin = metrics.format_error(f["error_clean_twin"], f["error_clean_twin_se"],
+                                    f.get("error_clean_twin_resolved"))  # fmt: skip
+        return (
+            f"label noise adds {excess} to the error: {side} benign_error={c['benign_error']:g}; "
+            f"the same run with clean labels: {twin}"
+        )
+    side = "at most" if regime == "benign" else "above"
+    return f"error {side} benign_error={c['benign_error']:g}, no clean twin"
+
+
+def _generalization(f: dict, c: dict) -> str:
+    """Whether the run generalizes, whatever its labels."""
+    if f.get("generalized"):
+        return f"generalizes (error <= {c['benign_error']:g})"
+    clean = f.get("error_clean_twin")
+    also = (
+        f"; {_fmt(clean, '.3g')} with clean labels too"
+        if clean == clean and clean is not None and clean > c["benign_error"]
+        else ""
+    )
+    return f"does not generalize (error above {c['benign_error']:g}{also})"
+
+
+def _data_line(res) -> str:
+    c, f, th = res.config, res.final, res.theory
+    snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
+    fit = f"train={c['train']}, lr={c['lr']:g}"
+    source = res.data.get("source", "generated")
+    if not source.startswith("generated"):  # only what the file says
+        known = "" if th.get("snr") is None else f" |mu|={c['signal_norm']:g} sigma={c['sigma']:g}"
+        size = f"n={c['n']} T={c['T']} d={c['d']}{known}"
+        return f"data: {source}: {size}, {f['n_noisy']} noisy labels, {fit}{snr}"
+    return (
+        f"data: n={c['n']} T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
+        f"rho={c['rho']:g} noise_rate={c['noise_rate']:g} ({c['label_noise']}: {f['n_noisy']} noisy), "
+        f"{fit}{snr}"
+    )
+
+
+def format_summary(res: Result) -> str:
+
+    c, f, th, e = res.config, res.final, res.theory, res.engine
+    lines = [
+        f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {c['integrator']} "
+        f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s); engine {e['used']} ({e['reason']})",
+        _data_line(res),
+        f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
+        f"(clean {_fmt(f['train_acc_clean'], '.3f')}, noisy fitted {_fmt(f['train_acc_noisy'], '.3f')}, "
+        f"noisy vs true label {_fmt(f['train_acc_noisy_true'], '.3f')})",
+    ]
+    if f.get("test_acc") == f.get("test_acc"):
+        lines.append(f"test:  loss {_fmt(f['test_loss'])}, acc {_fmt(f['test_acc'], '.4f')}")
+    if f.get("pop_error") == f.get("pop_error"):
+        lines.append(
+            f"population: error "
+            f"{metrics.format_error(f['pop_error'], f['pop_error_se'], f.get('pop_error_resolved'))} "
+            f"(at init {_fmt(f['pop_error_init'], '.3g')}), loss {_fmt(f['pop_loss'])}, "
+            f"fresh-sample relevant score {_fmt(f.get('pop_score_relevant'), '.3f')}"
+        )
+    else:
+        lines.append(f"population: n/a ({res.data.get('population')})")
+    for g in ("clean", "noisy"):
+        if f.get(f"score_{g}_relevant") == f.get(f"score_{g}_relevant"):
+            lines.append(
+                f"scores ({g}): relevant {_fmt(f[f'score_{g}_relevant'], '.3f')}, "
+                f"weak aligned {_fmt(f[f'score_{g}_weak_aligned'], '.3f')}, "
+                f"weak opposite {_fmt(f[f'score_{g}_weak_opposite'], '.3f')}, "
+                f"irrelevant {_fmt(f[f'score_{g}_irrelevant'], '.3f')}"
+            )
+    never = "never (within the run)"
+    t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
+    lines.append(f"regime: {f['regime']} ({_regime_reason(f, c)}); {_generalization(f, c)}")
+    lines.append(
+        f"times: memorized at step {never if t_mem is None else t_mem}, "
+        f"fresh relevant score >= {c['gen_score']:g} from step {never if t_gen is None else t_gen}"
+    )
+    for w in res.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, str, list[str]]:
+    """The metric, the x key and the keys that get one line per value (each checked)."""
+    columns = [k for k in table if not k.startswith(("config.", "status", "error", "engine"))]
+    metric = metric or ("pop_error" if "pop_error" in columns else "train_loss")
+    if metric not in columns:
+        near = suggest(metric, columns)
+        hint = f"; did you mean {near!r}?" if near else f"; recorded: {', '.join(columns[:12])}, ..."
+        raise PlotError(f"plot --metric: {metric!r} is not recorded{hint}")
+    varied = [k for k, v in spec.grid.items() if len(v) > 1] or [k for p in spec.extra for k in p]
+    varied = list(dict.fromkeys(varied))
+    if x is None:
+        if not varied:
+            raise PlotError("plot: the sweep varies no config key; nothing to draw against")
+        x = varied[0]
+    if f"config.{x}" not in table:
+        raise PlotError(f"plot --x: {x!r} is not a config key of the sweep")
+    return metric, x, [k for k in varied if k != x]
+
+
+def plot_folder(folder: Path, out: str | None, metric: str | None, x_key: str | None, logy: bool) -> Path:
+    """A run's folder (result.json) or a sweep's (sweep.json) drawn into a PNG (``out``, or
+    one beside it); the path written."""
+    kind = "run" if (folder / "result.json").is_file() else "sweep"
+    args = SimpleNamespace(out=out, metric=metric, x_key=x_key, logy=logy)
+    import matplotlib  # lazy: as in plot_result
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
+
+    if kind == "run":
+        res = load(folder)
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+        plotting.plot_run(axes, res)
+        c = res.config
+        title = f"{folder.name}: n={c['n']}, d={c['d']}, |mu|={c['signal_norm']:g}, "
+        fig.suptitle(title + f"noise_rate={c['noise_rate']:g}: regime {res.final.get('regime')}", fontsize=10)
+        path = Path(args.out) if args.out is not None else folder / "plot.png"
+    else:
+        spec = load_spec(folder)
+        table = load_sweep(folder)
+        metric, x, by = _sweep_axes(spec, table, args.metric, args.x_key)
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        plotting.plot_sweep(ax, table, metric, x, by, logy=args.logy)
+        ax.set_title(f"sweep {spec.name}: {metric} against {x} ({len(spec.seeds)} seed(s))", fontsize=10)
+        path = Path(args.out) if args.out is not None else folder / f"{metric}-vs-{x}.png"
+    fig.tight_layout()
+    save_png(fig, path)
+    return path

@@ -1,0 +1,106 @@
+"""Load attnsim's cached kernels safely, and without first setting up Numba's compiler.
+
+Before Numba reads a function from its on-disk cache it refreshes the whole
+compiler context: it imports and installs every lowering and typing registry
+(0.15-0.4 s on the first load of a process, most of the start-up above the
+bare imports). A cached function needs none of that; it needs Numba's runtime
+(NRT, which that refresh would initialize) and the codegen that links its
+object code. :func:`install` makes cache loads do just that. A cache miss
+compiles as usual: the compiler refreshes the context itself before it types
+anything (``CompilerBase.__init__``), and later loads are unaffected by it.
+
+The patch replaces one method of ``numba.core.caching.Cache``, whose body is
+``refresh(); with guard: return _load_overload(...)``; it is applied only if
+the pieces it calls exist (checked below), otherwise Numba's method is kept.
+It acts on attnsim's own kernels only (a cache whose function lives in the
+``attnsim`` package): every other library's cached functions load through
+Numba's own method, unchanged. ``MAX_NUMBA`` in :mod:`attnsim._meta` is the
+newest Numba it was tested with (setup.cfg bounds the dependency by it).
+
+Either way a cache load first starts Numba's threading layer (once per
+process). A cached kernel that calls a ``parallel=True`` one (the GD kernels
+call the parallel W pass) links the layer's scheduling symbols, but Numba
+keeps the start of the layer only with the parallel function's own compile:
+if that function came from the cache while its caller was compiled (two
+processes filling a cold cache at once, or one that used only the parallel
+function first), the caller's cache entry does not start it, and every later
+process that loads the caller crashes with a segmentation fault until the
+cache is deleted (Numba issues 8578 and 9938). Starting the layer takes about
+20 ms, which loading the kernels paid before anyway.
+
+Importing this module (every kernels module does, first) also refuses a Numba
+older than ``MIN_NUMBA`` with a clear error: 0.59.1, 0.60.0 and 0.62.1 were
+measured to crash in attnsim's GD kernel (a segmentation fault, with or
+without this loader); 0.63.0 and later pass the test suite.
+"""
+
+from __future__ import annotations
+
+import numba
+from numba.core import caching
+
+from .._meta import MIN_NUMBA, check_numba_version
+
+__all__ = ["MIN_NUMBA", "INSTALLED", "check_numba_version", "install"]
+PACKAGE = __name__.split(".")[0] + "."  # "attnsim."
+CACHE = True  # every kernel: cold compilation takes 4-15 s here, a cached load well under 0.5 s
+FASTMATH = False  # every kernel: kept off, results must not depend on reassociation
+
+
+def _threading_layer_starter():
+    """Numba's idempotent start of its threading layer (a no-op if this Numba has none)."""
+    try:
+        from numba.np.ufunc.parallel import _launch_threads  # private to Numba: looked up, not assumed
+    except ImportError:  # pragma: no cover - a Numba without it
+        return lambda: None
+    return _launch_threads
+
+
+def _load_without_refresh(cache):
+    """``Cache.load_overload`` without the compiler refresh, or None if this
+    Numba lacks the pieces it calls."""
+    try:
+        from numba.core.runtime import rtsys  # as above
+    except ImportError:  # pragma: no cover - a Numba without this module
+        return None
+    needed = ("_load_overload", "_guard_against_spurious_io_errors")
+    if not all(hasattr(cache, name) for name in needed) or not hasattr(rtsys, "initialize"):
+        return None
+
+    def load(self, sig, target_context):
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+        return None  # the guard swallowed an I/O error: a cache miss
+
+    return load
+
+
+def _ours(cache) -> bool:
+    """Whether a cache holds one of attnsim's kernels (its function's module is in the package)."""
+    module = getattr(getattr(cache, "_py_func", None), "__module__", "") or ""
+    return module.startswith(PACKAGE)
+
+
+def install() -> bool:
+    """Make loads of attnsim's cached kernels start the threading layer first and
+    skip the compiler refresh where this Numba allows; whether the refresh is skipped."""
+    cache = caching.Cache
+    start_layer = _threading_layer_starter()
+    fast = _load_without_refresh(cache)
+    numba_load = cache.load_overload
+    load = fast if fast is not None else numba_load
+
+    def load_overload(self, sig, target_context):
+        if not _ours(self):
+            return numba_load(self, sig, target_context)
+        start_layer()
+        return load(self, sig, target_context)
+
+    cache.load_overload = load_overload
+    return fast is not None
+
+
+check_numba_version(numba.__version__)
+NUMBA_LOAD = caching.Cache.load_overload  # Numba's own method (benchmarks/bench_startup.py compares)
+INSTALLED = install()

@@ -1,0 +1,49 @@
+"""The machine's resources as attnsim plans with them."""
+
+from __future__ import annotations
+
+import math
+import os
+
+
+def physical_memory() -> float:
+    """Bytes of RAM of this machine (inf when the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def format_bytes(b: float) -> str:
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if b >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.3g} bytes"
+
+
+GD_FLOPS_PER_S = 1e10  # optimistic, so only hopeless runs are refused
+MAX_GD_SECONDS = 30 * 86400
+
+
+def check_fits(
+    items: list[tuple[str, str, float]], steps: int, step_flops: float, error: type[Exception]
+) -> None:
+    """Refuse, before anything is allocated, a run whose large arrays ``items``
+    ((keys, what, bytes) each) need more than 80 % of this machine's memory, or
+    whose ``steps`` GD steps of ``step_flops`` each (0: not GD) would take longer
+    than ``MAX_GD_SECONDS``: one line naming the keys and the estimate (``error``,
+    the caller's ConfigError: exit 2)."""
+    total = sum(b for _, _, b in items)
+    have = physical_memory()
+    if total > 0.8 * have:
+        keys, what, b = max(items, key=lambda it: it[2])
+        raise error(
+            f"{keys}: the run needs about {format_bytes(total)} of memory, mostly {what}: {format_bytes(b)}; "
+            f"this machine has {format_bytes(have)}"
+        )
+    seconds = steps * step_flops / GD_FLOPS_PER_S
+    if seconds > MAX_GD_SECONDS:
+        raise error(
+            f"steps: {steps:.3g} GD steps would take about {seconds / 3.15e7:.3g} years here; "
+            "integrator=flow follows the same dynamics to 1e14 steps in seconds"
+        )

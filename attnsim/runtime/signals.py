@@ -1,0 +1,56 @@
+"""Signal handlers that are safe while Numba compiles or loads kernels, and the fast exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_DEFER_IN = (
+    f"{os.sep}llvmlite{os.sep}",
+    f"{os.sep}numba{os.sep}",
+)  # frames where a raise can abort the process
+
+
+def on_signal(signum: int, action: Callable[[], None]) -> Any:
+    """Make ``action()`` (which raises, to unwind) the handler of ``signum``;
+    returns the handler it replaces.
+
+    Python runs a handler wherever the main thread is. While Numba compiles
+    a kernel that can be inside a callback from LLVM, where an exception is
+    printed and dropped and the process carries on as if never signalled; while
+    Numba loads a kernel it can be inside its BLAS lookup, where an exception
+    aborts the process ("Fatal Python error: BLAS wrapper returned with an
+    error"). Inside Numba's or llvmlite's Python code the signal is instead sent
+    again 50 ms later, once that code has returned (compiled kernels have no
+    Python frames: a long kernel delays any handler until it returns anyway)."""
+
+    def handler(sig, frame):
+        f = frame
+        while f is not None:
+            if any(part in f.f_code.co_filename for part in _DEFER_IN):
+                retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
+                retry.daemon = True
+                retry.start()
+                return
+            f = f.f_back
+        action()
+
+    return signal.signal(signum, handler)
+
+
+def end_process(code: int) -> None:
+    """End this process with exit code ``code`` without Python's teardown of
+    what it loaded (0.1-0.2 s, mostly Numba's and LLVM's objects, for nothing:
+    callers have written and closed every file and stopped their workers).
+    stdout and stderr are flushed first; if that fails (a closed pipe), Python
+    exits the usual way and reports it."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        sys.exit(code)
+    os._exit(code)

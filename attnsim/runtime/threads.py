@@ -1,0 +1,79 @@
+"""Two-way splits of NumPy and BLAS work that releases the GIL (the reduced
+engine's setup products, the population metrics), and the BLAS thread limits.
+
+The work is always cut into the same fixed pieces and the pieces are combined
+in a fixed order, so results do not depend on how many cores run them; the
+pieces run on two threads unless ``NUMBA_NUM_THREADS`` is 1 (sweep workers set
+that, one process per core). The thread pools belong to the process's
+:class:`attnsim.runtime.workspace.Workspace`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from .workspace import WORKSPACE
+
+if TYPE_CHECKING:  # names in annotations only
+    from threadpoolctl import ThreadpoolController
+
+
+def threads() -> int:
+    return 1 if os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1 else 2
+
+
+def _start(workers: int, fn: Callable, args: tuple):
+    """fn(*args) on the process's pool of ``workers`` threads (2: halves of
+    work; 1: the queue), or now when there is one thread; an object whose
+    ``result()`` gives its value."""
+    if threads() == 1:
+        return _Done(fn(*args))
+    pools = WORKSPACE.executors
+    if workers not in pools:
+        pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"attnsim{workers}")
+    return pools[workers].submit(fn, *args)
+
+
+def submit(fn: Callable, *args) -> Future | _Done:
+    """Start ``fn(*args)`` on the second thread (or run it now with one thread);
+    returns an object whose ``result()`` gives its value."""
+    return _start(2, fn, args)
+
+
+def in_background(fn: Callable, *args) -> Future | _Done:
+    """Queue ``fn(*args)`` on one background thread that runs its jobs in the
+    order given, one at a time (or run it now with one thread); returns an
+    object whose ``result()`` gives its value. For work that overlaps the
+    caller's own (population metrics while the steps go on): the jobs may
+    share buffers, since they never run at the same time."""
+    return _start(1, fn, args)
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+    def cancel(self) -> bool:
+        return False  # already done, as a Future would answer
+
+
+def halves(fn: Callable, n: int) -> tuple:
+    """(fn(0, h), fn(h, n)) with h = n // 2, the two calls on two threads."""
+    h = n // 2
+    second = submit(fn, h, n)
+    return fn(0, h), second.result()
+
+
+@functools.lru_cache(maxsize=1)
+def blas() -> ThreadpoolController:
+    """One threadpoolctl controller per process (finding the BLAS libraries scans /proc: ms)."""
+    from threadpoolctl import ThreadpoolController  # lazy: ~20 ms, needed only by a run, not the CLI
+
+    return ThreadpoolController()

@@ -1,0 +1,113 @@
+"""The process's caches, owned by one object.
+
+Everything attnsim keeps between runs of one process lives in a
+:class:`Workspace`: the reduced engine's setups (a sweep's points that differ
+only in signal strength share one), the reused d x d buffer for W(0), the kept
+draws of W(0) (sweep workers turn them on), the population metrics' points,
+which kernels are warm, the thread pools, the threads' work arrays and the
+idle sweep workers kept between sweeps. A run
+takes the workspace it is given (``simulate(..., workspace=)``; default: the
+process's :data:`WORKSPACE`), so a caller can run in a fresh one or
+:meth:`Workspace.clear` it; nothing else in the package keeps state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+DRAW_CHUNK = 1 << 18  # kept draws record the generator's state every this many numbers (2 MB)
+SETUP_CACHE_SIZE = 4  # reduced setups kept per process (sweeps share them across signal strengths)
+POINTS_CACHE_SIZE = 16  # population point sets and populations kept per process
+
+
+class KeptDraws:
+    """The numbers one stream draws from one state for W(0), kept so that a
+    later W(0) drawn from the same state reads them instead.
+
+    A sweep over d with one seed draws W(0) for every d from the same ``init``
+    stream state, and W(0) of dimension d is the first d^2 numbers of that
+    stream (standard normals or uniforms), scaled for d: the largest d draws
+    them, every smaller one reads a prefix. The generator's state is recorded
+    every ``DRAW_CHUNK`` numbers, so the stream is left exactly after any
+    prefix (at most one chunk is drawn again, and checked against the kept
+    numbers). Off unless ``enabled`` (sweep workers turn it on); at most
+    ``max_bytes`` are kept, of one stream state and kind at a time.
+    """
+
+    KINDS = {"gaussian": "standard_normal", "kaiming_uniform": "random"}
+
+    def __init__(self, max_bytes: int):
+        self.enabled = False
+        self.max_bytes = max_bytes
+        self._key: tuple | None = None
+        self._values = np.empty(0)
+        self._states: list[dict] = []  # the state after j * DRAW_CHUNK numbers, j = 0, 1, ...
+
+    def take(self, rng: np.random.Generator, n: int, init_W: str) -> np.ndarray | None:
+        """The next ``n`` numbers W(0) with ``init_W`` draws from ``rng`` (a view,
+        valid until the next call), ``rng`` left after them as the draw would
+        leave it; None (nothing drawn) when not enabled, for another init, or
+        for more than ``max_bytes``."""
+        method = self.KINDS.get(init_W)
+        if not self.enabled or method is None or 8 * n > self.max_bytes:
+            return None
+        bg = rng.bit_generator
+        key = (method, type(bg).__name__, repr(bg.state))
+        if key != self._key:
+            self._key, self._values, self._states = None, np.empty(0), [bg.state]
+        draw = getattr(rng, method)
+        if n > self._values.size:
+            self._extend(rng, draw, n)
+        self._key = key
+        j = n // DRAW_CHUNK
+        bg.state = self._states[j]
+        rest = n - j * DRAW_CHUNK
+        if rest and not np.array_equal(draw(rest), self._values[n - rest : n]):
+            raise RuntimeError("kept draws do not match their stream")  # pragma: no cover
+        return self._values[:n]
+
+    def _extend(self, rng: np.random.Generator, draw, n: int) -> None:
+        have = self._values.size  # a multiple of the chunk
+        values = np.empty(-(-n // DRAW_CHUNK) * DRAW_CHUNK)
+        values[:have] = self._values
+        self._values = np.empty(0)
+        rng.bit_generator.state = self._states[-1]
+        for lo in range(have, values.size, DRAW_CHUNK):
+            draw(out=values[lo : lo + DRAW_CHUNK])
+            self._states.append(rng.bit_generator.state)
+        self._values = values
+
+
+class Workspace:
+    """The caches of one process (see the module docstring); :meth:`clear` empties them."""
+
+    def __init__(self) -> None:
+        self.executors: dict = {}  # thread pools by size, made on first use
+        self.idle_workers: list | None = None  # sweep worker processes kept inside worker_pool() blocks
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop every cached setup, buffer and point set (thread pools and sweep workers stay:
+        they hold no results)."""
+        self.setups: OrderedDict = OrderedDict()  # reduced setups of generated data, by setup key
+        self.w0 = np.empty(0)  # the reused d x d W(0) buffer (flat)
+        self.kept_draws = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the setup keeps it
+        self.points: dict = {}  # population points by (seed, T, points)
+        self.populations: dict = {}  # populations by their arguments
+        self.warm: set[str] = set()  # integrators whose kernels are loaded and warmed up
+        self.work = threading.local()  # per-thread work arrays of the population kernels
+
+    def remember(self, cache: dict, key: Hashable, value: Any, size: int = POINTS_CACHE_SIZE) -> Any:
+        """``cache[key] = value``, emptying ``cache`` first when it holds more than ``size``."""
+        if len(cache) > size:
+            cache.clear()
+        cache[key] = value
+        return value
+
+
+WORKSPACE = Workspace()  # the process's workspace: what a run uses unless given another

@@ -1,0 +1,270 @@
+"""Where a sweep's points run: long-lived local worker processes (spawned, one per
+core, replaced when they die), or a Dask cluster; both hand finished records to the store."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Iterator
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from ..config import ConfigError
+from ..results import WriteError
+from ..runtime.signals import end_process, on_signal
+from ..runtime.workspace import WORKSPACE
+from .point import _failed_record, run_point
+from .spec import Task
+from .store import Store, SweepReport, stamped
+
+MAX_DEATHS = 2  # workers a point may take down with it before it is recorded as failed
+
+
+_WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
+
+def _worker_main(conn) -> None:
+    """A worker: loads the kernels, then receives tasks (a store folder and a
+    list of points), computes and writes each record, and reports ("done",
+    key, status) per point and ("idle",) per task."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+
+    def _term():
+        raise SystemExit(143)  # unwinds: temporary files are removed, locks released
+
+    on_signal(signal.SIGTERM, _term)
+    code = 0
+    try:
+        _serve(conn)
+    except SystemExit as exc:  # SIGTERM, after unwinding (temporary files removed, locks released)
+        code = exc.code if isinstance(exc.code, int) else 1
+    end_process(code)  # every record is written and closed; the parent would wait for a teardown
+
+
+def _serve(conn) -> None:
+    """Load the kernels, then compute the tasks the parent sends until it sends None."""
+    with contextlib.suppress(Exception):  # while the parent prepares the work (a failure shows in the points)
+        from ..run import ensure_compiled  # the worker's own start: its kernels load here
+
+        ensure_compiled()
+    stores: dict[str, Store] = {}
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                return
+            root, task = msg
+            try:
+                store = stores.setdefault(root, Store(Path(root)))
+                for point in task:
+                    conn.send(("done", point.key, store.compute(point, run_point)))
+            except WriteError as exc:  # a full disk, a read-only folder: the parent stops the sweep
+                conn.send(("write-error", str(exc)))
+                return
+            conn.send(("idle",))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the parent is gone: nothing to report to
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: list | None = None  # the points sent and not yet reported
+
+
+@contextlib.contextmanager
+def worker_pool(start: int = 0) -> Iterator[None]:
+    """Keep the local worker processes a sweep starts for the next sweeps run
+    inside the block; they stop when it ends.
+
+    A worker spends about a second importing attnsim and loading its kernels
+    before its first point; later sweeps in the block (``attnsim figures``
+    makes several) do not pay that again. ``start``: workers to start at
+    once, when the caller knows there is work (their loading then overlaps
+    whatever it does before its first sweep). Without this block each sweep
+    stops its workers when it ends. Nested blocks share the outer one's workers.
+    """
+    if WORKSPACE.idle_workers is not None:
+        yield
+        return
+    WORKSPACE.idle_workers = (
+        [_spawn() for _ in range(start)] if start > 1 else []
+    )  # one alone: sweeps run here
+    try:
+        yield
+    finally:
+        pool, WORKSPACE.idle_workers = WORKSPACE.idle_workers, None
+        _stop(pool, idle_exit=False)
+
+
+def _take_workers(n: int, report: SweepReport) -> list[_Worker]:
+    """``n`` workers: the block's idle ones first (:func:`worker_pool`), new ones for the rest."""
+    pool: list[_Worker] = []
+    while WORKSPACE.idle_workers and len(pool) < n:
+        w = WORKSPACE.idle_workers.pop(0)
+        if w.proc.exitcode is None:
+            pool.append(w)
+        else:
+            w.conn.close()
+    pool += [_spawn() for _ in range(n - len(pool))]
+    report.workers += len(pool)
+    return pool
+
+
+def _release(pool: list[_Worker]) -> None:
+    """Idle workers back to the block's pool (:func:`worker_pool`), or stopped outside one."""
+    if WORKSPACE.idle_workers is not None:
+        WORKSPACE.idle_workers.extend(w for w in pool if w.proc.exitcode is None and not w.task)
+        _stop([w for w in pool if w.proc.exitcode is not None or w.task])
+    else:
+        _stop(pool)
+
+
+def _spawn() -> _Worker:
+    saved = {k: os.environ.get(k) for k in _WORKER_ENV}
+    os.environ.update(_WORKER_ENV)  # spawned workers read these before importing numpy
+    try:
+        return _Worker(mp.get_context("spawn"))  # Numba's threads do not survive fork
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_local(tasks: list[list], store: Store, bar, workers: int, report: SweepReport,
+               started: list[_Worker]) -> None:  # fmt: skip
+    """Run ``tasks`` here (``workers`` <= 1) or on ``workers`` worker processes,
+    those ``started`` (already loading) first; the workers are released after."""
+    pool = started[:workers] if workers > 1 else []
+    _release(started[len(pool) :])
+    if workers <= 1:
+        for task in tasks:
+            for point in task:
+                report.finished(point.key, store.compute(point, run_point), bar)
+        return
+    queue = deque(tasks)
+    deaths: dict[str, int] = {}
+    try:
+        pool += _take_workers(workers - len(pool), report)
+        while queue or any(w.task for w in pool):
+            for w in pool:
+                if w.task is None and queue:
+                    w.task = list(queue.popleft())
+                    w.conn.send((str(store.root), w.task))
+            wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=1.0)
+            alive = []
+            for w in pool:
+                _drain(w, bar, report)
+                if w.proc.exitcode is None:
+                    alive.append(w)
+                    continue
+                if w.task:  # died with unfinished points; the first was being computed
+                    key = w.task[0].key
+                    deaths[key] = deaths.get(key, 0) + 1
+                    rest = w.task
+                    if deaths[key] >= MAX_DEATHS:
+                        store.write(key, _dead_record(w.task[0], w.proc.exitcode))
+                        bar.update(1)
+                        rest = w.task[1:]
+                    if rest:
+                        queue.appendleft(rest)
+                    fate = "re-queued" if deaths[key] < MAX_DEATHS else f"recorded {key} as failed"
+                    report.messages.append(
+                        f"a worker died (exit code {w.proc.exitcode}) with {len(w.task)} point(s) "
+                        f"unfinished; {fate}"
+                    )
+                w.conn.close()
+                if queue:
+                    alive.extend(_take_workers(1, report))
+            pool = alive
+    finally:
+        _release(pool)  # on Ctrl-C busy workers are terminated, and idle ones stop or stay in the block
+
+
+def _drain(w: _Worker, bar, report: SweepReport) -> None:
+    """Read every message a worker has sent."""
+    try:
+        while w.task is not None and w.conn.poll():
+            msg = w.conn.recv()
+            if msg[0] == "done":
+                w.task = [t for t in w.task if t[0] != msg[1]]
+                report.finished(msg[1], msg[2], bar)
+            elif msg[0] == "idle":
+                w.task = None
+            elif msg[0] == "write-error":
+                raise WriteError(msg[1])
+    except (EOFError, OSError):
+        pass
+
+
+def _dead_record(task: Task, exitcode: int | None) -> dict:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else str(-exitcode)
+        why = f"killed by {name}" + (
+            " (the out-of-memory killer sends it, as can a user)" if name == "SIGKILL" else ""
+        )
+    else:
+        why = f"exit code {exitcode}"
+    rec = _failed_record(task.config, f"the worker computing this point died {MAX_DEATHS} times ({why})")
+    rec["key"] = task.key
+    if task.data is not None:
+        rec["data_id"] = task.data_id
+    return rec
+
+
+def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
+    """Ask idle workers to exit (``idle_exit``; else terminate them too: one may
+    still be loading its kernels, with nothing to clean up); terminate busy
+    ones (Ctrl-C): they unwind and remove their temporary files; anything
+    still alive after 5 s is killed."""
+    for w in pool:
+        if w.proc.exitcode is None:
+            if w.task or not idle_exit:
+                w.proc.terminate()
+            else:
+                with contextlib.suppress(OSError):
+                    w.conn.send(None)
+    deadline = time.monotonic() + 5.0
+    for w in pool:
+        w.proc.join(max(0.0, deadline - time.monotonic()))
+        if w.proc.exitcode is None:
+            w.proc.kill()
+            w.proc.join()
+        w.conn.close()
+
+
+def run_group(items: list[Task]) -> list[tuple[str, dict]]:
+    """Run the points of one setup group in order (they share the setup)."""
+    return [(t.key, stamped(t, run_point(t.config, t.save, t.data))) for t in items]
+
+
+def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:
+    from distributed import as_completed  # optional dependency (the dask extra)
+
+    futures = [client.submit(run_group, t, pure=False) for t in tasks]
+    for fut in as_completed(futures):
+        for key, rec in fut.result():
+            store.write(key, rec)
+            report.finished(key, True, bar)
+
+
+def _connect(scheduler: str):
+    try:
+        from distributed import Client  # optional dependency (the dask extra)
+    except ImportError:
+        raise ConfigError("--scheduler: needs dask; pip install 'attnsim[dask]'") from None
+    try:
+        return Client(scheduler, timeout=10)
+    except (OSError, TimeoutError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"--scheduler: cannot connect to {scheduler!r} ({type(exc).__name__}: {exc})"
+        ) from None

@@ -1,0 +1,65 @@
+"""The work of one point: its simulation, as a record (run by a worker, local or Dask)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+from .. import registry
+from ..config import Config, from_mapping
+from ..results import SCHEMA_VERSION, json_safe
+from ..runtime.workspace import WORKSPACE
+
+
+def setup_group(cfg: Config) -> tuple:
+    """Points that share a setup (the model's ``setup_key``) run in one worker."""
+    return (*registry.spec(cfg.model).setup_key(cfg), cfg.engine)
+
+
+def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
+    """Simulate one point and return its record. The process keeps the draws
+        of W(0) from then on (:class:`attnsim.data.KeptDraws`): the sweep's points
+        of the same seed and a smaller d read them instead of drawing them (the
+    process's workspace keeps them: :class:`attnsim.runtime.workspace.KeptDraws`). Python
+        warnings go into the record's "warnings" (the sweep's summary reports them
+        once), not onto the worker's stderr."""
+    from ..run import simulate  # lazy: a sweep's parent plans and stores without the kernels
+
+    WORKSPACE.kept_draws.enabled = True
+    t = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # a Config, not the mapping: with data, warn only about keys set away from their defaults
+            res = simulate(from_mapping(cfg_dict), data=data)
+        except Exception as exc:  # a failed point is recorded, the sweep goes on
+            return _failed_record(cfg_dict, f"{type(exc).__name__}: {exc}", _messages(caught))
+    rec = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "config": res.config,
+        "engine": res.engine,
+        "final": res.final,
+        "theory": res.theory,
+        **({"limit": res.limit} if res.limit is not None else {}),
+        "warnings": list(dict.fromkeys(res.warnings + _messages(caught))),
+        **({"data": {"source": res.data["source"], "n_noisy": res.data["n_noisy"]}} if data else {}),
+        "versions": res.versions,
+        "threads": res.threads,
+        "git": res.git,
+        "elapsed_s": res.elapsed_s,
+        "setup_s": res.setup_s,
+        "wall_s": time.perf_counter() - t,
+    }
+    if save:
+        rec["trajectory"] = {k: res.trajectory[k] for k in ["step", *save] if k in res.trajectory}
+    return json_safe(rec)
+
+
+def _messages(caught) -> list[str]:
+    return list(dict.fromkeys(str(w.message) for w in caught))
+
+
+def _failed_record(cfg_dict: dict, error: str, warned: list[str] | None = None) -> dict:
+    rec = {"schema_version": SCHEMA_VERSION, "status": "failed", "config": cfg_dict, "error": error}
+    return json_safe({**rec, "warnings": warned or []})

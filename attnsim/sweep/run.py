@@ -1,0 +1,183 @@
+"""Running a sweep: its points grouped by shared setup, ordered by cost, handed to the executors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import registry
+from ..config import Config
+from ..results import atomic_write
+from ..runtime.resources import format_bytes, physical_memory
+from .executors import _connect, _release, _run_dask, _run_local, _take_workers, _Worker
+from .point import setup_group
+from .spec import SweepSpec, Task, record_key
+from .store import Store, SweepReport, write_csv
+
+TAIL_POINTS = 8  # points per task of a setup group whose setup is cheap (see _chunks)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path = "sweeps",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    client: Any = None,
+    progress: bool | None = None,
+) -> SweepReport:
+    """Run every unfinished point of ``spec``; returns a :class:`SweepReport`.
+
+    workers: local processes (default: the number of cores, never more than
+    there are tasks; one task runs in this process). scheduler / client: a
+    Dask distributed scheduler address or Client, used instead of local
+    processes (its records are written here as each group finishes).
+    """
+    from tqdm.auto import tqdm  # lazy: 0.1 s of start-up, paid only when a sweep runs
+
+    if scheduler is not None and client is None:
+        client = _connect(scheduler)  # before anything is written
+    own_client = scheduler is not None
+    started: list[_Worker] = []
+    try:
+        store = Store(Path(out) / spec.name, spec.data_id)
+        _write_spec(store, spec)
+        points = spec.points()
+        keys = [record_key(c, spec.data_id) for c in points]
+        report = SweepReport(store, keys)
+        n = workers or os.cpu_count() or 1
+        missing = len({f"{k}.json" for k in keys} - set(os.listdir(store.dir)))
+        if client is None and n > 1 and missing and spec.data is None:
+            n = _workers_that_fit(points, n, report)
+        # many records to compute: the workers start loading now, while the records are read and sorted
+        started = _take_workers(n, report) if client is None and n > 1 and missing >= 4 * n else []
+        before = {k: store.read(k) for k in keys}
+        report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
+        groups: dict[tuple, list] = {}
+        setup: dict[tuple, float] = {}  # flops of each group's setup and of its points' steps
+        steps: dict[tuple, float] = {}
+        for key, cfg in zip(keys, points):
+            rec = before[key]
+            if rec is None or rec.get("status") != "ok":
+                task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data, spec.data_id)
+                group = setup_group(cfg)
+                groups.setdefault(group, []).append(task)
+                setup.setdefault(group, _setup_flops(cfg))
+                steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
+        # costliest setup groups first, so the last tasks to finish are short ones
+        order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
+        tasks = [
+            t for g in order for t in _chunks(groups[g], len(keys), n, setup[g], steps[g] / len(groups[g]))
+        ]
+        report.scheduled = sum(len(t) for t in tasks)
+        report.final = {}  # filled as points finish (SweepReport.finished)
+        bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
+                   disable=None if progress is None else not progress)  # fmt: skip
+        try:
+            if client is not None:
+                _run_dask(tasks, store, bar, client, report)
+            else:
+                handed, started = started, []  # _run_local releases them
+                _run_local(tasks, store, bar, min(n, len(tasks)), report, handed)
+        finally:
+            bar.close()
+    finally:
+        _release(started)
+        if own_client:
+            client.close()
+    done = report.final or {}
+    final = report.final = {k: done[k] if k in done else store.read(k) for k in keys}
+    report.ok = sum(1 for r in final.values() if r is not None and r.get("status") == "ok")
+    report.failed = sum(1 for r in final.values() if r is not None and r.get("status") != "ok")
+    if store.damaged:
+        report.messages.append(
+            f"moved {len(store.damaged)} damaged record(s) to {store.dir / 'damaged'} and recomputed them: "
+            + ", ".join(sorted(set(store.damaged)))
+        )
+    if report.retried:
+        report.messages.append(f"retried {report.retried} point(s) that had failed before")
+    report.messages += _outcomes(final)
+    write_csv(store, keys, records=report.records())
+    return report
+
+
+def _workers_that_fit(points: list[Config], n: int, report: SweepReport) -> int:
+    """At most ``n`` local workers, and no more than fit in memory together when
+    each computes the sweep's largest point (every point was checked alone when
+    the sweep was read)."""
+    need = max(sum(b for *_, b in _memory_estimate(c)) for c in points)
+    have = physical_memory()
+    fit = max(1, int(0.8 * have // need))
+    if fit >= n:
+        return n
+    report.messages.append(
+        f"running {fit} worker(s), not {n}: the largest point needs about {format_bytes(need)} of memory "
+        f"and this machine has {format_bytes(have)}"
+    )
+    return fit
+
+
+def _outcomes(final: dict[str, dict | None]) -> list[str]:
+    """Each distinct reason points failed for, and each distinct warning of
+    the records, once, with how many points it concerns."""
+    failed: dict[str, int] = {}
+    warned: dict[str, int] = {}
+    for rec in final.values():
+        if rec is None:
+            continue
+        if rec.get("status") != "ok":
+            failed[rec.get("error", "?")] = failed.get(rec.get("error", "?"), 0) + 1
+        for w in dict.fromkeys(rec.get("warnings") or []):
+            warned[w] = warned.get(w, 0) + 1
+    out = [f"{k} point(s) failed: {why}" for why, k in failed.items()]
+    return out + [f"warning ({k} point(s)): {w}" for w, k in warned.items()]
+
+
+def _write_spec(store: Store, spec: SweepSpec) -> None:
+    """sweep.json describes the current grid; an earlier different grid's file
+    is kept as sweep.<its hash>.json."""
+    path = store.root / "sweep.json"
+    text = json.dumps(spec.to_dict(), indent=2)
+    if path.exists():
+        old = path.read_bytes()
+        if old == text.encode():
+            return
+        digest = hashlib.sha256(old).hexdigest()[:10]
+        os.replace(path, store.root / f"sweep.{digest}.json")
+    atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def _flops(cfg: Config, data: str | None) -> float:
+    """Flops of a point's steps (the model's ``step_flops``; for ordering the
+    work only: with data, n, T and d are not known here)."""
+    if data is not None:
+        return 0.0
+    spec = registry.spec(cfg.model)
+    return cfg.steps * spec.step_flops(cfg, spec.plan(cfg, user_data=False)[0])
+
+
+def _memory_estimate(cfg: Config) -> list:
+    spec = registry.spec(cfg.model)
+    return spec.memory_estimate(cfg, spec.plan(cfg, user_data=False)[0])
+
+
+def _setup_flops(cfg: Config) -> float:
+    """Flops of a reduced setup shared by a group: two d x d x k products, k about n T + 2."""
+    return 4.0 * cfg.d * cfg.d * (cfg.n * cfg.T + 2) if cfg.engine != "dense" else 0.0
+
+
+def _chunks(
+    group: list, total: int, workers: int, setup_flops: float = 0.0, point_flops: float = 0.0
+) -> list[list]:
+    """Split a setup group so every worker has work (each part still shares
+    its setup). A group whose setup costs at most a tenth of ``TAIL_POINTS``
+    of its points goes in parts of ``TAIL_POINTS`` (each worker that takes a
+    part builds the setup again): the cheap groups run last, and short last
+    tasks keep one core from idling while the other finishes a long one."""
+    size = max(1, math.ceil(total / max(1, 4 * workers)))
+    if point_flops > 0 and setup_flops <= 0.1 * TAIL_POINTS * point_flops:
+        size = min(size, TAIL_POINTS)
+    return [group[i : i + size] for i in range(0, len(group), size)]

@@ -1,0 +1,297 @@
+"""The records of a sweep: one locked, verified JSON file per point, the tidy CSV,
+and reading a finished sweep back as a table."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError, from_mapping
+from ..results import SCHEMA_VERSION, WriteError, atomic_write
+from .spec import SweepSpec, Task, _key_of, record_key
+
+# the final metrics that are words; the rest are numbers or null
+TEXT_FINAL = ("regime", "regime_rule", "clean_twin")
+
+
+def _numbers(value) -> bool:
+    """A number, null, or (nested) lists of them: what every metric is in JSON."""
+    if isinstance(value, list):
+        return all(_numbers(v) for v in value)
+    return value is None or isinstance(value, (int, float))
+
+
+def record_problem(key: str, rec: Any, data_id: str | None = None) -> str | None:
+    """Why ``rec`` is not the record of ``key`` (None: it is): a JSON object of
+    this schema whose point hashes to ``key``, with its sections and types
+    (``data_id``: the data of the sweep reading it, for records that do not say)."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if rec.get("status") not in ("ok", "failed"):
+        return "no status 'ok' or 'failed'"
+    if rec.get("schema_version") != SCHEMA_VERSION:
+        return f"schema version {rec.get('schema_version')!r}, not {SCHEMA_VERSION}"
+    if not isinstance(rec.get("config"), dict):
+        return "no config"
+    if rec.get("key", key) != key:
+        return f"the record of another point ({rec['key']})"
+    point = rec.get("point", rec["config"])
+    if not isinstance(point, dict) or not _hashes_to(point, rec.get("data_id", data_id), key):
+        return "its config does not hash to its file name"
+    if rec["status"] == "failed":
+        return None if isinstance(rec.get("error"), str) else "a failed record without its error"
+    for section in ("final", "theory", "engine"):
+        if not isinstance(rec.get(section), dict):
+            return f"no {section} section"
+    for k, v in rec["final"].items():
+        if not (isinstance(v, str) or v is None if k in TEXT_FINAL else _numbers(v)):
+            return f"final.{k} is {v!r}"
+    traj = rec.get("trajectory", {})
+    if not isinstance(traj, dict) or not all(isinstance(v, list) and _numbers(v) for v in traj.values()):
+        return "a trajectory that is not arrays of numbers"
+    return None
+
+
+def _hashes_to(point: dict, data_id: str | None, key: str) -> bool:
+    """Whether a point's config as written has the record key ``key`` (a
+    resolved config hashes as it is; anything else is validated first)."""
+    if _key_of(point, data_id) == key:
+        return True
+    try:
+        return record_key(from_mapping(point), data_id) == key
+    except (ConfigError, TypeError):
+        return False
+
+
+class Store:
+    """One JSON file per record under ``root/records``; writes are atomic, and
+    every record read is verified (:func:`record_problem`)."""
+
+    def __init__(self, root: Path, data_id: str | None = None):
+        self.root = Path(root)
+        self.dir = self.root / "records"
+        self.data_id = data_id  # the data of the sweep using the store (records written earlier may not say)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"{self.dir}: cannot create the records folder ({exc.strerror})") from None
+        self.damaged: list[str] = []
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def read(self, key: str) -> dict | None:
+        """The record of ``key``; None when missing. A damaged record (not valid
+        JSON, another point's, another schema's, a section or type missing) is
+        moved aside to records/damaged/ and reported."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as fh:
+                rec = json.loads(fh.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            rec, problem = None, "not valid JSON"
+        else:
+            problem = record_problem(key, rec, self.data_id)
+        if problem is not None:
+            self._move_aside(path, problem)
+            return None
+        return rec
+
+    def _move_aside(self, path: Path, problem: str) -> None:
+        aside = self.dir / "damaged"
+        try:
+            aside.mkdir(exist_ok=True)
+            os.replace(path, aside / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+        except FileNotFoundError:
+            return  # another sweep moved it first
+        except OSError as exc:
+            raise WriteError(
+                f"{path}: a damaged record ({problem}) cannot be moved aside ({exc.strerror})"
+            ) from None
+        self.damaged.append(f"{path.name} ({problem})")
+
+    def done(self) -> set[str]:
+        """Keys whose record finished successfully."""
+        return {p.stem for p in self.dir.glob("*.json") if (self.read(p.stem) or {}).get("status") == "ok"}
+
+    def write(self, key: str, record: dict) -> None:
+        """Atomically; without fsync (a record lost to an OS crash is detected
+        as missing or damaged on the next run and recomputed). A failure of the
+        file system raises :class:`attnsim.results.WriteError` naming the file."""
+        text = json.dumps(record, sort_keys=True)
+        atomic_write(self.path(key), lambda fh: fh.write(text.encode()), durable=False)
+
+    def records(self, keys: list[str] | None = None) -> list[dict]:
+        """Records of ``keys`` (all records when None), in that order; missing ones skipped."""
+        if keys is None:
+            keys = sorted(p.stem for p in self.dir.glob("*.json"))
+        return [r for r in (self.read(k) for k in keys) if r is not None]
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Hold the lock of one record. While another process holds it, says so
+        once on stderr (naming the record and the holder's pid), then waits."""
+        path = self.dir / f"{key}.lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise WriteError(f"{path}: cannot create the record's lock ({exc.strerror})") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                print(f"attnsim: waiting for {path}: another process (pid {holder}) is computing this point",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # after the record is written: a waiter then finds it done
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def compute(self, task: Task, run: Callable[..., dict]) -> bool:
+        """Compute (``run(config, save, data)`` gives the record) and write one record
+        unless it is done (maybe by another sweep in the same folder); True when it
+        was computed here."""
+        with self.lock(task.key):
+            rec = self.read(task.key)
+            if rec is not None and rec.get("status") == "ok":
+                return False
+            self.write(task.key, stamped(task, run(task.config, task.save, task.data)))
+            return True
+
+
+def stamped(task: Task, rec: dict) -> dict:
+    """A point's record with what :func:`record_problem` verifies it by: its key
+    (a record copied over another point's file is then recognized) and, with
+    data, the point and data its key is of (its config is what the data decided)."""
+    rec["key"] = task.key
+    if task.data is not None:
+        rec["point"], rec["data_id"] = task.config, task.data_id
+    return rec
+
+
+def _flat(rec: dict) -> dict:
+    row = {"status": rec.get("status")}
+    row.update({f"config.{k}": v for k, v in rec.get("config", {}).items()})
+    row.update({k: v for k, v in rec.get("final", {}).items()})
+    for k, v in rec.get("theory", {}).items():
+        if not isinstance(v, dict):
+            row[f"theory.{k}"] = v
+    for k, v in (rec.get("limit") or {}).items():
+        if not isinstance(v, (dict, list)):
+            row[f"limit.{k}"] = v
+    row["engine"] = rec.get("engine", {}).get("used")
+    row["elapsed_s"] = rec.get("elapsed_s")
+    row["error"] = rec.get("error")
+    return row
+
+
+def write_csv(store: Store, keys: list[str] | None = None, path: Path | None = None,
+              records: list[dict] | None = None) -> Path:  # fmt: skip
+    """A tidy table of the records of ``keys`` (one row per run; ``records``:
+    those records, already read)."""
+    rows = [_flat(r) for r in (store.records(keys) if records is None else records)]
+    cols: dict[str, None] = {}
+    for row in rows:
+        cols.update(dict.fromkeys(row))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(cols))
+    writer.writeheader()
+    writer.writerows(rows)
+    path = path or store.root / "records.csv"
+    atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
+    return path
+
+
+@dataclass
+class SweepReport:
+    """What a sweep run did: the store, the current sweep's keys and counts."""
+
+    store: Store
+    keys: list[str]
+    ok: int = 0
+    failed: int = 0
+    retried: int = 0
+    scheduled: int = 0  # points not done when the sweep started
+    computed: int = 0  # points computed by this sweep (another sweep may have done some)
+    workers: int = 0  # worker processes started (0: everything ran in this process)
+    messages: list[str] = field(default_factory=list)
+    final: dict[str, dict | None] | None = field(default=None, repr=False)  # the records as the sweep ended
+
+    def records(self) -> list[dict]:
+        """The sweep's records in grid order (as read when it ended; missing ones skipped)."""
+        if self.final is None:
+            return self.store.records(self.keys)
+        return [r for r in (self.final.get(k) for k in self.keys) if r is not None]
+
+    @property
+    def root(self) -> Path:
+        return self.store.root
+
+    def finished(self, key: str, computed: bool, bar: Any) -> None:
+        """A point's record was written (``computed``: by this sweep): read it now,
+        while the sweep is otherwise waiting, rather than all records at the end."""
+        self.computed += computed
+        self.final[key] = self.store.read(key)
+        bar.update(1)
+
+
+def load_records(root: str | Path) -> list[dict]:
+    return Store(Path(root)).records()
+
+
+def load_spec(root: str | Path) -> SweepSpec:
+    """The spec a sweep folder was last run with (its sweep.json)."""
+    path = Path(root) / "sweep.json"
+    try:
+        data = json.loads(path.read_bytes())
+        return SweepSpec(
+            **{k: data[k] for k in ("name", "seeds", "base", "grid", "save", "extra", "data", "data_id")}
+        )
+    except FileNotFoundError:
+        raise ConfigError(f"{root}: not a sweep folder (no sweep.json)") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"{path}: not a sweep description attnsim wrote") from None
+
+
+def load_sweep(root: str | Path) -> Any:
+    """The records of the sweep in folder ``root`` (as last run), one row per
+    point and seed: columns ``config.<key>``, every final metric, ``theory.<name>``,
+    ``limit.<name>``, ``status``, ``engine``, ``elapsed_s`` and ``error``. A pandas
+    DataFrame when pandas is installed (``pip install 'attnsim[table]'``), else a
+    dict of NumPy columns (numbers as float with NaN for missing, the rest objects)."""
+    spec = load_spec(root)
+    store = Store(Path(root), spec.data_id)
+    rows = [_flat(r) for r in store.records([record_key(c, spec.data_id) for c in spec.points()])]
+    cols = list(dict.fromkeys(k for row in rows for k in row))
+    try:
+        import pandas as pd  # optional dependency (the table extra)
+    except ImportError:
+        return {c: _column([row.get(c) for row in rows]) for c in cols}
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _column(values: list) -> np.ndarray:
+    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return np.array([np.nan if v is None else v for v in values], dtype=float)
+    return np.array(values, dtype=object)

@@ -1,0 +1,154 @@
+"""The package's shape (docs/design.md): imports only downward, no cycles, no model
+branches outside the models, Numba code only in kernels modules, modules under 500 lines."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "attnsim"
+# Lowest first: a module may import its own layer or one below, never one above.
+LAYERS = [
+    ["_meta", "registry", "words", "runtime", "runtime.workspace", "runtime.resources", "runtime.environment",
+     "runtime.signals"],
+    ["runtime.threads", "runtime.numba_cache", "config"],
+    ["data", "init", "results", "metrics", "theory"],
+    ["models"],
+    ["driver", "observers"],
+    ["run"],
+    ["sweep"],
+    ["experiments"],
+    ["plotting", "report", "figures"],
+    ["cli", "__init__", "_build", "_revision"],
+]  # fmt: skip
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)] = p
+    return out
+
+
+def _layer(name: str) -> int:
+    best = None
+    for i, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    assert best is not None, f"attnsim.{name} belongs to no layer of tests/test_layout.py"
+    return best[0]
+
+
+def _target(module: str, is_pkg: bool, node: ast.ImportFrom) -> list[str]:
+    """The attnsim modules an import names (relative to the package)."""
+    if node.level == 0:
+        if not (node.module or "").startswith("attnsim"):
+            return []
+        base = node.module.split(".")[1:]
+    else:
+        package = [] if module == "__init__" else module.split(".") if is_pkg else module.split(".")[:-1]
+        base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+    names = _modules()
+    out = []
+    for alias in node.names:
+        cand = ".".join([*base, alias.name])
+        out.append(cand if cand in names else ".".join(base) or "__init__")
+    return out
+
+
+def _top_level_imports():
+    mods = _modules()
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        is_pkg = path.name == "__init__.py"
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom):
+                for target in _target(name, is_pkg, node):
+                    yield name, target, node.lineno
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("attnsim."):
+                        yield name, alias.name.removeprefix("attnsim."), node.lineno
+
+
+def test_imports_run_only_downward_and_form_no_cycle():
+    edges: dict[str, set[str]] = {}
+    upward = []
+    for src, dst, line in _top_level_imports():
+        if dst == "__init__" or src == dst:
+            continue
+        edges.setdefault(src, set()).add(dst)
+        if _layer(dst) > _layer(src):
+            upward.append(f"attnsim/{src}:{line} imports {dst} (a higher layer)")
+        if src.startswith("models.") and dst.startswith("models."):
+            a, b = src.split(".")[1], dst.split(".")[1]
+            if "base" not in (a, b) and a != b:
+                upward.append(f"attnsim/{src}:{line} imports another model's {dst}")
+    assert not upward, "\n".join(upward)
+    seen, stack, cycles = set(), [], []
+
+    def visit(v):
+        if v in stack:
+            cycles.append(stack[stack.index(v) :] + [v])
+            return
+        if v in seen:
+            return
+        seen.add(v)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            visit(w)
+        stack.pop()
+
+    for v in list(edges):
+        visit(v)
+    assert not cycles, cycles
+
+
+def test_imports_inside_functions_say_why():
+    """Allowed only for optional dependencies and the commands' lazy start-up, each with its reason."""
+    bare = []
+    for name, path in _modules().items():
+        lines = path.read_text().split("\n")
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) and "#" not in lines[node.lineno - 1]:
+                        bare.append(f"attnsim/{name}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not bare, "\n".join(bare)
+
+
+def test_no_module_branches_on_a_model_name_outside_the_models():
+    pattern = re.compile(
+        r"""model\s*[!=]=|["']encoder["']\s*(==|!=|in\b)|(==|!=)\s*["'](encoder|attention)["']"""
+    )
+    found = [
+        f"{p.relative_to(ROOT.parent)}:{i}: {line.strip()}"
+        for p in ROOT.rglob("*.py")
+        if "models" not in p.relative_to(ROOT).parts[:1] and p.name != "registry.py"
+        for i, line in enumerate(p.read_text().split("\n"), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_reads_in_a_sitting(path):
+    assert len(path.read_text().split("\n")) <= MAX_LINES + 1
+
+
+def test_numba_code_lives_in_kernels_modules_only():
+    """A Numba function and what it calls in one kernels file (numba's cache does not
+    notice edits to callees in other files); no literal fastmath=True (STYLE.md)."""
+    bad = []
+    for p in ROOT.rglob("*.py"):
+        text = p.read_text()
+        if re.search(r"fastmath\s*=\s*True", text):
+            bad.append(f"{p}: a literal fastmath on")
+        if re.search(r"^\s*@(numba\.)?njit", text, re.M) and not p.stem.endswith("kernels"):
+            bad.append(f"{p}: @njit outside a kernels module")
+    assert not bad, bad
