@@ -47,7 +47,7 @@ def fill_W0(
         for lo in range(0, kept.size, DRAW_CHUNK // 8):  # chunks that stay in cache
             chunk = flat[lo : lo + DRAW_CHUNK // 8]
             chunk[:] = kept[lo : lo + chunk.size]
-            _scale_draws(cfg, chunk)
+            _scale_draws(cfg.init_W, cfg.W_scale, chunk)
         return out
     bg = rng.bit_generator
     state = bg.state
@@ -61,7 +61,7 @@ def fill_W0(
         copy.state = state
         copy.advance(lo * d)
         np.random.Generator(copy).random(out=out[lo:hi])
-        _scale_draws(cfg, out[lo:hi])
+        _scale_draws(cfg.init_W, cfg.W_scale, out[lo:hi])
 
     halves(rows, d)
     bg.advance(d * d)
@@ -95,25 +95,25 @@ def W0_blocks(
             block[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
         else:
             getattr(rng, KeptDraws.KINDS[cfg.init_W])(out=block)
-            _scale_draws(cfg, block)
+            _scale_draws(cfg.init_W, cfg.W_scale, block)
         yield lo, block
 
 
-def _scale_draws(cfg: Config, block: np.ndarray) -> None:
+def _scale_draws(init_W: str, scale: float, block: np.ndarray) -> None:
     """W(0)'s numbers from its raw draws, in place: standard normals times the
     scale, or for kaiming_uniform the uniforms u on [0, 1) to U(-a, a) as
     rng.uniform(-a, a) computes them, -a + 2a u (one 64-bit draw per number;
     U(-a, a) has std a / sqrt(3))."""
-    if cfg.init_W == "gaussian":
-        block *= cfg.W_scale
+    if init_W == "gaussian":
+        block *= scale
     else:
-        a = cfg.W_scale * math.sqrt(3.0)
+        a = scale * math.sqrt(3.0)
         block *= 2.0 * a
         block -= a
 
 
-def draw_p0(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
-    d = cfg.d if d is None else d
-    if cfg.init_p == "zeros":
+def draw_p0(init_p: str, scale: float, rng: np.random.Generator, d: int) -> np.ndarray:
+    """p(0) of dimension d: zeros, or ``scale`` times d standard normals from ``rng``."""
+    if init_p == "zeros":
         return np.zeros(d)
-    return cfg.p_scale * rng.standard_normal(d)
+    return scale * rng.standard_normal(d)

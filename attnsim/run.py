@@ -75,10 +75,10 @@ def _file_identity(data) -> dict:
     return {"file_bytes": Path(data).stat().st_size, "file_sha256": results.file_hash(data)}
 
 
-def _check_data_file(cfg: Config, ds: Dataset) -> None:
+def _check_data_file(train: frozenset[str], ds: Dataset) -> None:
     """What a data file can hold that no run can use: a zero head that is not
     trained (refused), labels of one class (a warning)."""
-    if ds.nu is not None and not np.any(ds.nu) and "nu" not in cfg.train_set:
+    if ds.nu is not None and not np.any(ds.nu) and "nu" not in train:
         raise DataError(
             f"{ds.source}: nu is all zeros: the output is 0 for every input and no gradient reaches W or p; "
             "give a nonzero nu or train it (train = W,p,nu)"
@@ -138,7 +138,7 @@ def simulate(
         else:
             ds = opened
         cfg = config_for_data(cfg, ds, explicit=explicit)
-        _check_data_file(cfg, ds)
+        _check_data_file(cfg.train_set, ds)
     spec = registry.spec(cfg.model)
     engine, reason = spec.plan(cfg, user_data=data is not None)
     spec.check_resources(cfg, engine, save_scores)
@@ -197,7 +197,7 @@ def simulate(
             "n_noisy": ds.n_noisy,
             "noisy_index": np.flatnonzero(ds.noisy).tolist(),
             "population": spec.population_note(ds, problem),
-            "test_set": test_set_note(cfg, ds, problem),
+            "test_set": test_set_note(cfg.seed, ds, problem),
             "status": traj.status,
             "frozen_at": traj.frozen_at,
         },
@@ -228,7 +228,7 @@ def _train(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray, save_scores:
     return traj
 
 
-def test_set_note(cfg: Config, ds: Dataset, problem: Any) -> str | None:
+def test_set_note(seed: int, ds: Dataset, problem: Any) -> str | None:
     """Where a run's finite test set comes from (None without one)."""
     m = problem.info.get("test_n", 0)
     if not m:
@@ -236,7 +236,7 @@ def test_set_note(cfg: Config, ds: Dataset, problem: Any) -> str | None:
     if ds.X_test is not None:
         return f"{m} samples from the data file (X_test, y_test)"
     return (
-        f"{m} fresh clean samples from the run's test stream (seed {cfg.seed}), drawn in the "
+        f"{m} fresh clean samples from the run's test stream (seed {seed}), drawn in the "
         f"{problem.engine} engine's coordinates: the same seed gives other test samples, and so other "
         "test metrics, on another engine (the population metrics do not depend on the engine)"
     )

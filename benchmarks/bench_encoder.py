@@ -50,7 +50,7 @@ def run_attnsim(d: int, n: int, steps: int) -> float:
     from attnsim.models.encoder.model import EncoderStepper
 
     cfg, ds, P = problem(d, n)
-    stepper = EncoderStepper(ds.X, ds.y, P, cfg, np.zeros((n, 8)))
+    stepper = EncoderStepper(ds.X, ds.y, P, cfg.lr, cfg.skip, cfg.loss, np.zeros((n, 8)))
     with threadpool_limits(limits=1, user_api="blas"):
         stepper.advance(0, 1)
         t = time.perf_counter()

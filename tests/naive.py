@@ -135,3 +135,15 @@ def error_by_importance_sampling(aq, an, kappa, b, sdc, y, n: int, rng, anchor: 
     log_q = np.logaddexp.reduce(log_comp, axis=1)
     w = np.exp(-0.5 * np.sum(z * z, axis=1) - log_q + log_error_integrand(z, *args))
     return float(w.mean()), float(w.std(ddof=1) / math.sqrt(n))
+
+
+# The registry: every slow reference the fast code is checked against, by what it checks.
+# The models' readable forward passes, losses and gradients are in the package (check-grad
+# uses them) and are named here so tests and benchmarks find every reference in one place.
+REFERENCES = {
+    "attention model: forward, loss, gradients, a GD step": "attnsim.models.attention.reference",
+    "encoder: every position, loss": "attnsim.models.encoder.reference",
+    "population error of one class, by adaptive cubature": error_by_cubature,
+    "population error of one class, log, by adaptive cubature": log_error_by_cubature,
+    "population error of one class, by an independent importance sampler": error_by_importance_sampling,
+}

@@ -65,7 +65,7 @@ def run_sweep(
                 task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data, spec.data_id)
                 group = setup_group(cfg)
                 groups.setdefault(group, []).append(task)
-                setup.setdefault(group, _setup_flops(cfg))
+                setup.setdefault(group, _setup_flops(cfg.d, cfg.n * cfg.T, cfg.engine))
                 steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
         # costliest setup groups first, so the last tasks to finish are short ones
         order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
@@ -164,9 +164,9 @@ def _memory_estimate(cfg: Config) -> list:
     return spec.memory_estimate(cfg, spec.plan(cfg, user_data=False)[0])
 
 
-def _setup_flops(cfg: Config) -> float:
+def _setup_flops(d: int, tokens: int, engine: str) -> float:
     """Flops of a reduced setup shared by a group: two d x d x k products, k about n T + 2."""
-    return 4.0 * cfg.d * cfg.d * (cfg.n * cfg.T + 2) if cfg.engine != "dense" else 0.0
+    return 4.0 * d * d * (tokens + 2) if engine != "dense" else 0.0
 
 
 def _chunks(

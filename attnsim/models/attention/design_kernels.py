@@ -4,7 +4,7 @@ limit-state surface) and the mixture components built on them.
 
 Every ``@njit`` function here calls only functions of this file: ``_erfcx``
 is a copy of :func:`.moment_kernels._erfcx` for that reason (numba's cache
-does not notice edits to callees in other files; tests/test_population.py
+does not notice edits to callees in other files; tests/test_attention_population.py
 checks the two agree bit for bit).
 """
 

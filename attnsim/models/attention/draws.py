@@ -37,11 +37,14 @@ def draw_implicit_noise(cfg: Config, rng: np.random.Generator) -> np.ndarray:
     return X
 
 
-def draw_implicit_init(cfg: Config, rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
+def draw_implicit_init(
+    scale: float, d: int, rng: np.random.Generator, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The implicit engine's W~(0) = B^T (B the R-factor of the d x k Gaussian
     W(0)^T Q) and U_perp (the Bartlett factor of the (d - k) x k Gaussian part
-    of W(0) R outside span(Q), upper-trapezoidal when d - k < k), in that order."""
-    s, d = cfg.W_scale, cfg.d
+    of W(0) R outside span(Q), upper-trapezoidal when d - k < k), in that order
+    (``scale``: the standard deviation of W(0)'s entries)."""
+    s = scale
     B = bartlett(rng, k, k, d, s, lower=False)
     U_perp = bartlett(rng, min(k, d - k), k, d - k, s, lower=False)
     return np.ascontiguousarray(B.T), U_perp

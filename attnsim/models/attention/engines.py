@@ -84,7 +84,7 @@ def _flat(X: np.ndarray | None) -> np.ndarray | None:
 def _build_dense(cfg: Config, ds: Dataset, streams: Streams, reason: str, ws: Workspace) -> Problem:
     d = ds.X.shape[2]
     W0 = ds.W0 if ds.W0 is not None else draw_W0(cfg, streams.init, d, ws.kept_draws)
-    p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg, streams.init, d)
+    p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg.init_p, cfg.p_scale, streams.init, d)
     return Problem(
         engine="dense",
         reason=reason,
@@ -212,7 +212,7 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
         MT = part if MT is None else MT + part
     M = MT.T
     tokens_Q = submit(np.matmul, X2, Q)  # X Q on the second thread while this one builds R
-    p0 = p0 if p0 is not None else draw_p0(cfg, streams.init, d)
+    p0 = p0 if p0 is not None else draw_p0(cfg.init_p, cfg.p_scale, streams.init, d)
     R, Tm = orthonormal_basis(M, with_factor=True)
     W0r = Tm.T  # = M^T R
     R2 = extend_basis(R, p0)
@@ -299,7 +299,7 @@ def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem,
     ds = assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg,
                   source="generated (implicit engine coordinates)")  # fmt: skip
     ds.X = None
-    W0, U_perp = draw_implicit_init(cfg, streams.init, k)
+    W0, U_perp = draw_implicit_init(cfg.W_scale, cfg.d, streams.init, k)
     pb = Problem(engine="implicit", reason=reason, X2=np.ascontiguousarray(X.reshape(-1, k)), y=ds.y, T=cfg.T,
                  W0=W0, p0=np.zeros(k), nu0=ds.nu, mu_pos=mu_pos, mu_neg=mu_neg, U_perp=U_perp,
                  info={"k": k, "r": k})  # fmt: skip

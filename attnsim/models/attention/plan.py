@@ -44,11 +44,11 @@ def step_flops(cfg: Config, engine: str) -> float:
     return 4.0 * k * r + 4.0 * m * k
 
 
-def n_log_points(cfg: Config) -> int:
+def n_log_points(steps: int, log_scale: str, log_every: int, log_points: int) -> int:
     """How many log points :func:`attnsim.driver.log_grid` will make (at most)."""
-    if cfg.log_scale == "linear":
-        return cfg.steps // cfg.log_every + 2
-    return cfg.log_points + 1
+    if log_scale == "linear":
+        return steps // log_every + 2
+    return log_points + 1
 
 
 def keeps_w0(d: int) -> bool:
@@ -84,7 +84,7 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
     items.append(
         ("pop_points", f"the population points ({cfg.pop_points:.3g}*T floats)", f * cfg.pop_points * T)
     )
-    L = n_log_points(cfg)
+    L = n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     per = f * m * (6 if save_scores else 3) + 600 * f
     keys = "steps, log_every" if cfg.log_scale == "linear" else "log_points"
     items.append((keys, f"the log ({L:.3g} log points of {per:.3g} bytes)", L * per))

@@ -23,11 +23,6 @@ from numba import njit
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, FASTMATH
 
-N_CVZ = 14  # terms of the accelerated series (error below 4 * 5.83^-14 = 7e-11 relative)
-_SQRT2 = math.sqrt(2.0)
-_SQRTPI = math.sqrt(math.pi)
-_SQRTPI_2 = math.sqrt(math.pi / 2.0)
-_INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _INV_SQRTPI = 1.0 / math.sqrt(math.pi)
 _SQRT1_2 = math.sqrt(0.5)
 LOSS_NONE, LOSS_LINEAR, LOSS_TAYLOR = 0, 1, 2  # what _point_terms does for the loss
@@ -214,7 +209,7 @@ def _taylor(x, sd, ex):
     sp^(2) = v, sp^(4) = v (1 - 6v), sp^(6) = v (1 - 30v + 120v^2),
     sp^(8) = v (1 - 126v + 1680v^2 - 5040v^3) (from sigma' = v,
     v' = v (1 - 2 sigma), (1 - 2 sigma)^2 = 1 - 4v). Within 2.2e-11 relative
-    for sd <= 0.15 (tests/test_population.py).
+    for sd <= 0.15 (tests/test_attention_population.py).
     """
     lg = _log1p_unit(ex)
     v = ex / ((1.0 + ex) * (1.0 + ex))

@@ -90,7 +90,7 @@ def hermite_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # (largest sd, nodes) of Gauss-Hermite for E softplus(m + sd Z): relative error at
-# most 5e-11, measured against adaptive quadrature (tests/test_population.py);
+# most 5e-11, measured against adaptive quadrature (tests/test_attention_population.py);
 # softplus is analytic in a strip of half-width pi, so the error falls like (sd / pi)^(2n)
 HERMITE_NODES = ((0.2, 5), (0.25, 6), (0.3, 7), (0.4, 8), (0.5, 10), (0.6, 12), (0.7, 14))
 

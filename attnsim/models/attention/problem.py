@@ -82,7 +82,11 @@ class Problem:
         y = self.y if y is None else y
         args = (self.X2, y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel)
         if cfg.integrator == "gd":
-            seg = make_segment(*args, log_gap=cfg.steps / max(1, n_log_points(cfg) - 1))
+            seg = make_segment(
+                *args,
+                log_gap=cfg.steps
+                / max(1, n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points) - 1),
+            )
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
             return seg
         return GradientFlow(FlowField(*args), y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol)

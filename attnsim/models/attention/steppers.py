@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -135,20 +136,8 @@ class Segment(AttentionModel):
     whole_spans = False  # exact in any chunks of steps
     progress = None
 
-    def __init__(
-        self,
-        X2: ArrayLike,
-        y: ArrayLike,
-        W: ArrayLike,
-        p: ArrayLike,
-        nu: ArrayLike,
-        T: int,
-        lr: float,
-        train: Collection[str],
-        loss: str,
-        rel: ArrayLike,
-    ):
-        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+    def __init__(self, *args: Any) -> None:  # the arguments of AttentionModel
+        super().__init__(*args)
         self.fit_since = -np.ones(self.data.y.size, dtype=np.int64)
         self.S_acc = np.zeros(self.data.y.size)
 
@@ -355,20 +344,8 @@ class FlowField(AttentionModel):
 
     max_evals = 500_000  # legitimate flows to 1e14 steps need 5 000 - 15 000
 
-    def __init__(
-        self,
-        X2: ArrayLike,
-        y: ArrayLike,
-        W: ArrayLike,
-        p: ArrayLike,
-        nu: ArrayLike,
-        T: int,
-        lr: float,
-        train: Collection[str],
-        loss: str,
-        rel: ArrayLike,
-    ):
-        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+    def __init__(self, *args: Any) -> None:  # the arguments of AttentionModel
+        super().__init__(*args)
         self.evals = 0
 
     def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:

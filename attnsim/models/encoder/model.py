@@ -26,13 +26,15 @@ class EncoderStepper:
     whole_spans = False
     progress = None
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, P: dict, cfg: Config, rel: np.ndarray):
+    def __init__(
+        self, X: np.ndarray, y: np.ndarray, P: dict, lr: float, skip: bool, loss: str, rel: np.ndarray
+    ):
         n, T, d = X.shape
         self.n, self.T = n, T
         self.X2 = np.ascontiguousarray(X.reshape(n * T, d), dtype=np.float64)
         self.y = np.asarray(y, dtype=np.float64)
         self.P = {k: np.array(v, dtype=np.float64) for k, v in P.items()}
-        self.lr, self.skip, self.loss = cfg.lr, cfg.skip, cfg.loss
+        self.lr, self.skip, self.loss = lr, skip, loss
         self.rel = np.asarray(rel, dtype=np.float64).reshape(n, T)
         self.fit_since = -np.ones(n, dtype=np.int64)
         self.S_acc = np.zeros(n)
@@ -114,7 +116,9 @@ class EncoderProblem:
 
     def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> EncoderStepper:
         """GD on every parameter, trained on the labels ``y`` (default: the observed ones)."""
-        return EncoderStepper(self.ds.X, self.ds.y if y is None else y, self.P0, cfg, rel)
+        return EncoderStepper(
+            self.ds.X, self.ds.y if y is None else y, self.P0, cfg.lr, cfg.skip, cfg.loss, rel
+        )
 
     def evaluator(self, cfg: Config, pop: None = None) -> TestSetEvaluator | None:
         """Loss and accuracy on the finite test set (no closed form exists)."""
