@@ -86,7 +86,7 @@ def test_sweep_resumes_after_the_whole_group_is_killed(tmp_path, workers):
     recdir = tmp_path / "k" / "records"
     _wait_for_records(recdir, 3, proc)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()  # reaps it and closes its pipes
     first = {p.name: p.read_bytes() for p in recdir.glob("*.json")}
     assert 3 <= len(first) < 40
     for text in first.values():
@@ -102,7 +102,8 @@ def _workers_of(pid):
     mine = []
     for child in out:
         try:
-            cmd = open(f"/proc/{child}/cmdline", "rb").read()
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                cmd = fh.read()
         except OSError:
             continue
         if b"spawn_main" in cmd:
