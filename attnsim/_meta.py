@@ -12,6 +12,10 @@ class SimulationError(RuntimeError):
     """A run that failed (diverged); the command line exits with code 1."""
 
 
+class PlotError(ValueError):
+    """A plot that cannot be drawn as asked (an unknown metric or key): exit 2."""
+
+
 # numba 0.59.1, 0.60.0 and 0.62.1 were measured to crash in attnsim's GD kernel (a
 # segmentation fault); 0.63.0 and later pass the test suite. The upper bound is the
 # newest Numba the suite and the cache loader (attnsim/runtime/numba_cache.py) were

@@ -19,7 +19,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ._meta import DependencyError, SimulationError, __version__
+from ._meta import DependencyError, PlotError, SimulationError, __version__
 
 GRAD_TOL = 1e-5  # central differences at h = 1e-6 give about 1e-9; a wrong gradient gives O(1)
 
@@ -169,7 +169,6 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     try:
         from .config import ConfigError  # lazy
         from .data.dataset import DataError  # lazy
-        from .report import PlotError  # lazy: plotting's exceptions, not matplotlib
         from .results import OutputError, WriteError  # lazy
 
         if args.command in ("sweep", "figures"):

@@ -6,17 +6,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from . import metrics, plotting
+from . import metrics
+from ._meta import PlotError
 from .results import load, save_png
-from .sweep.store import load_spec, load_sweep
 from .words import suggest
 
 if TYPE_CHECKING:  # names in annotations only
     from .results import Result
-
-
-class PlotError(ValueError):
-    """A plot that cannot be drawn as asked (exit 2)."""
 
 
 def plot_result(res: Result, kind: str, path: Path) -> None:
@@ -25,6 +21,8 @@ def plot_result(res: Result, kind: str, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: after the backend is chosen
+
+    from . import plotting  # lazy: as matplotlib
 
     if kind == "scores":
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
@@ -160,12 +158,16 @@ def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, st
 def plot_folder(folder: Path, out: str | None, metric: str | None, x_key: str | None, logy: bool) -> Path:
     """A run's folder (result.json) or a sweep's (sweep.json) drawn into a PNG (``out``, or
     one beside it); the path written."""
+    from .sweep.store import load_spec, load_sweep  # lazy: a run's summary needs no sweep code (25 ms)
+
     kind = "run" if (folder / "result.json").is_file() else "sweep"
     args = SimpleNamespace(out=out, metric=metric, x_key=x_key, logy=logy)
     import matplotlib  # lazy: as in plot_result
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: after the backend is chosen
+
+    from . import plotting  # lazy: as matplotlib
 
     if kind == "run":
         res = load(folder)

@@ -25,8 +25,6 @@ from . import metrics, registry, results, theory
 from ._meta import SimulationError
 from .config import Config, as_config
 from .data.dataset import DataError, Dataset, make_streams
-from .data.files import changed_keys, config_for_data
-from .data.real import Source, open_data
 from .driver import log_grid, pop_indices, run
 from .observers import Recorder, refine_times
 from .runtime.threads import blas
@@ -129,6 +127,9 @@ def simulate(
     streams = make_streams(cfg.seed)
     ds = None
     if data is not None:
+        from .data.files import changed_keys, config_for_data  # lazy: start-up of runs without a data file
+        from .data.real import Source, open_data  # lazy: as above
+
         explicit = set(config) if isinstance(config, Mapping) else None
         opened = open_data(data)
         if isinstance(opened, Source):  # real data: one run of the protocol

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes.util
-import glob
 import os
 import sys
 
@@ -41,6 +39,9 @@ def check_environment(plotting: bool = False) -> None:
 
 
 def _have_tbb() -> bool:
+    import ctypes.util  # lazy: only a NUMBA_THREADING_LAYER naming TBB needs them (3 ms of start-up)
+    import glob  # lazy: as ctypes.util
+
     lib = os.path.join(sys.prefix, "lib")
     return bool(glob.glob(os.path.join(lib, "libtbb.so*"))) or ctypes.util.find_library("tbb") is not None
 

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.integrate import solve_ivp
-from scipy.optimize import brentq
 
 from ..._meta import SimulationError
 from ..base import Observation
@@ -33,6 +31,8 @@ class GradientFlow:
     whole_spans = True  # each span between log points is integrated whole
 
     def __init__(self, field: FlowField, n: int, lr: float, method: str, rtol: float, atol: float):
+        from scipy.integrate import solve_ivp  # lazy: 0.3 s of every run's start-up; only flows need it
+
         self._solve = solve_ivp
         self.field, self.lr = field, lr
         self.method, self.rtol, self.atol = method, rtol, atol
@@ -98,6 +98,8 @@ class GradientFlow:
         """The step in (a, b] after which sample i stays fitted: the last zero of
         its margin y_i f_i on the dense output (scanned on 64 points, then
         bisected to a relative 1e-9)."""
+        from scipy.optimize import brentq  # lazy: 0.2 s of start-up, as solve_ivp above
+
         y = self.field.data.y[i]
 
         def margin(step: float) -> float:

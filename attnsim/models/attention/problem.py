@@ -12,12 +12,12 @@ import numpy as np
 from ...config import Config
 from ...init import draw_W0
 from ...runtime.threads import in_background
-from .flow import GradientFlow
 from .plan import n_log_points
 from .population import state_scalars
 from .steppers import FlowField, SegmentXW, make_segment, outputs, state_q
 
 if TYPE_CHECKING:  # names in annotations only
+    from .flow import GradientFlow
     from .population import Population
     from .steppers import Segment
 
@@ -89,6 +89,8 @@ class Problem:
             )
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
             return seg
+        from .flow import GradientFlow  # lazy: start-up of GD runs (a flow needs SciPy's integrators)
+
         return GradientFlow(FlowField(*args), y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol)
 
     def evaluator(self, cfg: Config, pop: Population | None) -> StateEvaluator | None:
