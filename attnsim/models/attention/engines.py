@@ -38,6 +38,7 @@ supplies X_test.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 
 import numpy as np
@@ -129,8 +130,8 @@ def _build_reduced_generated(
     # numbers as the product, without reading all of Q)
     mu_pos, mu_neg = cfg.signal_norm * Q[0], cfg.signal_norm * Q[1]
     X = noise_Q.reshape(cfg.n, cfg.T, -1).copy()
-    ds = assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg, source="generated")
-    ds.X = None  # the tokens live in the problem, in Q coordinates
+    # the tokens (their means added in place by assemble) live in the problem, in Q coordinates
+    ds = dataclasses.replace(assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg), X=None)
     pb = Problem(engine="reduced", reason=reason, X2=X.reshape(cfg.n * cfg.T, -1), y=ds.y, T=cfg.T, nu0=ds.nu,
                  mu_pos=ds.mu_pos, mu_neg=ds.mu_neg, **setup)  # fmt: skip
     return pb, ds
@@ -296,9 +297,8 @@ def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem,
     k = cfg.n * cfg.T + 2
     X = draw_implicit_noise(cfg, streams.data)
     mu_pos, mu_neg = signals(k, cfg.signal_norm)
-    ds = assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg,
-                  source="generated (implicit engine coordinates)")  # fmt: skip
-    ds.X = None
+    ds = dataclasses.replace(assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg,
+                                      source="generated (implicit engine coordinates)"), X=None)  # fmt: skip
     W0, U_perp = draw_implicit_init(cfg.W_scale, cfg.d, streams.init, k)
     pb = Problem(engine="implicit", reason=reason, X2=np.ascontiguousarray(X.reshape(-1, k)), y=ds.y, T=cfg.T,
                  W0=W0, p0=np.zeros(k), nu0=ds.nu, mu_pos=mu_pos, mu_neg=mu_neg, U_perp=U_perp,
