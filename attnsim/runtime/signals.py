@@ -12,7 +12,11 @@ from typing import Any
 _DEFER_IN = (
     f"{os.sep}llvmlite{os.sep}",
     f"{os.sep}numba{os.sep}",
-)  # frames where a raise can abort the process
+    # starting a pool thread: raised between its start and its registration, the thread is
+    # never told to stop and the interpreter waits for it at exit for ever
+    f"{os.sep}concurrent{os.sep}futures{os.sep}",
+    f"{os.sep}threading.py",
+)  # frames where a raise can abort or hang the process
 
 
 def on_signal(signum: int, action: Callable[[], None]) -> Any:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from .workspace import WORKSPACE
 
 if TYPE_CHECKING:  # names in annotations only
+    from concurrent.futures import Future
+
     from threadpoolctl import ThreadpoolController
 
 
@@ -34,6 +35,12 @@ def _start(workers: int, fn: Callable, args: tuple):
         return _Done(fn(*args))
     pools = WORKSPACE.executors
     if workers not in pools:
+        # imported at the first pool, not with this module: concurrent.futures registers the
+        # stop of its threads to run at interpreter exit, and registered after Numba's own
+        # exit hooks it runs before them; registered first (this module loads before Numba),
+        # a SIGTERM during start-up left a pool thread that the exit waited for, for ever
+        from concurrent.futures import ThreadPoolExecutor
+
         pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"attnsim{workers}")
     return pools[workers].submit(fn, *args)
 
