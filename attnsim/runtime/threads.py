@@ -39,7 +39,7 @@ def _start(workers: int, fn: Callable, args: tuple):
         # stop of its threads to run at interpreter exit, and registered after Numba's own
         # exit hooks it runs before them; registered first (this module loads before Numba),
         # a SIGTERM during start-up left a pool thread that the exit waited for, for ever
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor  # lazy: the order at exit (above)
 
         pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"attnsim{workers}")
     return pools[workers].submit(fn, *args)
