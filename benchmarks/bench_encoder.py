@@ -10,7 +10,10 @@ to ``--threads``. Prints seconds per step (median and min-max over
 repetitions), the ratios and the peak memory, for each d (mlp_dim = d), and
 draws seconds per step against d (``--plot``). Contenders: the official form in
 float32 (what the paper ran), the same in float64 (attnsim's numerics), and
-attnsim with one BLAS thread in the step loop, as ``attnsim run`` steps.
+attnsim as ``attnsim run`` steps (its BLAS threads as the stepper sets them),
+and attnsim's floor timed in attnsim's process at the same thread settings,
+alternating with its steps: the nine BLAS passes of SPEC §9, and those plus
+the four matrix-vector passes over W_q and W_k.
 
 Usage::
 
@@ -21,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -43,19 +47,77 @@ def problem(d: int, n: int, T: int = 8):
     return cfg, ds, init_params(cfg, streams.init)
 
 
-def run_attnsim(d: int, n: int, steps: int) -> float:
-    """attnsim's step as ``attnsim run`` takes it: one BLAS thread in the step loop."""
+def floor_passes(d: int, m: int, n: int):
+    """The nine BLAS passes a GD step of the CLS path cannot avoid, in the
+    order its data dependencies impose (SPEC §9): the forward products
+    U W^T of W_v, W1, W2 (n rows), then per matrix, in reverse, the
+    back-propagation D W and the in-place rank-n update W -= lr D^T U
+    (SciPy's dgemm, beta = 1). Returns a callable that runs them once, and
+    the same with the four matrix-vector passes over W_q and W_k that the
+    CLS query adds (their rank-one updates held back, as attnsim's step does)."""
+    from scipy.linalg import blas
+
+    rng = np.random.default_rng(0)
+    Ws = [rng.standard_normal(shape) * 0.01 for shape in ((d, d), (m, d), (d, m))]
+    Wq, Wk = (rng.standard_normal((d, d)) * 0.01 for _ in range(2))
+    U = [rng.standard_normal((n, W.shape[1])) for W in Ws]
+    D = [rng.standard_normal((n, W.shape[0])) for W in Ws]
+    x = rng.standard_normal(d)
+
+    def nine():
+        for W, u in zip(Ws, U):
+            blas.dgemm(1.0, W.T, u.T, trans_a=1)
+        for W, u, g in zip(Ws[::-1], U[::-1], D[::-1]):
+            blas.dgemm(1.0, W.T, g.T)
+            blas.dgemm(-1e-3, u.T, g.T, beta=1.0, c=W.T, trans_b=1, overwrite_c=1)
+
+    def with_query():
+        nine()
+        for W in (Wq, Wk):
+            blas.dgemv(1.0, W.T, x, trans=1)
+            blas.dgemv(1.0, W.T, x)
+
+    return nine, with_query
+
+
+def run_attnsim(d: int, n: int, steps: int, block: int = 5) -> dict:
+    """attnsim's step as ``attnsim run`` takes it (the stepper sets its BLAS
+    threads), alternating with its floors at the same thread count in the same
+    process, in blocks of ``block`` calls (a block of steps, a block of each
+    floor, ...): per-call times are block times over ``block``."""
     from threadpoolctl import threadpool_limits
 
     from attnsim.models.encoder.model import EncoderStepper
 
     cfg, ds, P = problem(d, n)
     stepper = EncoderStepper(ds.X, ds.y, P, cfg.lr, cfg.skip, cfg.loss, np.zeros((n, 8)))
-    with threadpool_limits(limits=1, user_api="blas"):
-        stepper.advance(0, 1)
-        t = time.perf_counter()
-        stepper.advance(1, steps)
-    return (time.perf_counter() - t) / steps
+    nine, with_query = floor_passes(d, d, n)
+    times: dict[str, list[float]] = {"attnsim": [], "floor": [], "floor_q": []}
+    done = [2]
+
+    def steps_block():
+        stepper.advance(done[0], block)
+        done[0] += block
+
+    def repeat(fn):
+        return lambda: [fn() for _ in range(block)]
+
+    with threadpool_limits(limits=stepper.blas_threads, user_api="blas"):
+        stepper.advance(0, 2)
+        nine(), with_query()
+        for _ in range(max(1, steps // block)):
+            for name, fn in (
+                ("attnsim", steps_block),
+                ("floor", repeat(nine)),
+                ("floor_q", repeat(with_query)),
+            ):
+                t = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - t) / block)
+    out = {name: float(np.median(v)) for name, v in times.items()}
+    out["ratio"] = float(np.median(np.array(times["attnsim"]) / np.array(times["floor"])))
+    out["blas_threads"] = stepper.blas_threads
+    return out
 
 
 def run_torch(d: int, n: int, steps: int, dtype: str = "float32") -> float:
@@ -126,8 +188,11 @@ def macs(d: int, m: int, n: int, T: int = 8) -> tuple[float, float]:
 CONTENDERS = {
     "torch32": "PyTorch, official (float32)",
     "torch64": "PyTorch, float64",
-    "attnsim": "attnsim (float64, 1 thread)",
+    "attnsim": "attnsim (float64)",
+    "floor": "floor: nine BLAS passes",
+    "floor_q": "floor + W_q, W_k reads",
 }
+PROCESSES = ("torch32", "torch64", "attnsim")  # attnsim's process also times the floors
 
 
 def worker(which: str, d: int, n: int, steps: int) -> None:
@@ -135,21 +200,22 @@ def worker(which: str, d: int, n: int, steps: int) -> None:
         import torch
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-        sec = run_torch(d, n, steps, "float32" if which == "torch32" else "float64")
+        out = {"torch": run_torch(d, n, steps, "float32" if which == "torch32" else "float64")}
     else:
-        sec = run_attnsim(d, n, steps)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"sec": sec, "peak_mb": peak_mb}))
+        out = run_attnsim(d, n, steps)
+    out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--d-list", default="500,1000,2000")
     ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per process (in blocks of 5)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", default="runs/bench_encoder.png")
+    ap.add_argument("--json", help="also write the table as JSON here (benchmarks/run_all.py reads it)")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -159,44 +225,68 @@ def main() -> int:
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[var] = str(args.threads)
+    have_torch = importlib.util.find_spec("torch") is not None
+    procs = [k for k in PROCESSES if have_torch or not k.startswith("torch")]
+    shown = [k for k in CONTENDERS if have_torch or not k.startswith("torch")]
     what = f"{args.steps} timed steps after one warm-up, threads {args.threads}"
-    print(f"encoder, n={args.n}, T=8, mlp_dim=d, {what}; seconds per step, median (min-max) of {args.reps}; "
-          "peak resident memory in MB")  # fmt: skip
-    print(f"{'d':>6}" + "".join(f" {CONTENDERS[k]:>30}" for k in CONTENDERS) + "   x float32   x float64")
-    ds, meds = [], {k: [] for k in CONTENDERS}
+    note = "" if have_torch else "; torch not installed"
+    print(f"encoder, n={args.n}, T=8, mlp_dim=d, {what}; ms per step, median (min-max) of {args.reps} "
+          f"processes each{note}")  # fmt: skip
+    head = "".join(f" {CONTENDERS[k]:>28}" for k in shown)
+    print(f"{'d':>6}{head}  x floor" + ("  x f32  x f64" if have_torch else ""))
+    rows = []
     for d in (int(v) for v in args.d_list.split(",")):
-        res: dict[str, list] = {k: [] for k in CONTENDERS}
+        res: dict[str, list] = {k: [] for k in procs}
         for _ in range(args.reps):
-            for which in res:  # interleaved repetitions
+            for which in procs:  # interleaved repetitions
                 cmd = [sys.executable, __file__, "--worker", which, str(d), str(args.n), str(args.steps)]
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 res[which].append(json.loads(out.stdout.strip().splitlines()[-1]))
-        sec = {k: [r["sec"] for r in v] for k, v in res.items()}
-        mem = {k: max(r["peak_mb"] for r in v) for k, v in res.items()}
-        med = {k: float(np.median(v)) for k, v in sec.items()}
-        cells = [f"{med[k]:.4f} ({min(sec[k]):.4f}-{max(sec[k]):.4f}) {mem[k]:.0f}MB" for k in CONTENDERS]
-        ratios = f"{med['torch32'] / med['attnsim']:10.1f}x {med['torch64'] / med['attnsim']:10.1f}x"
-        print(f"{d:6d}" + "".join(f" {c:>30}" for c in cells) + "  " + ratios)
+        sec = {k: [r["torch"] for r in res[k]] for k in procs if k.startswith("torch")}
+        for k in ("attnsim", "floor", "floor_q"):
+            sec[k] = [r[k] for r in res["attnsim"]]
+        row = {"d": d, "mlp_dim": d, "n": args.n, "threads": args.threads,
+               "blas_threads_in_step": res["attnsim"][0]["blas_threads"],
+               "ms": {k: 1e3 * float(np.median(v)) for k, v in sec.items()},
+               "ms_min": {k: 1e3 * min(v) for k, v in sec.items()},
+               "ms_max": {k: 1e3 * max(v) for k, v in sec.items()},
+               "peak_mb": {k: max(r["peak_mb"] for r in res[k]) for k in procs},
+               "x_floor": float(np.median([r["ratio"] for r in res["attnsim"]])),
+               "x_floor_q": float(np.median(sec["attnsim"])) / float(np.median(sec["floor_q"]))}  # fmt: skip
+        if have_torch:
+            row["x_float32"] = row["ms"]["torch32"] / row["ms"]["attnsim"]
+            row["x_float64"] = row["ms"]["torch64"] / row["ms"]["attnsim"]
         every, cls_path = macs(d, d, args.n)
+        row["macs_every_position"], row["macs_cls_path"] = every, cls_path
+        rows.append(row)
+        cells = "".join(f" {_cell(row, k):>28}" for k in shown)
+        tail = f"  {row['x_float32']:5.1f}  {row['x_float64']:5.1f}" if have_torch else ""
+        print(f"{d:6d}{cells}  {row['x_floor']:6.2f}{tail}")
         print(f"{'':6} multiply-adds per step: every position {every:.3g}, CLS path {cls_path:.3g} "
               f"(ratio {every / cls_path:.1f})")  # fmt: skip
-        ds.append(d)
-        for k in CONTENDERS:
-            meds[k].append(med[k])
-    _plot(ds, meds, args)
+    print("x floor: attnsim's step over the nine passes: the median over alternating blocks of 5 of each")
+    _plot(rows, shown, args)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"benchmark": "encoder", "rows": rows, "plot": args.plot}, fh, indent=1)
     return 0
 
 
-def _plot(ds, meds, args) -> None:
+def _cell(row: dict, k: str) -> str:
+    return f"{row['ms'][k]:.1f} ({row['ms_min'][k]:.1f}-{row['ms_max'][k]:.1f})"
+
+
+def _plot(rows, shown, args) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for k, label in CONTENDERS.items():
-        ax.plot(ds, meds[k], "o-", label=label)
-    ax.set(xscale="log", yscale="log", xlabel="d = mlp_dim", ylabel="seconds per step",
+    ds = [r["d"] for r in rows]
+    for k in shown:
+        ax.plot(ds, [r["ms"][k] for r in rows], "o-" if k in PROCESSES else "s--", label=CONTENDERS[k])
+    ax.set(xscale="log", yscale="log", xlabel="d = mlp_dim", ylabel="ms per step",
            title=f"one-layer encoder, n = {args.n}, T = 8 ({args.threads} threads for PyTorch)")  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()

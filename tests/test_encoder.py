@@ -7,12 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import ndtr
 
 import attnsim
 from attnsim.cli import main
 from attnsim.config import Config
-from attnsim.models.base import finite_difference_errors
+from attnsim.models.base import OK, finite_difference_errors
 from attnsim.models.encoder import kernels as K
+from attnsim.models.encoder import linalg
+from attnsim.models.encoder.model import EncoderStepper
 from attnsim.models.encoder.params import init_params, param_shapes
 from attnsim.models.encoder.reference import encoder_forward, encoder_loss, random_encoder
 from attnsim.registry import ENCODER_ARRAYS
@@ -82,11 +85,56 @@ def test_in_place_updates_equal_dense_gradient_steps():
     cache = K.forward(X2, n, T, P, True)
     _, df = K.loss_coefficients(cache["f"], y, "logistic")
     G = K.backward(X2, n, T, P, True, cache, df)
-    dense = K.dense_grads(G)
+    dense = linalg.dense_grads(G)
     Q = {k: v.copy() for k, v in P.items()}
-    K.update(Q, G, 0.3)
+    linalg.update(Q, G, 0.3)
     for k in P:
         np.testing.assert_allclose(Q[k], P[k] - 0.3 * dense[k], rtol=1e-13, atol=1e-15, err_msg=k)
+
+
+def _steps_without_holding(X, y, P, lr, steps):
+    """GD with every update applied at once (no held W_q, W_k updates)."""
+    n, T, d = X.shape
+    X2 = np.ascontiguousarray(X.reshape(n * T, d))
+    P = {k: v.copy() for k, v in P.items()}
+    for _ in range(steps):
+        cache = K.forward(X2, n, T, P, True)
+        _, df = K.loss_coefficients(cache["f"], y, "logistic")
+        K.backward(X2, n, T, P, True, cache, df, lr)
+    return P
+
+
+def test_held_query_and_key_updates_equal_updating_at_every_step():
+    X, y, P = random_encoder(5, n=6, T=4, d=9, m=7)
+    steps = 2 * linalg.Held(9).cap + 5  # applied twice on the way, five rows held at the end
+    stepper = EncoderStepper(X, y, P, 0.2, True, "logistic", np.zeros((6, 4)))
+    assert stepper.advance(0, steps) == (OK, steps) and stepper.held.k == 5
+    want = _steps_without_holding(X, y, P, 0.2, steps)
+    got = stepper.state()
+    assert stepper.held.k == 0  # reading the parameters applies what was held
+    for k in P:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_a_restored_snapshot_forgets_the_held_updates():
+    X, y, P = random_encoder(6, n=6, T=4, d=9, m=7)
+    stepper = EncoderStepper(X, y, P, 0.2, True, "logistic", np.zeros((6, 4)))
+    stepper.advance(0, 3)
+    snap = stepper.snapshot()
+    stepper.advance(3, 4)
+    stepper.restore(snap)
+    stepper.advance(3, 4)
+    want = _steps_without_holding(X, y, P, 0.2, 7)
+    for k, v in stepper.state().items():
+        np.testing.assert_allclose(v, want[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_gelu_is_the_exact_one_in_both_tails():
+    r = np.linspace(-30.0, 30.0, 6000).reshape(60, -1)
+    g, dg = K.gelu(r)
+    cdf, pdf = ndtr(r), np.exp(-0.5 * r * r) / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(g, r * cdf, rtol=1e-12, atol=1e-300)  # libm erfc and cephes: ~2e-13 apart at -30
+    np.testing.assert_allclose(dg, cdf + r * pdf, rtol=1e-12, atol=1e-300)
 
 
 def test_pytorch_default_initialization():

@@ -42,19 +42,18 @@ that spin after a product would slow a parallel Numba loop down.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from scipy.linalg import blas
-from scipy.special import ndtr
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, FASTMATH
+from .linalg import Held, Outer, _Now, dense_grads, dot, mm, mm_t, rows_dot, rows_sum
 from .params import param_shapes
 
 LN_EPS = 1e-5
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -93,6 +92,91 @@ def _ln_back_rows(dy, g, nhat, rstd, dx):
             dx[i, j] = rstd[i] * (dy[i, j] * g[j] - m1 - nhat[i, j] * m2)
 
 
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _dot8(x, y):
+    """x . y in eight interleaved partial sums (each summed in order, so the
+    compiler may pack them into one vector register without reassociating)."""
+    m = x.size
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    j = 0
+    while j + 8 <= m:
+        s0 += x[j] * y[j]
+        s1 += x[j + 1] * y[j + 1]
+        s2 += x[j + 2] * y[j + 2]
+        s3 += x[j + 3] * y[j + 3]
+        s4 += x[j + 4] * y[j + 4]
+        s5 += x[j + 5] * y[j + 5]
+        s6 += x[j + 6] * y[j + 6]
+        s7 += x[j + 7] * y[j + 7]
+        j += 8
+    tail = 0.0
+    while j < m:
+        tail += x[j] * y[j]
+        j += 1
+    return ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)) + tail
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _attend(nx, kg, kb, lc, uc, g, b, T, logits, a, nbar, ubar):
+    """The CLS query's attention, sample by sample, from the normalized tokens
+    nx (n*T, d): logits (CLS first: lc; token t: nhat_t . kg + kb), their
+    softmax a, nbar = sum_t a_t nhat_t and ubar = a_c uc + g * nbar + b sum_t a_t."""
+    n, d = nbar.shape
+    for i in range(n):
+        logits[i, 0] = lc
+        top = lc
+        for t in range(T):
+            v = _dot8(nx[i * T + t], kg) + kb
+            logits[i, t + 1] = v
+            top = max(top, v)
+        total = 0.0
+        for t in range(T + 1):
+            a[i, t] = math.exp(logits[i, t] - top)
+            total += a[i, t]
+        rest = 0.0
+        for t in range(T + 1):
+            a[i, t] /= total
+            rest += a[i, t] if t > 0 else 0.0
+        for j in range(d):
+            nbar[i, j] = 0.0
+        for t in range(T):
+            w = a[i, t + 1]
+            row = nx[i * T + t]
+            for j in range(d):
+                nbar[i, j] += w * row[j]
+        ac = a[i, 0]
+        for j in range(d):
+            ubar[i, j] = ac * uc[j] + g[j] * nbar[i, j] + b[j] * rest
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _attend_back(nx, a, dubar, uc, g, b, T, dl, m_dl, v):
+    """Back through the attention: da_t = u_t . delta_ubar (u_t = g * nhat_t + b,
+    the CLS token's u_c), dl = a (da - sum_s a_s da_s), and m_dl = sum_(i,t)
+    dl_t nhat_t; v is a d-long work array."""
+    n, d = dubar.shape
+    for j in range(d):
+        m_dl[j] = 0.0
+    for i in range(n):
+        cb = 0.0
+        for j in range(d):
+            v[j] = g[j] * dubar[i, j]
+            cb += b[j] * dubar[i, j]
+        dl[i, 0] = _dot8(uc, dubar[i])
+        for t in range(T):
+            dl[i, t + 1] = _dot8(nx[i * T + t], v) + cb
+        mean = 0.0
+        for t in range(T + 1):
+            mean += a[i, t] * dl[i, t]
+        for t in range(T + 1):
+            dl[i, t] = a[i, t] * (dl[i, t] - mean)
+        for t in range(T):
+            w = dl[i, t + 1]
+            row = nx[i * T + t]
+            for j in range(d):
+                m_dl[j] += w * row[j]
+
+
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(out, nhat, rstd) of the LayerNorm of the rows of a 2-d array."""
     nhat, out, rstd = np.empty_like(x), np.empty_like(x), np.empty(x.shape[0])
@@ -106,92 +190,79 @@ def layer_norm_back(dy: np.ndarray, g: np.ndarray, nhat: np.ndarray, rstd: np.nd
     return dx
 
 
-class Outer(NamedTuple):
-    """A weight gradient sum_s a_s b_s^T kept as its factors a (s, rows) and
-    b (s, cols): the d x d gradients of the encoder have rank n (or 1), and
-    applying them in place spares writing and reading d x d temporaries."""
-
-    a: np.ndarray
-    b: np.ndarray
-
-    def dense(self) -> np.ndarray:
-        return self.a.T @ self.b
-
-    def subtract_from(self, W: np.ndarray, lr: float) -> None:
-        """W -= lr a^T b in place (BLAS dgemm on the Fortran view W^T = ... - lr b^T a)."""
-        blas.dgemm(-lr, self.b.T, self.a.T, beta=1.0, c=W.T, trans_b=1, overwrite_c=1)
+def normalized_tokens(X2: np.ndarray) -> np.ndarray:
+    """The data tokens (n*T, d) normalized without gain or bias: LN1 of token t
+    is g * nhat_t + b, and nhat_t depends on the data only, so a stepper
+    computes it once and no step forms a token-sized array."""
+    d = X2.shape[1]
+    _, nhat, _ = layer_norm(X2, np.ones(d), np.zeros(d))
+    return nhat
 
 
-def dense_grads(G: dict) -> dict[str, np.ndarray]:
-    """The gradients as arrays in the parameters' shapes."""
-    out = {}
-    for k, g in G.items():
-        if isinstance(g, Outer):
-            g = g.dense()
-        elif isinstance(g, list):
-            g = np.concatenate([part.dense() for part in g], axis=0)
-        out[k] = g
-    return out
-
-
-def update(P: dict, G: dict, lr: float) -> None:
-    """Gradient descent in place: P -= lr G (W_qkv's gradient is three Outer row blocks)."""
-    for k, g in G.items():
-        if isinstance(g, Outer):
-            g.subtract_from(P[k], lr)
-        elif isinstance(g, list):
-            rows = P[k].shape[0] // len(g)
-            for j, part in enumerate(g):
-                part.subtract_from(P[k][j * rows : (j + 1) * rows], lr)
-        else:
-            P[k] -= lr * g
-
-
-def all_zero(G: dict) -> bool:
-    parts = [p for g in G.values() for p in (g if isinstance(g, list) else [g])]
-    return not any(np.any(p.a) and np.any(p.b) if isinstance(p, Outer) else np.any(p) for p in parts)
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _gelu_pair(r, g, dg):
+    """g = r Phi(r) and dg = Phi(r) + r phi(r) in one pass (Phi by erfc, accurate in both tails)."""
+    flat, gf, df = r.ravel(), g.ravel(), dg.ravel()
+    for i in range(flat.size):
+        x = flat[i]
+        cdf = 0.5 * math.erfc(-x * _INV_SQRT2)
+        gf[i] = x * cdf
+        df[i] = cdf + x * math.exp(-0.5 * x * x) * _INV_SQRT2PI
 
 
 def gelu(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The exact GELU r Phi(r) and its derivative Phi(r) + r phi(r)."""
-    cdf = ndtr(r)
-    pdf = np.exp(-0.5 * r * r) * _INV_SQRT2PI
-    return r * cdf, cdf + r * pdf
+    g, dg = np.empty_like(r), np.empty_like(r)
+    _gelu_pair(r, g, dg)
+    return g, dg
 
 
-def forward(X2: np.ndarray, n: int, T: int, P: dict, skip: bool) -> dict:
-    """The CLS path of the encoder for tokens X2 (n*T, d); returns every
+def forward(
+    X2: np.ndarray,
+    n: int,
+    T: int,
+    P: dict,
+    skip: bool,
+    nx: np.ndarray | None = None,
+    held: Held | None = None,
+) -> dict:
+    """The CLS path of the encoder for tokens X2 (n*T, d) (``nx``: their
+    :func:`normalized_tokens`, computed here if not given; ``held``: updates of
+    W_q and W_k not yet in P, :class:`Held`); returns every
     intermediate the backward pass needs (f: (n,) outputs, a: (n, T+1)
-    attention of the CLS query, column 0 on the CLS token itself)."""
+    attention of the CLS query, column 0 on the CLS token itself). The data
+    tokens enter through nhat only: with u_t = g * nhat_t + b,
+    kappa . u_t = (kappa * g) . nhat_t + kappa . b and
+    sum_t a_t u_t = g * (sum_t a_t nhat_t) + b sum_t a_t."""
     d = X2.shape[1]
+    nx = normalized_tokens(X2) if nx is None else nx
     c = P["cls"].reshape(d)
     g1, b1n = P["ln1_g"], P["ln1_b"]
-    ux, nx, rx = layer_norm(X2, g1, b1n)  # (n*T, d)
     uc, nc, rc = layer_norm(c[None, :], g1, b1n)
     Wqkv = P["W_qkv"]
     Wq, Wk, Wv = Wqkv[:d], Wqkv[d : 2 * d], Wqkv[2 * d :]
-    q = Wq @ uc[0]
-    kappa = Wk.T @ q
+    W = _Now if held is None else held
+    q = W.mv(0, Wq, uc[0])
+    kappa = W.mtv(1, Wk, q)
     s = 1.0 / math.sqrt(d)
-    lx = (ux @ kappa).reshape(n, T) * s
-    lc = float(uc[0] @ kappa) * s
-    logits = np.concatenate([np.full((n, 1), lc), lx], axis=1)
-    a = np.exp(logits - logits.max(axis=1, keepdims=True))
-    a /= a.sum(axis=1, keepdims=True)
-    ubar = a[:, :1] * uc + np.einsum("it,itd->id", a[:, 1:], ux.reshape(n, T, d))
-    o = ubar @ Wv.T
+    logits, a = np.empty((n, T + 1)), np.empty((n, T + 1))
+    nbar, ubar = np.empty((n, d)), np.empty((n, d))  # sum_t a_t nhat_t, sum_t a_t u_t (CLS included)
+    lc, kb = dot(uc[0], kappa) * s, dot(kappa, b1n) * s  # the CLS token's logit; kappa . b for every token
+    _attend(nx, kappa * g1 * s, kb, lc, uc[0], g1, b1n, T, logits, a, nbar, ubar)
+    asum = a[:, 1:].sum(axis=1)
+    o = mm_t(ubar, Wv)
     h = o + c if skip else o
     h2, n2, r2 = layer_norm(h, P["ln2_g"], P["ln2_b"])
-    r = h2 @ P["W1"].T + P["b1"]
+    r = mm_t(h2, P["W1"]) + P["b1"]
     gr, dgr = gelu(r)
-    mlp = gr @ P["W2"].T + P["b2"]
+    mlp = mm_t(gr, P["W2"]) + P["b2"]
     z = h + mlp if skip else mlp
     zf, nf, rf = layer_norm(z, P["lnf_g"], P["lnf_b"])
-    f = zf @ P["head_w"].reshape(d) + P["head_b"].reshape(())
+    f = rows_dot(zf, P["head_w"].reshape(d)) + P["head_b"].reshape(())
     return dict(
-        ux=ux,
         nx=nx,
-        rx=rx,
+        nbar=nbar,
+        asum=asum,
         uc=uc,
         nc=nc,
         rc=rc,
@@ -213,18 +284,33 @@ def forward(X2: np.ndarray, n: int, T: int, P: dict, skip: bool) -> dict:
     )
 
 
-def backward(X2: np.ndarray, n: int, T: int, P: dict, skip: bool, cache: dict, df: np.ndarray) -> dict:
+def backward(
+    X2: np.ndarray,
+    n: int,
+    T: int,
+    P: dict,
+    skip: bool,
+    cache: dict,
+    df: np.ndarray,
+    lr: float | None = None,
+    held: Held | None = None,
+) -> dict:
     """Gradients of sum_i df_i f_i with respect to every parameter (the
     derivation is in the module docstring): arrays in the parameters' shapes,
     the weight matrices as :class:`Outer` factors (W_qkv as its three row
-    blocks; :func:`dense_grads` makes arrays of them)."""
+    blocks; :func:`dense_grads` makes arrays of them). With ``lr`` it also
+    takes the gradient step in place: W2, W1 and W_v each right after the
+    product that last reads it (what of it is still in cache is not read
+    again), W_q and W_k through ``held`` when given. The token gradients
+    delta_u_t = a_t delta_ubar + s delta_l_t kappa are never formed: LN1's
+    gain and bias need only their sums against nhat_t and 1."""
     d = X2.shape[1]
     s = 1.0 / math.sqrt(d)
     Wqkv = P["W_qkv"]
     Wq, Wk, Wv = Wqkv[:d], Wqkv[d : 2 * d], Wqkv[2 * d :]
     G = {}
     w = P["head_w"].reshape(d)
-    G["head_w"] = (df @ cache["zf"]).reshape(1, d)
+    G["head_w"] = rows_sum(cache["zf"], df).reshape(1, d)
     G["head_b"] = np.array([df.sum()])
     dzf = df[:, None] * w
     G["lnf_g"] = np.einsum("id,id->d", dzf, cache["nf"])
@@ -232,10 +318,15 @@ def backward(X2: np.ndarray, n: int, T: int, P: dict, skip: bool, cache: dict, d
     dz = layer_norm_back(dzf, P["lnf_g"], cache["nf"], cache["rf"])
     G["W2"] = Outer(dz, cache["gr"])
     G["b2"] = dz.sum(axis=0)
-    dr = (dz @ P["W2"]) * cache["dgr"]
+    dr = mm(dz, P["W2"]) * cache["dgr"]
+    now = lr is not None
+    if now:
+        G["W2"].subtract_from(P["W2"], lr)
     G["W1"] = Outer(dr, cache["h2"])
     G["b1"] = dr.sum(axis=0)
-    dh2 = dr @ P["W1"]
+    dh2 = mm(dr, P["W1"])
+    if now:
+        G["W1"].subtract_from(P["W1"], lr)
     G["ln2_g"] = np.einsum("id,id->d", dh2, cache["n2"])
     G["ln2_b"] = dh2.sum(axis=0)
     dh = layer_norm_back(dh2, P["ln2_g"], cache["n2"], cache["r2"])
@@ -243,25 +334,37 @@ def backward(X2: np.ndarray, n: int, T: int, P: dict, skip: bool, cache: dict, d
         dh += dz
     dc = dh.sum(axis=0) if skip else np.zeros(d)
     G_Wv = Outer(dh, cache["ubar"])
-    dubar = dh @ Wv
-    a, uc, ux = cache["a"], cache["uc"][0], cache["ux"].reshape(n, T, d)
-    da = np.concatenate([(dubar @ uc)[:, None], np.einsum("itd,id->it", ux, dubar)], axis=1)
-    dl = a * (da - (a * da).sum(axis=1, keepdims=True))
+    dubar = mm(dh, Wv)
+    if now:
+        G_Wv.subtract_from(Wv, lr)
+    g1, b1n = P["ln1_g"], P["ln1_b"]
+    a, uc = cache["a"], cache["uc"][0]
+    dl, m_dl = np.empty((n, T + 1)), np.empty(d)  # delta_l; sum_(i,t) delta_l_t nhat_t
+    _attend_back(cache["nx"], a, dubar, uc, g1, b1n, T, dl, m_dl, np.empty(d))
     kappa = cache["kappa"]
-    dkappa = s * (dl[:, 0].sum() * uc + np.einsum("it,itd->d", dl[:, 1:], ux))
-    dux = a[:, 1:, None] * dubar[:, None, :] + s * dl[:, 1:, None] * kappa
-    duc = a[:, 0] @ dubar + s * dl[:, 0].sum() * kappa
+    dl_x, dl_c = float(dl[:, 1:].sum()), float(dl[:, 0].sum())
+    dkappa = s * (dl_c * uc + m_dl * g1 + dl_x * b1n)
+    duc = rows_sum(dubar, a[:, 0]) + s * dl_c * kappa
     q = cache["q"]
+    W = _Now if held is None else held
+    dq = W.mv(1, Wk, dkappa)
     G_Wk = Outer(q[None, :], dkappa[None, :])
-    dq = Wk @ dkappa
     G_Wq = Outer(dq[None, :], uc[None, :])
-    duc = duc + Wq.T @ dq
-    dux2 = dux.reshape(n * T, d)
-    G["ln1_g"] = np.einsum("rd,rd->d", dux2, cache["nx"]) + duc * cache["nc"][0]
-    G["ln1_b"] = dux2.sum(axis=0) + duc
-    dc = dc + layer_norm_back(duc[None, :], P["ln1_g"], cache["nc"], cache["rc"])[0]
+    duc = duc + W.mtv(0, Wq, dq)
+    G["ln1_g"] = np.einsum("id,id->d", dubar, cache["nbar"]) + s * kappa * m_dl + duc * cache["nc"][0]
+    G["ln1_b"] = rows_sum(dubar, cache["asum"]) + s * dl_x * kappa + duc
+    dc = dc + layer_norm_back(duc[None, :], g1, cache["nc"], cache["rc"])[0]
     G["cls"] = dc.reshape(1, 1, d)
     G["W_qkv"] = [G_Wq, G_Wk, G_Wv]
+    if now:
+        if held is not None:
+            held.add(Wqkv, lr, G_Wq, G_Wk)
+        else:
+            G_Wq.subtract_from(Wq, lr)
+            G_Wk.subtract_from(Wk, lr)
+        for k, g in G.items():
+            if not isinstance(g, (Outer, list)):
+                P[k] -= lr * g
     return G
 
 

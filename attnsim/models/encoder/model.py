@@ -14,9 +14,10 @@ import numpy as np
 from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...data.synthetic import clean_labels, draw_tokens
-from ...runtime.threads import _Done
+from ...runtime.threads import _Done, blas, threads
 from ..base import DIVERGED, FROZEN, OK, Observation
 from . import kernels as K
+from . import linalg
 from .params import check_config, init_params
 
 
@@ -38,14 +39,25 @@ class EncoderStepper:
         self.rel = np.asarray(rel, dtype=np.float64).reshape(n, T)
         self.fit_since = -np.ones(n, dtype=np.int64)
         self.S_acc = np.zeros(n)
+        self.nx = K.normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
         self._cache = None  # the forward pass of the current parameters
+        self.held = linalg.Held(d)  # the updates of W_q and W_k not yet in P
+        # both cores in a step's BLAS products (OpenBLAS keeps small ones on one);
+        # one in a sweep's worker, which shares the machine with another
+        self.blas_threads = threads()
 
     def _forward(self) -> dict:
         if self._cache is None:
-            self._cache = K.forward(self.X2, self.n, self.T, self.P, self.skip)
+            self._cache = K.forward(self.X2, self.n, self.T, self.P, self.skip, self.nx, self.held)
         return self._cache
 
     def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        if self.blas_threads == 1:
+            return self._advance(step0, nsteps)
+        with blas().limit(limits=self.blas_threads, user_api="blas"):
+            return self._advance(step0, nsteps)
+
+    def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         for k in range(nsteps):
             step = step0 + k
             cache = self._forward()
@@ -55,11 +67,10 @@ class EncoderStepper:
             fitted = self.y * cache["f"] > 0
             self.fit_since = np.where(fitted, np.where(self.fit_since < 0, step, self.fit_since), -1)
             self.S_acc += self.relevant_increments(cache["a"][:, 1:])
-            G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df)
-            if K.all_zero(G):
-                return FROZEN, step
-            K.update(self.P, G, self.lr)
+            G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df, self.lr, self.held)
             self._cache = None
+            if linalg.all_zero(G):  # the step just taken changed nothing
+                return FROZEN, step
         return OK, step0 + nsteps
 
     def observe(self) -> Observation:
@@ -68,10 +79,11 @@ class EncoderStepper:
         return Observation(cache["logits"][:, 1:], None, cache["a"][:, 1:], cache["f"], L)
 
     def state(self) -> dict[str, np.ndarray]:
+        self.held.apply(self.P["W_qkv"])
         return self.P
 
     def final_state(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.P.items()}
+        return {k: v.copy() for k, v in self.state().items()}
 
     def extra_metrics(self) -> dict[str, float]:
         return {"score_cls": float(self._forward()["a"][:, 0].mean())}  # the CLS query's attention on itself
@@ -81,11 +93,12 @@ class EncoderStepper:
         return sr * (1.0 - sr)
 
     def snapshot(self) -> tuple:
-        return {k: v.copy() for k, v in self.P.items()}, self.fit_since.copy(), self.S_acc.copy()
+        return self.final_state(), self.fit_since.copy(), self.S_acc.copy()
 
     def restore(self, snap: tuple) -> None:
         P, fit, S = snap
         self.P = {k: v.copy() for k, v in P.items()}
+        self.held = linalg.Held(self.X2.shape[1])  # the snapshot holds every update
         self.fit_since, self.S_acc = fit.copy(), S.copy()
         self._cache = None
 
