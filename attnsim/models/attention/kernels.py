@@ -437,36 +437,27 @@ def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, 
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
-def _flow_rhs(data, theta, W_fix, p_fix, nu_fix, train, lr, work, out):
-    """Gradient-flow vector field -grad L at the state packed in ``theta``.
+def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
+    """Gradient-flow vector field -grad L at the state (W, p, nu).
 
-    Layout of theta and out: [W (k*r) if trained, p (r) if trained, nu (k) if
-    trained, S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S
-    counts in units of GD steps (t = lr * step). Untrained blocks come from
-    the ``*_fix`` arrays. Returns the loss (NaN flags divergence).
+    Layout of out: [W (k*r) if trained, p (r) if trained, nu (k) if trained,
+    S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S counts in units
+    of GD steps (t = lr * step). The caller passes W, p and nu as contiguous
+    arrays (views of the packed state where trained): a view taken here would
+    be typed as of any layout, and every product with it would copy it first.
+    ``values_stale``: work.u does not hold X nu (always, when nu is trained).
+    Returns the loss (NaN flags divergence).
     """
     train_W, train_p, train_nu = train
-    k, r = W_fix.shape
-    o = 0
-    W = W_fix
-    if train_W:
-        W = theta[: k * r].reshape(k, r)
-        o = k * r
-    p = p_fix
-    if train_p:
-        p = theta[o : o + r]
-        o += r
-    nu = nu_fix
-    if train_nu:
-        nu = theta[o : o + k]
-        o += k
-    L = _forward_backward(data, W, p, nu, work, True, train_nu)
+    k, r = W.shape
+    L = _forward_backward(data, W, p, nu, work, values_stale or train_nu, train_nu)
     j = 0
     if train_W:
         for a in range(k):
+            ga = -work.g[a]
             for b in range(r):
-                out[j] = -work.g[a] * p[b]
-                j += 1
+                out[j + b] = ga * p[b]
+            j += r
     if train_p:
         np.dot(work.g, W, work.gp)
         for b in range(r):

@@ -371,8 +371,9 @@ class FlowField(AttentionModel):
         if self.evals > self.max_evals:
             raise EvaluationBudgetExceeded(t)
         out = np.empty_like(theta)
-        _flow_rhs(self.data, np.ascontiguousarray(theta), self.W, self.p, self.nu, self.train, self.lr,
-                  self.work, out)  # fmt: skip
+        W, p, nu, _ = self.unpack(np.ascontiguousarray(theta, dtype=np.float64))
+        # X nu once while nu is fixed (it is in every evaluation's work.u after that)
+        _flow_rhs(self.data, W, p, nu, self.train, self.lr, self.work, self.evals == 1, out)
         return out
 
 
