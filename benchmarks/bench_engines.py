@@ -21,8 +21,8 @@ Tables (``--part``):
    steps and scaled; dense above d = 4000 as its setup plus 50 timed steps
    scaled to 1000).
 3. ``steps``: the reduced engine for 10^3 ... 10^6 steps (log-spaced logging).
-4. ``floor``: microseconds per reduced GD step (timed without metrics)
-   against the flop count of one step (~10 k r + 6 nT k flops).
+(The reduced GD step against its floor: ``bench_floors.py``.) PyTorch's
+contenders run when torch is installed (``pip install '.[bench]'``).
 
 Repetitions are interleaved (A B C, A B C, ...); tables give the median and
 the min-max spread. BLAS, OpenMP and Numba threads are pinned to
@@ -32,12 +32,15 @@ the min-max spread. BLAS, OpenMP and Numba threads are pinned to
 Usage::
 
     pip install '.[bench]'
-    python benchmarks/bench_engines.py [--threads 2] [--reps 3] [--part default,d,steps,floor]
+    python benchmarks/bench_engines.py [--threads 2] [--reps 3] [--part default,d,steps] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import math
 import os
 import sys
 import time
@@ -50,7 +53,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peer-steps", type=int, default=50, help="PyTorch steps timed, then scaled")
-    ap.add_argument("--part", default="default,d,steps,floor")
+    ap.add_argument("--part", default="default,d,steps")
+    ap.add_argument("--json", help="also write the tables as JSON here (benchmarks/run_all.py reads it)")
     ap.add_argument("--d-list", default="500,1000,2000,4000,8000,16000,100000,1000000")
     ap.add_argument("--peer-max-d", type=int, default=8000)
     ap.add_argument("--dense-max-d", type=int, default=8000)
@@ -71,10 +75,9 @@ from attnsim.config import Config  # noqa: E402
 from attnsim.data.dataset import make_streams  # noqa: E402
 from attnsim.data.synthetic import generate  # noqa: E402
 from attnsim.init import draw_W0  # noqa: E402
-from attnsim.models.attention.engines import build  # noqa: E402
-from attnsim.models.attention.steppers import Segment  # noqa: E402
 from attnsim.run import ensure_compiled  # noqa: E402
-from attnsim.runtime.workspace import Workspace  # noqa: E402
+
+RESULTS: dict = {}  # the tables, for --json
 
 
 def torch_loop(cfg: Config, careful: bool, steps: int) -> float:
@@ -139,17 +142,25 @@ def spread(v: list[float]) -> str:
     return f"{np.median(v):10.4g} ({min(v):.4g}-{max(v):.4g})"
 
 
+TORCH = importlib.util.find_spec("torch") is not None
+PEERS = ["torch-official", "torch-careful"] if TORCH else []
+
+
 def part_default(args) -> dict:
-    names = ["torch-official", "torch-careful", "dense", "reduced", "implicit"]
+    names = [*PEERS, "dense", "reduced", "implicit"]
     cfg = Config()
     res = interleaved([(n, cfg, args.peer_steps) for n in names], args.reps)
     med = {n: np.median(res[(n, cfg.d, cfg.steps)]) for n in names}
     print("\n## 1. default run (d=2000, 1000 steps): seconds, median (min-max)")
     print(f"{'contender':15s} {'seconds':>28s} {'x official':>11s} {'x careful':>10s}")
+    table = {}
     for n in names:
         v = res[(n, cfg.d, cfg.steps)]
-        off, car = med["torch-official"] / med[n], med["torch-careful"] / med[n]
+        off = med["torch-official"] / med[n] if TORCH else math.nan
+        car = med["torch-careful"] / med[n] if TORCH else math.nan
         print(f"{n:15s} {spread(v):>28s} {off:11.1f} {car:10.1f}")
+        table[n] = {"s": float(med[n]), "min": min(v), "max": max(v), "x_official": off, "x_careful": car}
+    RESULTS["default"] = table
     return res
 
 
@@ -157,8 +168,7 @@ def part_d(args) -> dict:
     d_list = [int(x) for x in args.d_list.split(",")]
     cases = []
     limits = {
-        "torch-official": args.peer_max_d,
-        "torch-careful": args.peer_max_d,
+        **{peer: args.peer_max_d for peer in PEERS},
         "dense": args.dense_max_d,
         "reduced": args.reduced_max_d,
         "implicit": 10**12,
@@ -181,8 +191,9 @@ def part_d(args) -> dict:
         for n in names:
             hits = [np.median(v) * 1000 / st for (m, dd, st), v in res.items() if m == n and dd == d]
             row.append(hits[0] if hits else np.nan)
-        ratio = row[0] / row[-1] if np.isfinite(row[0]) else np.nan
+        ratio = row[0] / row[-1] if TORCH and np.isfinite(row[0]) else np.nan
         print(f"{d:8d} " + " ".join(f"{x:15.4g}" for x in row) + f" {ratio:20.0f}")
+        RESULTS.setdefault("d", {})[str(d)] = {n: float(x) for n, x in zip(names, row)}
     return res
 
 
@@ -194,29 +205,8 @@ def part_steps(args) -> dict:
     print("\n## 3. reduced engine, default run, log-spaced logging: seconds against steps")
     for (_, _, steps), v in res.items():
         print(f"{steps:>9d} steps {spread(v)}  ({np.median(v) / steps * 1e6:.1f} us/step)")
+        RESULTS.setdefault("steps", {})[str(steps)] = {"s": float(np.median(v)), "min": min(v), "max": max(v)}
     return res
-
-
-def part_floor(args) -> None:
-    cfg = Config()
-    streams = make_streams(0)
-    ds = generate(cfg, streams)
-    pb, _ = build(cfg, ds, streams, "reduced", "", Workspace())
-    n, T = ds.y.size, cfg.T
-    k, r = pb.k, pb.r
-    times = []
-    for _ in range(args.reps):
-        rel = np.ones(n * T)
-        seg = Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, T, cfg.lr, cfg.train_set, cfg.loss, rel)
-        seg.advance(0, 10)
-        t = time.perf_counter()
-        seg.advance(10, 20_000)
-        times.append((time.perf_counter() - t) / 20_000 * 1e6)
-    flops = 10 * k * r + 6 * n * T * k
-    print("\n## 4. reduced step loop (no metrics): microseconds per step")
-    print(f"k={k}, r={r}, nT={n * T}: {flops / 1e3:.0f} kflop per step")
-    print(f"median {np.median(times):.1f} us (min {min(times):.1f}, max {max(times):.1f}), ", end="")
-    print(f"{flops / np.median(times) / 1e3:.2f} Gflop/s; floor at 10 Gflop/s: {flops / 1e4:.0f} us")
 
 
 def plot(args, res_d: dict | None, res_steps: dict | None) -> None:
@@ -256,9 +246,12 @@ def plot(args, res_d: dict | None, res_steps: dict | None) -> None:
 def main() -> int:
     args = ARGS
     parts = args.part.split(",")
-    import torch
+    if TORCH:
+        import torch
 
-    torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
+    else:
+        print("torch is not installed: attnsim's engines only (pip install '.[bench]' for the peers)")
     ensure_compiled()
     print(f"threads: {args.threads} (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, NUMBA_NUM_THREADS, torch)")
     print(f"repetitions: {args.reps}, interleaved; PyTorch timed over {args.peer_steps} steps and scaled")
@@ -269,11 +262,14 @@ def main() -> int:
         res_d = part_d(args)
     if "steps" in parts:
         res_steps = part_steps(args)
-    if "floor" in parts:
-        part_floor(args)
     if args.plot and (res_d or res_steps):
         plot(args, res_d, res_steps)
         print(f"\nwrote {args.plot}")
+    if args.json:
+        RESULTS.update(benchmark="engines", threads=args.threads, reps=args.reps, peer_steps=args.peer_steps,
+                       plot=args.plot)  # fmt: skip
+        with open(args.json, "w") as fh:
+            json.dump(RESULTS, fh, indent=1)
     return 0
 
 

@@ -31,7 +31,9 @@ import os
 import sys
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as in a run's step loop; before NumPy loads BLAS
+os.environ["OPENBLAS_NUM_THREADS"] = (
+    "1"  # as in a run's step loop (pinned, whatever the caller set); before NumPy
+)
 
 import numpy as np  # noqa: E402
 

@@ -97,6 +97,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", help="also write the table as JSON here (benchmarks/run_all.py reads it)")
     args = ap.parse_args()
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -151,7 +152,25 @@ def main() -> int:
         ("fresh default run: startup_s (imports, kernel loads)", startup, ""),
     ):
         print(f"{label:52s} {spread(v, sign)}")
+    if args.json:
+        rows = {name: _stats(v, floor) for name, v in times.items()}
+        rows.update({label.strip(): _stats(v) for label, v in (
+            ("fresh default run: elapsed_s", elapsed), ("of which setup_s", setups),
+            ("first call of a cached kernel, Numba's loader", firsts["numba"]),
+            ("first call of a cached kernel, attnsim's loader", firsts["attnsim"]),
+            ("fresh default run: startup_s", startup))})  # fmt: skip
+        bytecode = "off (PYTHONDONTWRITEBYTECODE set)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+        table = {"benchmark": "startup", "reps": args.reps, "threads": args.threads,
+                 "bytecode_cache": bytecode, "rows": rows}  # fmt: skip
+        Path(args.json).write_text(json.dumps(table, indent=1))
     return 0
+
+
+def _stats(v: list[float], floor: float | None = None) -> dict:
+    out = {"s": float(np.median(v)), "min": float(min(v)), "max": float(max(v))}
+    if floor is not None:
+        out["x_floor"] = out["s"] / float(floor)
+    return out
 
 
 if __name__ == "__main__":

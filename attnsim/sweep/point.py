@@ -26,7 +26,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
     from ..run import simulate  # lazy: a sweep's parent plans and stores without the kernels
 
     WORKSPACE.kept_draws.enabled = True
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -50,6 +50,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
         "elapsed_s": res.elapsed_s,
         "setup_s": res.setup_s,
         "wall_s": time.perf_counter() - t,
+        "cpu_s": time.process_time() - cpu,  # every thread of the worker, inside simulate
     }
     if save:
         rec["trajectory"] = {k: res.trajectory[k] for k in ["step", *save] if k in res.trajectory}
