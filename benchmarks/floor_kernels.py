@@ -14,6 +14,20 @@ from numba import njit
 
 
 @njit(cache=True)
+def _rw_pass(M, a, h, p, lr, gp):
+    """One pass reading and writing M: gp = M^T a (the old M), then M -= lr h p^T."""
+    rows, r = M.shape
+    for j in range(r):
+        gp[j] = 0.0
+    for i in range(rows):
+        ai = a[i]
+        step = lr * h[i]
+        for j in range(r):
+            gp[j] += M[i, j] * ai
+            M[i, j] -= step * p[j]
+
+
+@njit(cache=True)
 def reduced_step_floor(X, W, p, c, lr, nsteps, q, z, g, gp):
     """The W form's unavoidable passes per step: q = W p (read W), z = X q and
     g = X^T c (read X twice; the gradient needs the outputs first), one exp
@@ -28,14 +42,7 @@ def reduced_step_floor(X, W, p, c, lr, nsteps, q, z, g, gp):
         for t in range(z.size):
             acc += math.exp(-abs(z[t]))
         np.dot(c, X, g)
-        for j in range(r):
-            gp[j] = 0.0
-        for i in range(k):
-            gi = g[i]
-            a = lr * gi
-            for j in range(r):
-                gp[j] += W[i, j] * gi
-                W[i, j] -= a * p[j]
+        _rw_pass(W, g, g, p, lr, gp)
         for j in range(r):
             p[j] -= lr * 1e-12 * gp[j]
     return acc
@@ -53,14 +60,7 @@ def reduced_xw_step_floor(B, K, p, c, lr, nsteps, z, v, gp):
         for t in range(z.size):
             acc += math.exp(-abs(z[t]))
         np.dot(K, c, v)
-        for j in range(r):
-            gp[j] = 0.0
-        for i in range(m):
-            ci = c[i]
-            a = lr * v[i]
-            for j in range(r):
-                gp[j] += B[i, j] * ci
-                B[i, j] -= a * p[j]
+        _rw_pass(B, c, v, p, lr, gp)
         for j in range(r):
             p[j] -= lr * 1e-12 * gp[j]
     return acc

@@ -1,0 +1,70 @@
+"""The benchmarks' own code: the floors compute what they claim, and the
+performance page is written from the benchmarks' JSON."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Numba's cache finds a kernel's module by its name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_reduced_step_floor_makes_the_passes_of_a_gd_step():
+    FK = _load("floor_kernels")
+    rng = np.random.default_rng(0)
+    X, W, p, c = (
+        rng.standard_normal((12, 5)),
+        rng.standard_normal((5, 4)),
+        rng.standard_normal(4),
+        rng.standard_normal(12),
+    )
+    W1, p1 = W.copy(), p.copy()
+    q, z, g, gp = np.empty(5), np.empty(12), np.empty(5), np.empty(4)
+    FK.reduced_step_floor(X, W1, p1, c, 0.1, 1, q, z, g, gp)
+    np.testing.assert_allclose(z, X @ (W @ p), rtol=1e-13)
+    np.testing.assert_allclose(g, c @ X, rtol=1e-13)
+    np.testing.assert_allclose(gp, W.T @ g, rtol=1e-13)  # with the W before the update
+    np.testing.assert_allclose(W1, W - 0.1 * np.outer(g, p), rtol=1e-13)
+    B, K = rng.standard_normal((12, 4)), rng.standard_normal((12, 12))
+    B1, v = B.copy(), np.empty(12)
+    FK.reduced_xw_step_floor(B1, K, p.copy(), c, 0.1, 1, z, v, gp)
+    np.testing.assert_allclose(gp, B.T @ c, rtol=1e-13)
+    np.testing.assert_allclose(B1, B - 0.1 * np.outer(K @ c, p), rtol=1e-13)
+    out = np.empty(5 * 4 + 4)
+    FK.flow_rhs_floor(X, W, p, c, q, z, g, gp, out)
+    np.testing.assert_allclose(out[:20], -np.outer(c @ X, p).ravel(), rtol=1e-13)
+    np.testing.assert_allclose(out[20:], -(W.T @ (c @ X)), rtol=1e-13)
+
+
+def test_the_performance_page_is_written_from_the_benchmarks_json():
+    run_all = _load("run_all")
+    info = {"cpu": "CPU X", "cores": 2, "memory_gib": 8.0, "l3": "32768K",
+            "bandwidth": {"read_gbs": 20.0, "copy_gbs": 15.0, "array_mb": 512}, "python": "3.11",
+            "platform": "Linux", "versions": {"numpy": "2"}, "blas": ["openblas"], "threads": 2,
+            "bytecode_cache": "on", "git": "abc123", "date": "2026-12-01 00:00"}  # fmt: skip
+    ms = {"attnsim": 36.0, "floor": 28.0, "floor_q": 31.0}
+    encoder = {"rows": [{"d": 2000, "n": 20, "blas_threads_in_step": 2, "ms": ms, "ms_min": ms, "ms_max": ms,
+                         "x_floor": 1.2857, "x_floor_q": 1.16}]}  # fmt: skip
+    row = {"us": 15.0, "us_min": 14.0, "us_max": 16.0, "floor_us": 14.5, "floor_min": 14.0, "floor_max": 15.0,
+           "x_floor": 1.0345}  # fmt: skip
+    floors = {"rows": {"reduced GD step, W form": row}, "k": 162, "r": 162, "tokens": 160, "threads": "1"}
+    engines = {"default": {"reduced": {"s": 0.12, "min": 0.1, "max": 0.2, "x_official": 140.0,
+                                       "x_careful": math.nan}}}  # fmt: skip
+    made = (("encoder", encoder), ("floors", floors), ("engines", engines))
+    results = {name: {"json": data, "command": f"python benchmarks/bench_{name}.py"} for name, data in made}
+    text = run_all.page(info, results, quick=True)
+    assert "| 2000 | 36.0 (36.0–36.0) | 28.0 (28.0–28.0) | **1.29** |" in text
+    assert "| reduced GD step, W form | 15.0 (14.0–16.0) | 14.5 (14.0–15.0) | **1.03** |" in text
+    assert "| reduced | 0.12 (0.1–0.2) | 140× | — |" in text
+    assert "CPU X, 2 cores" in text and "20.0 GB/s" in text and "run_all.py --quick" in text
+    assert "not measured in this run" in text  # the heatmap and start-up sections, absent here
