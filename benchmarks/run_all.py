@@ -330,20 +330,22 @@ def page(info: dict, results: dict, quick: bool) -> str:
         "| BLAS | " + "; ".join(info["blas"]) + " |",
         f"| threads | OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = {info['threads']} for every benchmark (each "
         "script pins what it compares and says so); bytecode caches " + info["bytecode_cache"] + " |",
-        f"| revision, date | {info['git']}, {info['date']} |",
+        f"| machine measured at | {info['git']}, {info['date']} (each section says when it ran) |",
         "",
     ]  # fmt: skip
     for name, (title, what, fn, plot) in SECTIONS.items():
         res = results.get(name)
         out += [f"## {title}", "", what, ""]
         if res is None:
-            out += ["(not measured in this run: the benchmark failed; its report is in docs/perf/.)", ""]
+            out += [
+                "(not measured: the benchmark failed or has not run; its report, if any, is in docs/perf/.)",
+                "",
+            ]
             continue
-        out += fn(res["json"]) + [
-            "",
-            f"Command: `{res['command']}`; report: [perf/{name}.txt](perf/{name}.txt).",
-            "",
-        ]
+        when = res["json"].get("run")
+        source = f"Command: `{res['command']}`; report: [perf/{name}.txt](perf/{name}.txt)"
+        source += f"; measured {when['date']} at {when['git']}." if when else "."
+        out += [*fn(res["json"]), "", source, ""]
         if plot and (ROOT / "docs" / "perf" / plot).exists():
             out += [f"![{name}](perf/{plot})", ""]
     out.append(WHY)
@@ -359,6 +361,9 @@ def main() -> int:
         help="comma-separated benchmarks to run again; the page keeps the others' "
         "last results from docs/perf/, each section saying which run it comes from",
     )
+    ap.add_argument(
+        "--page", action="store_true", help="write the page from docs/perf/ without running anything"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
     args = ap.parse_args()
     perf = args.out.parent / "perf"
@@ -366,12 +371,16 @@ def main() -> int:
     env = dict(os.environ)
     for var in THREAD_VARIABLES[:3]:
         env[var] = str(args.threads)
-    info = machine(args.threads)
-    (perf / "machine.json").write_text(json.dumps(info, indent=1))
-    only = set(args.only.split(",")) if args.only else None
+    if args.page:  # the page again from what docs/perf/ holds, nothing run
+        info = json.loads((perf / "machine.json").read_text())
+        only = set()
+    else:
+        info = machine(args.threads)
+        (perf / "machine.json").write_text(json.dumps(info, indent=1))
+        only = set(args.only.split(",")) if args.only else None
     results = {}
     for name, script, full, quick in BENCHMARKS:
-        if only and name not in only:
+        if only is not None and name not in only:
             continue
         data, _, shown = run(name, script, quick if args.quick else full, perf, env)
         if data is not None:
@@ -388,7 +397,7 @@ def main() -> int:
     tmp.write_text(page(info, results, args.quick))
     os.replace(tmp, args.out)
     print(f"wrote {args.out}")
-    return 0 if all(name in results for name, *_ in BENCHMARKS if not only or name in only) else 1
+    return 0 if all(name in results for name, *_ in BENCHMARKS if only is None or name in only) else 1
 
 
 if __name__ == "__main__":
