@@ -8,7 +8,7 @@ from scipy.special import ndtr  # noqa: F401 - (used through the population modu
 
 import attnsim
 from attnsim.config import ConfigError
-from attnsim.models.attention.limit import att_svm, constraint_rows, kkt_residual
+from attnsim.models.attention.limit import att_svm, constraint_rows, kkt_residual, local_optimality, w_svm
 from attnsim.models.attention.population import Population, population_points
 
 
@@ -144,3 +144,49 @@ def test_refined_times_do_not_depend_on_the_log_grid(integrator):
     for key in ("t_memorize", "t_generalize", "t_pop_loss_settled"):
         assert a[key] == pytest.approx(b[key], rel=1e-2 if integrator == "flow" else 0), key
     assert a["times_refined"] and b["times_refined"]
+
+
+def _two_sample_toy():
+    """Two samples of two tokens in R^2: sample 0 selects (1, 0) over 0, sample 1
+    (0, 2) over 0; the att-SVM is q1 >= 1, 2 q2 >= 1: q_mm = (1, 1/2)."""
+    X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 2.0]]])
+    return X, np.array([0, 1])
+
+
+def test_w_svm_is_the_q_svm_scaled_by_p_in_closed_form():
+    X, alpha = _two_sample_toy()
+    p = np.array([3.0, 4.0])  # |p| = 5
+    sol = w_svm(X, alpha, p)
+    np.testing.assert_allclose(sol.extra["q_mm"], [1.0, 0.5], rtol=1e-12)
+    np.testing.assert_allclose(sol.v, np.outer([1.0, 0.5], p) / 25.0, rtol=1e-12)
+    assert np.linalg.norm(sol.v) == pytest.approx(np.sqrt(1.25) / 5.0, rel=1e-12)
+    assert sol.kkt < 1e-12 and sol.support == 2
+    # the same program solved as it stands, in vec(W): one constraint row (x_sel - x_t) kron p each,
+    # posed as a sample whose selected token is that row and whose other token is 0
+    G = np.array([np.kron(a, p) for a in constraint_rows(X, alpha)])
+    direct = att_svm(np.stack([G, np.zeros_like(G)], axis=1), np.zeros(len(G), dtype=int))
+    np.testing.assert_allclose(direct.v.reshape(2, 2), sol.v, rtol=1e-9, atol=1e-12)
+    assert not w_svm(X, alpha, np.zeros(2)).feasible
+
+
+def test_local_optimality_certificate_checks_every_support_token():
+    X, alpha = _two_sample_toy()
+    sol = att_svm(X, alpha)
+    nu = np.array([1.0, 1.0])  # scores gamma = y nu . x: (1, 0) and (0, 2) for y = +1
+    ok = local_optimality(X, alpha, np.array([1.0, 1.0]), nu, sol.dual)
+    assert ok == {"locally_optimal": True, "support_checked": 2, "violations": [], "n_violations": 0}
+    bad = local_optimality(X, alpha, np.array([1.0, -1.0]), nu, sol.dual)  # sample 1 now prefers token 0
+    assert not bad["locally_optimal"] and bad["violations"] == [[1, 0, -2.0]]
+
+
+def test_w_alone_reports_the_w_svm_and_the_certificate():
+    r = attnsim.simulate({"train": "W", "init_p": "gaussian", "d": 300, "steps": 20000, "log_every": 1000,
+                          "lr": 0.5, "limit": True})  # fmt: skip
+    L = r.limit
+    assert L["variable"] == "W" and L["feasible"]
+    p = r.state["p"]
+    assert L["W_norm"] == pytest.approx(L["norm"] / np.linalg.norm(p), rel=1e-10)
+    cert = L["certificate"]
+    assert cert["kkt"] < 1e-9 and cert["support_checked"] == L["support"]
+    assert isinstance(cert["locally_optimal"], bool) and cert["n_violations"] == len(cert["violations"])
+    assert np.all(np.diff(r.trajectory["mm_cos"][1:]) > -1e-9)  # W - W(0) turning towards W_mm

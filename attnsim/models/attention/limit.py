@@ -115,6 +115,65 @@ def att_svm(X: np.ndarray, alpha: np.ndarray, M: np.ndarray | None = None) -> SV
     return SVMSolution(True, v, dual, kkt, int(np.count_nonzero(dual)), "ok")
 
 
+def w_svm(X: np.ndarray, alpha: np.ndarray, p: np.ndarray) -> SVMSolution:
+    """The W-SVM of a selection, W trained with p fixed: min |W|_F s.t.
+    (x_{i alpha_i} - x_it)^T W p >= 1 (the limit of GD on W alone).
+
+    Closed form through the att-SVM in q: every feasible W gives a feasible
+    q = W p, and |W|_F >= |W p| / |p| >= |q_mm| / |p|, with equality at
+    W_mm = q_mm p^T / |p|^2; its multipliers are those of q_mm over |p|^2.
+    ``v`` is W_mm (k, r); the KKT residual is that of the W program itself.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    pp = float(p @ p)
+    if not pp > 0.0:
+        return SVMSolution(False, None, None, float("nan"), 0, "p = 0: no W separates the selection")
+    sol = att_svm(X, alpha)
+    if not sol.feasible:
+        return sol
+    W = np.outer(sol.v, p) / pp
+    dual = sol.dual / pp
+    A = constraint_rows(np.asarray(X, dtype=np.float64), np.asarray(alpha, dtype=np.int64))
+    # the KKT conditions of the W program, its constraint rows a_j p^T never formed: G vec(W) = A W p,
+    # G^T dual = (A^T dual) p^T
+    gv = A @ (W @ p)
+    wn = max(float(np.linalg.norm(W)), 1e-300)
+    primal = max(0.0, float(np.max(1.0 - gv))) if gv.size else 0.0
+    station = float(np.linalg.norm(W - np.outer(A.T @ dual, p))) / wn
+    scale = float(np.abs(A).max()) * math.sqrt(pp) if A.size else 0.0
+    slack = float(np.max(np.abs(dual * (gv - 1.0)))) * scale / wn if dual.size else 0.0
+    kkt = max(primal, station, slack, max(0.0, float(-dual.min())) if dual.size else 0.0)
+    return SVMSolution(True, W, dual, kkt, sol.support, "ok", {"q_mm": sol.v})
+
+
+def local_optimality(
+    X: np.ndarray, alpha: np.ndarray, y: np.ndarray, nu: np.ndarray, dual: np.ndarray, tol: float = 1e-12
+) -> dict:
+    """The certificate that a selection is locally optimal (Tarzanagh et al.,
+    2023, Definition 2): for every sample i, the score gamma_it = y_i nu . x_it
+    of the selected token exceeds that of each of its support tokens (those
+    whose margin constraint is active at the max-margin solution: multiplier
+    > ``tol`` times the largest). Returns whether it holds, how many support
+    constraints were checked, and the violations (sample, token, the score gap
+    gamma_{i alpha_i} - gamma_it <= 0)."""
+    X = np.asarray(X, dtype=np.float64)
+    n, T, _ = X.shape
+    gamma = np.asarray(y, dtype=np.float64)[:, None] * (X @ np.asarray(nu, dtype=np.float64))  # (n, T)
+    alpha = np.asarray(alpha, dtype=np.int64)
+    keep = np.ones((n, T), dtype=bool)
+    keep[np.arange(n), alpha] = False
+    rows = np.argwhere(keep)  # (i, t) of each constraint, in constraint_rows' order
+    active = dual > tol * max(float(dual.max()), 0.0) if dual.size else np.zeros(0, dtype=bool)
+    gaps = gamma[np.arange(n), alpha][rows[:, 0]] - gamma[rows[:, 0], rows[:, 1]]
+    bad = active & ~(gaps > 0.0)
+    return {
+        "locally_optimal": bool(not bad.any()),
+        "support_checked": int(active.sum()),
+        "violations": [[int(i), int(t), float(g)] for (i, t), g in zip(rows[bad], gaps[bad])][:20],
+        "n_violations": int(bad.sum()),
+    }
+
+
 def _polish(G: np.ndarray, support: np.ndarray):
     """The min-norm v with G_S v = 1 on the active set S: v = G_S^T lam_S with
     (G_S G_S^T) lam_S = 1 (least squares when G_S is rank deficient)."""
@@ -157,23 +216,32 @@ class LimitWatch:
         n = pb.y.size
         X = pb.X2.reshape(n, pb.T, -1)
         alpha = traj.arrays["selected"][-1]
-        q_only = "W" in cfg.train_set  # the logit direction q is the variable; else p, with W fixed
-        sol = att_svm(X, alpha) if q_only else att_svm(X, alpha, M=st["W"])
-        out = {"selection": alpha.tolist(), "variable": "q" if q_only else "p", "feasible": sol.feasible,
+        train = cfg.train_set
+        variable = "W" if "W" in train and "p" not in train else "q" if "W" in train else "p"
+        q_only = variable != "p"  # the logit direction q is the variable (or W, through q); else p, W fixed
+        if variable == "W":  # W alone, p fixed: the W-SVM (its W_mm = q_mm p^T / |p|^2)
+            sol = w_svm(X, alpha, st["p"])
+        else:
+            sol = att_svm(X, alpha) if q_only else att_svm(X, alpha, M=st["W"])
+        out = {"selection": alpha.tolist(), "variable": variable, "feasible": sol.feasible,
                "message": sol.message}  # fmt: skip
         if not sol.feasible:
             traj.arrays["mm_cos"] = np.full(len(self.q), np.nan)
             return out
         U = pb.U_perp
         if q_only:
-            q_mm, p_mm = sol.v, None
+            q_mm, p_mm = (sol.extra["q_mm"] if variable == "W" else sol.v), None
             qq_mm = float(q_mm @ q_mm)
         else:
             p_mm = sol.v
             q_mm = st["W"] @ p_mm
             qq_mm = pb.q_norm2(st["W"], p_mm)[1]
+        # with p fixed, W(t) - W(0) = u(t) p^T, so its cosine to W_mm is that of q(t) - q(0) to q_mm
+        q_ref = self.q[0] if variable == "W" else 0.0
+        U = None if variable == "W" else U  # p fixed: q's part outside span(Q) is in q(0) and cancels
         cos = []
         for q, p in zip(self.q, self.p):
+            q = q - q_ref
             dot = float(q @ q_mm)
             if p_mm is not None and U is not None:  # the parts outside span(Q): H p . H p_mm
                 dot += float((U @ p) @ (U @ p_mm))
@@ -182,6 +250,10 @@ class LimitWatch:
             )
             cos.append(dot / (norm_q * math.sqrt(qq_mm)) if norm_q > 0 else np.nan)
         traj.arrays["mm_cos"] = np.asarray(cos)
+        if variable == "W":
+            out["W_norm"] = float(np.linalg.norm(sol.v))  # |W_mm|_F = |q_mm| / |p|
+        dual_q = sol.dual * float(st["p"] @ st["p"]) if variable == "W" else sol.dual
+        out["certificate"] = {"kkt": sol.kkt, **local_optimality(X, alpha, pb.y, st["nu"], dual_q)}
         out.update(norm=math.sqrt(qq_mm), kkt=sol.kkt, support=sol.support, cos=cos[-1])
         if pop is None:
             out["population"] = "no population metrics for this data (see data.population)"
