@@ -196,7 +196,7 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
         if args.command == "plot":
             return cmd_plot(args)
         if args.command == "keys":
-            from .config import describe_keys  # lazy
+            from .keys import describe_keys  # lazy
 
             print(describe_keys())
             return 0

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent / "attnsim"
 LAYERS = [
     ["_meta", "registry", "words", "runtime", "runtime.workspace", "runtime.resources", "runtime.environment",
      "runtime.signals"],
-    ["runtime.threads", "runtime.numba_cache", "config"],
+    ["runtime.threads", "runtime.numba_cache", "config", "keys"],
     ["data", "init", "results", "metrics", "theory"],
     ["models"],
     ["driver", "observers"],

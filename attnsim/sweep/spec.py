@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import registry
-from ..config import KEYS, Config, ConfigError, from_mapping, read_toml, unknown_key_message
+from ..config import KEYS, Config, ConfigError, from_mapping, hashed, read_toml, unknown_key_message
 from ..data.files import decided_keys
 from ..data.real import BUILTIN, Source, open_data
 from ..metrics import TRAJECTORY_KEYS
@@ -222,7 +222,7 @@ def record_key(cfg: Config, data_id: str | None = None) -> str:
 
 
 def _key_of(config: dict, data_id: str | None) -> str:
-    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": config}
+    ident: dict[str, Any] = {"schema": SCHEMA_VERSION, "config": hashed(config)}
     if data_id is not None:
         ident["data"] = data_id
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

@@ -372,9 +372,10 @@ def _in_loop_records(data, work, step, fit_since, S_acc):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
-def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc):
+def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_since, S_acc):
     """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which of
-    the three are updated), keeping the in-loop records.
+    the three are updated), keeping the in-loop records; ``normalized``: each
+    block steps by lr * G / |G|_F (a block with zero gradient does not move).
 
     At each state tau (tau = step0 .. step0 + nsteps - 1, before update tau + 1):
     ``fit_since[i]`` is the first step of the current run of states in which
@@ -394,24 +395,32 @@ def _gd_segment(data, W, p, nu, train, lr, step0, nsteps, work, fit_since, S_acc
         _in_loop_records(data, work, step, fit_since, S_acc)
         if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
             return FROZEN, step
+        lr_W = _over(lr, math.sqrt(_sumsq(work.g) * _sumsq(p))) if normalized else lr  # |g p^T| = |g||p|
+        lr_nu = _over(lr, math.sqrt(_sumsq(work.gnu))) if normalized and train_nu else lr
         if train_W:
-            _w_pass(W, work.g, work.g, p, lr, work.gp, work.part)
+            _w_pass(W, work.g, work.g, p, lr_W, work.gp, work.part)
         elif train_p:
             np.dot(work.g, W, work.gp)
         if train_p:
+            lr_p = _over(lr, math.sqrt(_sumsq(work.gp))) if normalized else lr
             for j in range(p.size):
-                p[j] -= lr * work.gp[j]
+                p[j] -= lr_p * work.gp[j]
         if train_nu:
             for j in range(nu.size):
-                nu[j] -= lr * work.gnu[j]
+                nu[j] -= lr_nu * work.gnu[j]
     return OK, step0 + nsteps
 
 
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _over(lr, norm):  # lr / norm, and 0 for a zero gradient (that block takes no step)
+    return lr / norm if norm > 0.0 else 0.0
+
+
 @njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
-def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, S_acc):
+def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v, fit_since, S_acc):
     """:func:`_gd_segment` for a fixed nu, with B = X W (n*T, r) in place of W
     (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except
-    that divergence is seen in the loss (z = B p) and |p|^2."""
+    that divergence is seen in the loss (z = B p) and |p|^2 (|g|^2 = c . K c)."""
     train_W, train_p = train
     n = data.y.size
     for k in range(nsteps):
@@ -427,12 +436,14 @@ def _gd_segment_xw(data, B, K, p, train, lr, step0, nsteps, work, v, fit_since, 
             return FROZEN, step
         if train_W:
             np.dot(K, work.c, v)  # X g, g = X^T c
-            _w_pass(B, work.c, v, p, lr, work.gp, work.part)
+            lr_W = _over(lr, math.sqrt(max(np.dot(work.c, v), 0.0) * _sumsq(p))) if normalized else lr
+            _w_pass(B, work.c, v, p, lr_W, work.gp, work.part)
         elif train_p:
             np.dot(work.c, B, work.gp)
         if train_p:
+            lr_p = _over(lr, math.sqrt(_sumsq(work.gp))) if normalized else lr
             for j in range(p.size):
-                p[j] -= lr * work.gp[j]
+                p[j] -= lr_p * work.gp[j]
     return OK, step0 + nsteps
 
 
@@ -442,9 +453,8 @@ def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
 
     Layout of out: [W (k*r) if trained, p (r) if trained, nu (k) if trained,
     S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S counts in units
-    of GD steps (t = lr * step). The caller passes W, p and nu as contiguous
-    arrays (views of the packed state where trained): a view taken here would
-    be typed as of any layout, and every product with it would copy it first.
+    of GD steps (t = lr * step). W, p, nu come contiguous (views of the packed
+    state where trained): a view taken here would be copied before each product.
     ``values_stale``: work.u does not hold X nu (always, when nu is trained).
     Returns the loss (NaN flags divergence).
     """

@@ -86,6 +86,7 @@ class Problem:
                 *args,
                 log_gap=cfg.steps
                 / max(1, n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points) - 1),
+                optimizer=cfg.optimizer,
             )
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
             return seg

@@ -136,15 +136,18 @@ class Segment(AttentionModel):
     whole_spans = False  # exact in any chunks of steps
     progress = None
 
-    def __init__(self, *args: Any) -> None:  # the arguments of AttentionModel
+    def __init__(self, *args: Any, optimizer: str = "gd") -> None:  # the arguments of AttentionModel
         super().__init__(*args)
+        if optimizer not in ("gd", "normalized"):
+            raise ValueError(f"optimizer: {optimizer!r} (gd or normalized)")
+        self.normalized = optimizer == "normalized"
         self.fit_since = -np.ones(self.data.y.size, dtype=np.int64)
         self.S_acc = np.zeros(self.data.y.size)
 
     def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         """Apply ``nsteps`` updates starting at state ``step0``; (status, step)."""
-        st, step = _gd_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, step0, nsteps,
-                               self.work, self.fit_since, self.S_acc)  # fmt: skip
+        st, step = _gd_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, self.normalized,
+                               step0, nsteps, self.work, self.fit_since, self.S_acc)  # fmt: skip
         return int(st), int(step)
 
     def state(self) -> dict[str, np.ndarray]:
@@ -182,8 +185,9 @@ class SegmentXW(Segment):
         rel: ArrayLike,
         K: np.ndarray | None = None,
         chol: np.ndarray | None = None,
+        optimizer: str = "gd",
     ):
-        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel)
+        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel, optimizer=optimizer)
         if self.train[2]:
             raise ValueError("SegmentXW: nu must be fixed (train without nu)")
         X = self.data.X2
@@ -198,8 +202,8 @@ class SegmentXW(Segment):
 
     def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         self._fresh = False
-        st, step = _gd_segment_xw(self.data, self.B, self.K, self.p, self.train[:2], self.lr, step0, nsteps,
-                                  self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip
+        st, step = _gd_segment_xw(self.data, self.B, self.K, self.p, self.train[:2], self.lr, self.normalized,
+                                  step0, nsteps, self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip
         return int(st), int(step)
 
     def _back(self, dB: np.ndarray) -> np.ndarray:
@@ -313,6 +317,7 @@ def make_segment(
     loss: str,
     rel: ArrayLike,
     log_gap: float,
+    optimizer: str = "gd",
 ) -> Segment:
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
     is fixed, there are no more tokens than rows of W (n*T <= k, at most
@@ -325,8 +330,8 @@ def make_segment(
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
         K, chol = _token_gram(X2)
         if chol is not None:
-            return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, K=K, chol=chol)
-    return Segment(X2, y, W, p, nu, T, lr, train, loss, rel)
+            return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, K=K, chol=chol, optimizer=optimizer)
+    return Segment(X2, y, W, p, nu, T, lr, train, loss, rel, optimizer=optimizer)
 
 
 class EvaluationBudgetExceeded(RuntimeError):

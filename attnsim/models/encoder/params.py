@@ -48,6 +48,7 @@ def check_config(cfg: Config, user_data: bool = False) -> None:
         ),
         (cfg.train != defaults.train, "train", "the encoder trains every parameter; leave train unset"),
         (cfg.limit, "limit", "the max-margin limit is defined for the attention model only"),
+        (cfg.optimizer != "gd", "optimizer", "the encoder is trained by plain GD so far (optimizer=gd)"),
     )
     for bad, key, why in rules:
         if bad:

@@ -1,0 +1,65 @@
+"""Every config key's allowed values and meaning: ``attnsim keys`` and the
+key table of docs/usage.md (:class:`attnsim.config.Config` holds the keys
+and their defaults)."""
+
+from __future__ import annotations
+
+from . import registry
+from .config import KEYS, Config
+
+# key -> (allowed values, meaning), for ``attnsim keys`` and docs/usage.md
+KEY_HELP = {
+    "n": ("integer >= 2", "training samples"),
+    "T": ("integer >= the role tokens", "tokens per sample"),
+    "d": ("integer >= 2", "embedding dimension"),
+    "signal_norm": ("> 0", "|mu|, the norm of the class signals"),
+    "sigma": ("> 0", "standard deviation of the token noise per coordinate"),
+    "rho": ("finite", "weakly relevant tokens carry rho * mu"),
+    "n_relevant": ("integer >= 1", "relevant tokens per sample"),
+    "n_weak_aligned": ("integer >= 0", "weakly relevant tokens aligned with the label"),
+    "n_weak_opposite": ("integer >= 0", "weakly relevant tokens opposite to the label"),
+    "shuffle_roles": ("true, false", "random token positions for the roles"),
+    "noise_rate": ("[0, 1)", "fraction of flipped training labels"),
+    "label_noise": ("balanced, exact, iid", "how the flipped labels are chosen"),
+    "lr": ("> 0, finite, normal float64", "learning rate (the flow's time unit)"),
+    "optimizer": (
+        "gd, normalized",
+        "the step: lr * gradient, or lr * gradient / |gradient| per trained block",
+    ),
+    "steps": ("integer >= 0", "GD steps (or flow time in steps)"),
+    "train": ("non-empty subset of W, p, nu", "the trained blocks"),
+    "init_W": ("kaiming_uniform, gaussian, identity", "initialization of W"),
+    "init_W_scale": ("> 0 (default 1/sqrt(3d))", "standard deviation of W(0)'s entries"),
+    "init_p": ("zeros, gaussian", "initialization of p"),
+    "init_p_scale": ("> 0 (default 1/sqrt(d))", "standard deviation of p(0)'s entries"),
+    "loss": ("logistic, linear", "training loss"),
+    "seed": ("integer >= 0", "seed of every random stream"),
+    "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),
+    "engine": ("auto, dense, reduced, implicit", "the exact coordinates the run uses"),
+    "integrator": ("gd, flow", "gradient descent, or gradient flow"),
+    "flow_method": ("RK45, DOP853", "the flow's Runge-Kutta method"),
+    "flow_rtol": ("> 0", "the flow's relative tolerance"),
+    "flow_atol": ("> 0", "the flow's absolute tolerance"),
+    "log_scale": ("linear, log", "spacing of the logged steps"),
+    "log_every": ("integer >= 1", "steps between log points (linear)"),
+    "log_points": ("integer >= 2", "log points (log)"),
+    "pop_log_points": ("integer >= 2", "log points that also get population metrics"),
+    "pop_points": ("power of two >= 16", "quasi-random points of the population metrics"),
+    "benign_error": ("(0, 1)", "excess error up to which overfitting is benign"),
+    "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
+    "clean_twin": ("true, false (default true; false for the encoder)", "train the clean-label twin"),
+    "model": (", ".join(registry.MODELS), "the model"),
+    "mlp_dim": ("integer >= 1 (encoder only)", "the encoder's MLP width"),
+    "skip": ("true, false (encoder only)", "the encoder's residual connections"),
+    "init_cls_scale": ("> 0 (encoder only)", "standard deviation of the CLS token"),
+    "limit": ("true, false", "compute the max-margin limit of the selection"),
+}
+
+
+def describe_keys() -> str:
+    """Every config key with its default, allowed values and meaning (``attnsim keys``)."""
+    c = Config()
+    rows = [(k, "-" if getattr(c, k) is None else str(getattr(c, k)), *KEY_HELP[k]) for k in KEYS]
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    head = f"{'key':{w[0]}}  {'default':{w[1]}}  {'allowed':{w[2]}}  meaning"
+    return "\n".join([head] + [f"{k:{w[0]}}  {v:{w[1]}}  {a:{w[2]}}  {m}" for k, v, a, m in rows])

@@ -1,0 +1,60 @@
+"""Optimizers other than plain GD (SPEC §15): normalized GD steps each trained
+block by lr * G / |G|, exactly in every engine (the reduced and implicit
+coordinates are orthonormal frames, so every block's norm is the same there);
+the flow and the encoder refuse it."""
+
+import numpy as np
+import pytest
+
+import attnsim
+from attnsim.config import Config, ConfigError
+from attnsim.models.attention.steppers import Segment
+from attnsim.sweep.spec import _key_of, record_key
+
+QUIET = {"d": 400, "steps": 400, "log_every": 20, "optimizer": "normalized", "lr": 0.002}
+
+
+def test_normalized_gd_is_the_same_in_the_dense_and_reduced_engines_and_both_step_forms():
+    runs = {e: attnsim.simulate({**QUIET, "engine": e}) for e in ("dense", "reduced")}
+    a, b = runs["dense"].trajectory, runs["reduced"].trajectory
+    assert runs["reduced"].engine["gd_state"] == "W (k x r)"
+    for key in ("train_loss", "p_norm", "W_dev"):
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-11, atol=1e-14, err_msg=key)
+    xw = attnsim.simulate({**QUIET, "engine": "reduced", "log_every": 400, "pop_log_points": 2})
+    assert xw.engine["gd_state"] == "X W (n*T x r)"  # log points far apart: the X W form
+    assert xw.final["train_loss"] == pytest.approx(a["train_loss"][-1], rel=1e-11)
+    assert xw.final["p_norm"] == pytest.approx(a["p_norm"][-1], rel=1e-11)
+
+
+@pytest.mark.parametrize("train", ["p", "W", "W,p", "W,p,nu"])
+def test_every_trained_block_moves_by_exactly_lr_per_step(train):
+    rng = np.random.default_rng(1)
+    n, T, k = 5, 3, 6
+    X, y = rng.standard_normal((n * T, k)), np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    W, p, nu = rng.standard_normal((k, k)), rng.standard_normal(k), rng.standard_normal(k)
+    seg = Segment(
+        X, y, W, p, nu, T, 0.01, train.split(","), "logistic", np.zeros(n * T), optimizer="normalized"
+    )
+    for _ in range(5):
+        before = {b: v.copy() for b, v in seg.state().items()}
+        seg.advance(0, 1)
+        for block, now in seg.state().items():
+            moved = float(np.linalg.norm(now - before[block]))
+            assert moved == pytest.approx(0.01 if block in train.split(",") else 0.0, rel=1e-12, abs=1e-300)
+
+
+def test_normalized_gd_refuses_the_flow_and_the_encoder():
+    with pytest.raises(ConfigError, match="optimizer"):
+        Config(optimizer="normalized", integrator="flow")
+    with pytest.raises(ConfigError, match="optimizer"):
+        attnsim.simulate({"model": "encoder", "optimizer": "normalized", "d": 8, "mlp_dim": 4, "steps": 1})
+    with pytest.raises(ConfigError, match="optimizer"):
+        Config(optimizer="sgd")
+
+
+def test_the_new_key_at_its_default_keeps_every_earlier_record_key_and_run_hash():
+    cfg = Config(d=300, noise_rate=0.1)
+    old = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}  # a config from before the key
+    assert record_key(cfg) == _key_of(old, None)
+    assert record_key(cfg.replace(optimizer="normalized")) != record_key(cfg)
+    assert cfg.hash() != cfg.replace(optimizer="normalized").hash()
