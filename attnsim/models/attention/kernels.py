@@ -373,9 +373,8 @@ def _in_loop_records(data, work, step, fit_since, S_acc):
 
 @njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
 def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_since, S_acc):
-    """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which of
-    the three are updated), keeping the in-loop records; ``normalized``: each
-    block steps by lr * G / |G|_F (a block with zero gradient does not move).
+    """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which are updated; ``normalized``:
+    each by lr * G / |G|_F, none for a zero G), keeping the in-loop records.
 
     At each state tau (tau = step0 .. step0 + nsteps - 1, before update tau + 1):
     ``fit_since[i]`` is the first step of the current run of states in which
@@ -396,24 +395,27 @@ def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_
         if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
             return FROZEN, step
         lr_W = _over(lr, math.sqrt(_sumsq(work.g) * _sumsq(p))) if normalized else lr  # |g p^T| = |g||p|
-        lr_nu = _over(lr, math.sqrt(_sumsq(work.gnu))) if normalized and train_nu else lr
         if train_W:
             _w_pass(W, work.g, work.g, p, lr_W, work.gp, work.part)
         elif train_p:
             np.dot(work.g, W, work.gp)
         if train_p:
-            lr_p = _over(lr, math.sqrt(_sumsq(work.gp))) if normalized else lr
-            for j in range(p.size):
-                p[j] -= lr_p * work.gp[j]
+            _descend(p, work.gp, lr, normalized)
         if train_nu:
-            for j in range(nu.size):
-                nu[j] -= lr_nu * work.gnu[j]
+            _descend(nu, work.gnu, lr, normalized)
     return OK, step0 + nsteps
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
 def _over(lr, norm):  # lr / norm, and 0 for a zero gradient (that block takes no step)
     return lr / norm if norm > 0.0 else 0.0
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _descend(x, g, lr, normalized):  # x -= lr g (normalized: lr g / |g|)
+    step = _over(lr, math.sqrt(_sumsq(g))) if normalized else lr
+    for j in range(x.size):
+        x[j] -= step * g[j]
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
@@ -441,9 +443,7 @@ def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v,
         elif train_p:
             np.dot(work.c, B, work.gp)
         if train_p:
-            lr_p = _over(lr, math.sqrt(_sumsq(work.gp))) if normalized else lr
-            for j in range(p.size):
-                p[j] -= lr_p * work.gp[j]
+            _descend(p, work.gp, lr, normalized)
     return OK, step0 + nsteps
 
 
