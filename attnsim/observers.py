@@ -37,9 +37,11 @@ class Recorder:
     observations wait in a buffer of at most ``RECORD_CHUNK`` log points.
     """
 
-    def __init__(self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int):
+    def __init__(
+        self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int, normalized: bool = False
+    ):
         self.ds, self.grid = ds, grid
-        self.lr, self.d = lr, d  # for the saturation warning
+        self.lr, self.d, self.normalized = lr, d, normalized  # for the saturation warning
         self._S_frozen: np.ndarray | None = None  # S_acc when the stepper froze, and its rate since
         self._incr: np.ndarray | None = None
         self._frozen_at: int | None = None
@@ -180,11 +182,14 @@ class Recorder:
         out = []
         if self._frozen_at is None and self.saturated_at is not None:
             n_hot = int(np.sum(self.last.s.max(axis=1) == 1.0))
-            msg = (
-                f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
-                f"in float64 by step {self.saturated_at}, so their gradients vanish; "
-                f"the first logit step grows like lr*sigma^2*d: reduce lr (lr={self.lr:g}, d={self.d})"
-            )
+            head = (f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
+                    f"in float64 by step {self.saturated_at}")  # fmt: skip
+            if self.normalized:  # the steps keep their length: what is lost is the gradient's direction
+                msg = (f"{head}, so their gradients are below float64's resolution and normalized steps "
+                       "follow rounding from there on: read the trajectory up to that step")  # fmt: skip
+            else:
+                msg = (f"{head}, so their gradients vanish; the first logit step grows like lr*sigma^2*d: "
+                       f"reduce lr (lr={self.lr:g}, d={self.d})")  # fmt: skip
             out.append(msg)
             warnings.warn(msg, stacklevel=3)
         return self.arrays(), fit, out

@@ -217,7 +217,7 @@ def _train(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray, save_scores:
     grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     stepper = problem.stepper(cfg, rel, y=ds.y)
     evaluate = problem.evaluator(cfg, pop)
-    recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d)
+    recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, normalized=cfg.optimizer == "normalized")
     traj = run(stepper, recorder, grid, cfg.lr, evaluate, at=pop_indices(len(grid), cfg.pop_log_points),
                progress=progress, log_bar=cfg.log_scale == "log", watch=watch, snapshots=refine,
                meanwhile=meanwhile)  # fmt: skip

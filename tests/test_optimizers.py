@@ -58,3 +58,11 @@ def test_the_new_key_at_its_default_keeps_every_earlier_record_key_and_run_hash(
     assert record_key(cfg) == _key_of(old, None)
     assert record_key(cfg.replace(optimizer="normalized")) != record_key(cfg)
     assert cfg.hash() != cfg.replace(optimizer="normalized").hash()
+
+
+def test_saturation_under_normalized_steps_says_the_direction_is_lost_not_to_reduce_lr():
+    cfg = {"train": "p", "init_W": "identity", "d": 200, "lr": 4e-4, "optimizer": "normalized",
+           "steps": 10**4, "log_scale": "log", "log_points": 60, "noise_rate": 0.0}  # fmt: skip
+    with pytest.warns(UserWarning, match="below float64's resolution and normalized steps follow rounding"):
+        r = attnsim.simulate(cfg)
+    assert not any("reduce lr" in w for w in r.warnings)
