@@ -48,7 +48,7 @@ from numba import njit
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, FASTMATH
-from .linalg import Held, Outer, _Now, dense_grads, dot, mm, mm_t, rows_dot, rows_sum
+from .linalg import Held, NoneHeld, Outer, dense_grads, dot, mm, mm_t, rows_dot, rows_sum
 from .params import param_shapes
 
 LN_EPS = 1e-5
@@ -241,7 +241,7 @@ def forward(
     uc, nc, rc = layer_norm(c[None, :], g1, b1n)
     Wqkv = P["W_qkv"]
     Wq, Wk, Wv = Wqkv[:d], Wqkv[d : 2 * d], Wqkv[2 * d :]
-    W = _Now if held is None else held
+    W = NoneHeld if held is None else held
     q = W.mv(0, Wq, uc[0])
     kappa = W.mtv(1, Wk, q)
     s = 1.0 / math.sqrt(d)
@@ -346,7 +346,7 @@ def backward(
     dkappa = s * (dl_c * uc + m_dl * g1 + dl_x * b1n)
     duc = rows_sum(dubar, a[:, 0]) + s * dl_c * kappa
     q = cache["q"]
-    W = _Now if held is None else held
+    W = NoneHeld if held is None else held
     dq = W.mv(1, Wk, dkappa)
     G_Wk = Outer(q[None, :], dkappa[None, :])
     G_Wq = Outer(dq[None, :], uc[None, :])

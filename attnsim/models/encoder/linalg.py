@@ -94,7 +94,7 @@ class Held:
         self.k = 0
 
 
-class _Now:
+class NoneHeld:
     """W_q and W_k as they are (no updates held)."""
 
     @staticmethod
