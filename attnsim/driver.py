@@ -34,7 +34,7 @@ class Recorder(Protocol):
 
     def add(self, j: int, evaluated: dict) -> None: ...
 
-    def frozen(self, stepper: Stepper, step: int) -> None: ...
+    def frozen(self, stepper: Stepper, step: int) -> str: ...
 
     def finish(self, stepper: Stepper, steps: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]: ...
 
@@ -118,8 +118,7 @@ def run(
                     )
                 if status == FROZEN:
                     frozen_at = reached
-                    recorder.frozen(stepper, reached)
-                    msg = f"frozen after step {reached}: every gradient underflows to 0 (reduce lr)"
+                    msg = recorder.frozen(stepper, reached)
                     traj_warnings.append(msg)
                     warnings.warn(msg, stacklevel=2)
                     break

@@ -62,11 +62,16 @@ class Recorder:
         )
         self.last: Observation | None = None
 
-    def frozen(self, stepper: Any, step: int) -> None:
-        """The stepper stopped moving after ``step``: its frakS keeps accumulating at the last rate."""
+    def frozen(self, stepper: Any, step: int) -> str:
+        """The stepper stopped moving after ``step``: its frakS keeps accumulating at the
+        last rate. Returns the run's warning."""
         self._frozen_at = step
         self._incr = stepper.relevant_increments(stepper.observe().s)
         self._S_frozen = stepper.S_acc.copy()
+        head = f"frozen after step {step}: every gradient underflows to 0"
+        if self.normalized:  # a smaller lr only delays it: the scores themselves are one-hot
+            return f"{head} (every score but the top one below exp(-745)); later steps keep that state"
+        return f"{head} (reduce lr)"
 
     def record(self, j: int, target: int, stepper: Any, evaluated: dict) -> None:
         """The state of ``stepper`` at log point ``j`` (step ``target``), with the metrics ``evaluated``."""
@@ -111,7 +116,7 @@ class Recorder:
             if bad.any():
                 raise _overflow(self.rows[first + int(np.argmax(bad))]["step"], key, v[bad][0])
             self.columns.setdefault(key, []).append(v)
-        self.hot.append(np.sum(s.max(axis=2) == 1.0, axis=1) * 2 >= s.shape[1])
+        self.hot.append(np.sum(_one_hot(s, self.normalized), axis=1) * 2 >= s.shape[1])
         sel = s.argmax(axis=2)
         self.extra["selected"].extend(sel)
         roles = self.ds.roles
@@ -181,18 +186,26 @@ class Recorder:
         fit[fitted_now & (fit < 0)] = steps
         out = []
         if self._frozen_at is None and self.saturated_at is not None:
-            n_hot = int(np.sum(self.last.s.max(axis=1) == 1.0))
+            n_hot = int(np.sum(_one_hot(self.last.s, self.normalized)))
             head = (f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
                     f"in float64 by step {self.saturated_at}")  # fmt: skip
             if self.normalized:  # the steps keep their length: what is lost is the gradient's direction
-                msg = (f"{head}, so their gradients are below float64's resolution and normalized steps "
-                       "follow rounding from there on: read the trajectory up to that step")  # fmt: skip
+                msg = (f"{head} (every other score below exp(-745)), so their gradients are zero and "
+                       "normalized steps follow the other samples alone from there on: read the "
+                       "trajectory up to that step")  # fmt: skip
             else:
                 msg = (f"{head}, so their gradients vanish; the first logit step grows like lr*sigma^2*d: "
                        f"reduce lr (lr={self.lr:g}, d={self.d})")  # fmt: skip
             out.append(msg)
             warnings.warn(msg, stacklevel=3)
         return self.arrays(), fit, out
+
+
+def _one_hot(s: np.ndarray, exact: bool) -> np.ndarray:
+    """Samples whose scores (last axis) are one-hot in float64: the top score
+    rounds to 1 (plain GD's gradients are then below its step's resolution), or
+    with ``exact`` every other score is 0 (the gradient itself is 0)."""
+    return np.sum(s > 0.0, axis=-1) == 1 if exact else s.max(axis=-1) == 1.0
 
 
 def _check_finite(row: dict) -> None:

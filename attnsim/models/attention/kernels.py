@@ -217,24 +217,29 @@ def _forward_backward(data, W, p, nu, work, values_stale, want_gnu):
 @njit(cache=CACHE, fastmath=FASTMATH)
 def _block_coeffs(data, i0, i1, work):
     """Samples i0..i1-1: stable softmax s, outputs f, c_it = a_i s_it (u_it - f_i)
-    = dL/dz_it and w_it = a_i s_it, with a_i = dL/df_i; returns their summed loss."""
+    = dL/dz_it and w_it = a_i s_it, with a_i = dL/df_i; returns their summed loss.
+    u_it - f_i is formed as (u_it - u_top) - sum_t' s_it' (u_it' - u_top) around
+    the top-scored token, so the gradient keeps its direction while the other
+    tokens' scores are below float64's resolution of 1 (down to exp(-745))."""
     y, T, n = data.y, data.T, data.y.size
     z, u, s, c, w = work.z, work.u, work.s, work.c, work.w
     total = 0.0
     for i in range(i0, i1):
         base = i * T
-        zmax = z[base]
+        top = base
         for t in range(base + 1, base + T):
-            if z[t] > zmax:
-                zmax = z[t]
+            if z[t] > z[top]:
+                top = t
         ssum = 0.0
         for t in range(base, base + T):
-            s[t] = math.exp(z[t] - zmax)
+            s[t] = math.exp(z[t] - z[top])
             ssum += s[t]
         fi = 0.0
+        rest = 0.0  # f_i - u_top as sum_t s_t (u_t - u_top): no cancellation when s_top rounds to 1
         for t in range(base, base + T):
             s[t] /= ssum
             fi += s[t] * u[t]
+            rest += s[t] * (u[t] - u[top])
         work.f[i] = fi
         m = y[i] * fi
         if data.loss_kind == LINEAR:
@@ -245,7 +250,7 @@ def _block_coeffs(data, i0, i1, work):
             a = -(y[i] / n) * _sigmoid(-m)
         for t in range(base, base + T):
             w[t] = a * s[t]
-            c[t] = w[t] * (u[t] - fi)
+            c[t] = w[t] * ((u[t] - u[top]) - rest)
     return total
 
 
@@ -394,6 +399,10 @@ def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_
         _in_loop_records(data, work, step, fit_since, S_acc)
         if _all_zero(work.g) and (not train_nu or _all_zero(work.gnu)):
             return FROZEN, step
+        if normalized:  # only directions count: scale g (and with it W^T g) to max |g_j| = 1
+            _unit(work.g)
+            if train_nu:
+                _unit(work.gnu)
         lr_W = _over(lr, math.sqrt(_sumsq(work.g) * _sumsq(p))) if normalized else lr  # |g p^T| = |g||p|
         if train_W:
             _w_pass(W, work.g, work.g, p, lr_W, work.gp, work.part)
@@ -409,6 +418,16 @@ def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_
 @njit(cache=CACHE, fastmath=FASTMATH)
 def _over(lr, norm):  # lr / norm, and 0 for a zero gradient (that block takes no step)
     return lr / norm if norm > 0.0 else 0.0
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _unit(a):  # a /= max |a_j| in place: a normalized step's direction, with no underflow in its norm
+    m = 0.0
+    for j in range(a.size):
+        m = max(m, abs(a[j]))
+    if m > 0.0:
+        for j in range(a.size):
+            a[j] /= m
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -436,6 +455,8 @@ def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v,
         _in_loop_records(data, work, step, fit_since, S_acc)
         if _all_zero(work.c):
             return FROZEN, step
+        if normalized:
+            _unit(work.c)  # as in _gd_segment
         if train_W:
             np.dot(K, work.c, v)  # X g, g = X^T c
             lr_W = _over(lr, math.sqrt(max(np.dot(work.c, v), 0.0) * _sumsq(p))) if normalized else lr
@@ -445,41 +466,6 @@ def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v,
         if train_p:
             _descend(p, work.gp, lr, normalized)
     return OK, step0 + nsteps
-
-
-@njit(cache=CACHE, fastmath=FASTMATH)
-def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
-    """Gradient-flow vector field -grad L at the state (W, p, nu).
-
-    Layout of out: [W (k*r) if trained, p (r) if trained, nu (k) if trained,
-    S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S counts in units
-    of GD steps (t = lr * step). W, p, nu come contiguous (views of the packed
-    state where trained): a view taken here would be copied before each product.
-    ``values_stale``: work.u does not hold X nu (always, when nu is trained).
-    Returns the loss (NaN flags divergence).
-    """
-    train_W, train_p, train_nu = train
-    k, r = W.shape
-    L = _forward_backward(data, W, p, nu, work, values_stale or train_nu, train_nu)
-    j = 0
-    if train_W:
-        for a in range(k):
-            ga = -work.g[a]
-            for b in range(r):
-                out[j + b] = ga * p[b]
-            j += r
-    if train_p:
-        np.dot(work.g, W, work.gp)
-        for b in range(r):
-            out[j] = -work.gp[b]
-            j += 1
-    if train_nu:
-        for a in range(k):
-            out[j] = -work.gnu[a]
-            j += 1
-    for i in range(data.y.size):
-        out[j + i] = _relevant_increment(work.s, data.rel, data.T, i) / lr
-    return L
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)

@@ -13,12 +13,12 @@ from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
 from ..base import Observation
+from .flow_kernels import _flow_rhs
 from .kernels import (
     XW_MAX_COND,
     XW_MAX_TOKENS,
     XW_MIN_LOG_GAP,
     Data,
-    _flow_rhs,
     _forward,
     _forward_backward,
     _gd_segment,
