@@ -52,6 +52,10 @@ class Config:
     label_noise: str = "balanced"
     lr: float = 5e-3
     optimizer: str = "gd"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.01
     steps: int = 1000
     train: str = "W,p"
     init_W: str = "kaiming_uniform"
@@ -141,7 +145,8 @@ def _default_test_n(model: str) -> int:
 
 # keys added after records existed: at these values they hash as if absent, so every
 # record and run folder written before them keeps its key
-LATER_KEYS = {"optimizer": "gd"}
+ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
+LATER_KEYS = {"optimizer": "gd", **ADAM_KEYS}
 
 
 def hashed(config: dict) -> dict:
@@ -162,7 +167,7 @@ _CHOICES = {
     "loss": ("logistic", "linear"),
     "engine": ("auto", "dense", "reduced", "implicit"),
     "integrator": ("gd", "flow"),
-    "optimizer": ("gd", "normalized"),
+    "optimizer": ("gd", "normalized", "adam"),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
     "model": tuple(registry.MODELS),
@@ -301,6 +306,12 @@ def _validate(c: Config) -> None:
         not c.limit or c.train_set & {"W", "p"},
         "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)",
     )
+    for key in ("adam_beta1", "adam_beta2"):
+        _require(0 <= getattr(c, key) < 1, f"{key}: must be in [0, 1), got {getattr(c, key)}")
+    _require(c.adam_eps > 0, f"adam_eps: must be > 0, got {c.adam_eps}")
+    _require(c.weight_decay >= 0, f"weight_decay: must be >= 0, got {c.weight_decay}")
+    for key, default in ADAM_KEYS.items():
+        _require(c.optimizer == "adam" or getattr(c, key) == default, f"{key}: applies to optimizer=adam")
     _require(
         c.optimizer == "gd" or c.integrator == "gd",
         f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",

@@ -3,12 +3,14 @@ block by lr * G / |G|, exactly in every engine (the reduced and implicit
 coordinates are orthonormal frames, so every block's norm is the same there);
 the flow and the encoder refuse it."""
 
+from pathlib import Path
+
 import mpmath
 import numpy as np
 import pytest
 
 import attnsim
-from attnsim.config import Config, ConfigError
+from attnsim.config import ADAM_KEYS, Config, ConfigError
 from attnsim.models.attention.kernels import Data, _block_coeffs, work_for
 from attnsim.models.attention.steppers import Segment
 from attnsim.sweep.spec import _key_of, record_key
@@ -100,3 +102,76 @@ def test_the_logit_gradient_keeps_its_direction_when_the_top_score_rounds_to_one
     a = -1 / (1 + mpmath.exp(f))
     want = np.array([float(a * si * (ui - f)) for si, ui in zip(s, u)])
     assert want[0] != 0.0 and np.allclose(work.c, want, rtol=1e-12, atol=0)
+
+
+FIXTURE = Path(__file__).parent / "data" / "optimizers_small.npz"  # by tests/data/record_optimizers.py
+PARITY = {
+    "adamw": {"train": "W,p", "optimizer": "adam"},
+    "adamw_all": {
+        "train": "W,p,nu",
+        "optimizer": "adam",
+        "adam_beta1": 0.8,
+        "adam_beta2": 0.99,
+        "adam_eps": 1e-6,
+        "weight_decay": 0.1,
+    },  # fmt: skip
+    "normalized": {"train": "W,p,nu", "optimizer": "normalized"},
+}
+
+
+@pytest.mark.parametrize(
+    "name, engine",
+    [("adamw", "dense"), ("adamw_all", "auto"), ("normalized", "dense"), ("normalized", "reduced")],
+)
+def test_per_step_losses_equal_torchs_float64_runs(name, engine):
+    f = np.load(FIXTURE)
+    cfg = {**PARITY[name], "lr": float(f[f"{name}_lr"]), "steps": int(f["steps"]), "log_every": 1,
+           "pop_log_points": 2, "engine": engine}  # fmt: skip
+    r = attnsim.simulate(cfg, data=FIXTURE)
+    loss = r.trajectory["train_loss"]
+    np.testing.assert_allclose(loss[:-1], f[f"{name}_loss_before_step"], rtol=1e-9, atol=0)
+    assert loss[-1] == pytest.approx(float(f[f"{name}_loss_final"]), rel=1e-9, abs=0)
+    assert loss[-1] < 0.7 * loss[0]  # the runs learn
+
+
+def test_adam_steps_in_chunks_equal_one_call_and_snapshots_keep_the_moments():
+    cfg = {"d": 60, "n": 6, "T": 4, "steps": 120, "optimizer": "adam", "lr": 0.01, "pop_log_points": 2}
+    whole = attnsim.simulate({**cfg, "log_every": 120}).trajectory["train_loss"][-1]
+    cut = attnsim.simulate({**cfg, "log_every": 7}).trajectory["train_loss"][-1]
+    assert cut == whole
+    run = Config(**cfg)
+    problem_cfg = {**cfg, "engine": "dense"}
+    r = attnsim.simulate(problem_cfg)
+    seg = r.problem.stepper(Config(**problem_cfg), np.zeros(cfg["n"] * cfg["T"]))
+    seg.advance(0, 30)
+    snap = seg.snapshot()
+    seg.advance(30, 30)
+    after = seg.observe().loss
+    seg.restore(snap)
+    seg.advance(30, 30)
+    assert seg.observe().loss == after and run.optimizer == "adam"
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"engine": "reduced"}, "engine: reduced is not exact for optimizer=adam"),
+        ({"engine": "implicit", "init_W": "gaussian"}, "engine: implicit is not exact for optimizer=adam"),
+        ({"d": 20000}, "d: optimizer=adam runs in the dense engine"),
+        ({"integrator": "flow"}, "optimizer: adam is a rule for discrete steps"),
+        ({"model": "encoder"}, "optimizer"),
+        ({"optimizer": "gd", "adam_beta1": 0.5}, "adam_beta1: applies to optimizer=adam"),
+        ({"adam_beta2": 1.0}, r"adam_beta2: must be in \[0, 1\)"),
+        ({"adam_eps": 0.0}, "adam_eps: must be > 0"),
+        ({"weight_decay": -1.0}, "weight_decay: must be >= 0"),
+    ],
+)
+def test_adam_is_refused_in_one_line_where_it_is_not_exact_or_its_keys_are_wrong(over, match):
+    with pytest.raises(ConfigError, match=match):
+        attnsim.simulate({"optimizer": "adam", "steps": 2, **over})
+
+
+def test_the_adam_keys_at_their_defaults_keep_every_record_key():
+    cfg = Config(d=300)
+    old = {k: v for k, v in cfg.to_dict().items() if k not in ("optimizer", *ADAM_KEYS)}
+    assert record_key(cfg) == _key_of(old, None) and Config().hash() == cfg.replace(d=2000).hash()

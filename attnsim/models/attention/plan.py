@@ -12,6 +12,8 @@ KEEP_W0_BYTES = 256 * 1024**2  # setups up to d = 5792 draw W(0) once into a reu
 def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     """The engine to use and why (SPEC §4)."""
     dense_bytes = 8.0 * cfg.d * cfg.d
+    if cfg.optimizer == "adam":
+        return _adam_engine(cfg, dense_bytes)
     if cfg.engine == "implicit":
         _check_implicit(cfg, user_data)
         return "implicit", "requested"
@@ -97,6 +99,20 @@ def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None
     k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
     flops = 6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k if cfg.integrator == "gd" else 0.0
     check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
+
+
+def _adam_engine(cfg: Config, dense_bytes: float) -> tuple[str, str]:
+    """AdamW scales each coordinate of d by its own second moment, so neither the
+    reduced subspace nor the implicit factors keep its steps: dense or nothing."""
+    if cfg.engine not in ("auto", "dense"):
+        raise ConfigError(f"engine: {cfg.engine} is not exact for optimizer=adam (its per-coordinate "
+                          "steps leave the reduced coordinates); use engine=dense or auto")  # fmt: skip
+    if dense_bytes > DENSE_MAX_BYTES:
+        gb, most = dense_bytes / 1e9, DENSE_MAX_BYTES / 1e9
+        raise ConfigError(f"d: optimizer=adam runs in the dense engine, and a {cfg.d} x {cfg.d} W "
+                          f"would need {gb:.3g} GB (at most {most:.3g})")  # fmt: skip
+    why = "auto: optimizer=adam is exact in d coordinates only"
+    return "dense", "requested" if cfg.engine == "dense" else why
 
 
 def _check_implicit(cfg: Config, user_data: bool) -> None:

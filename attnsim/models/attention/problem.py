@@ -87,6 +87,7 @@ class Problem:
                 log_gap=cfg.steps
                 / max(1, n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points) - 1),
                 optimizer=cfg.optimizer,
+                adam=(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay),
             )
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
             return seg

@@ -30,6 +30,7 @@ from .kernels import (
     loss_kind_code,
     work_for,
 )  # fmt: skip
+from .optim_kernels import _adam_segment
 
 
 def outputs(
@@ -138,7 +139,7 @@ class Segment(AttentionModel):
 
     def __init__(self, *args: Any, optimizer: str = "gd") -> None:  # the arguments of AttentionModel
         super().__init__(*args)
-        if optimizer not in ("gd", "normalized"):
+        if optimizer not in ("gd", "normalized"):  # AdamSegment for adam
             raise ValueError(f"optimizer: {optimizer!r} (gd or normalized)")
         self.normalized = optimizer == "normalized"
         self.fit_since = -np.ones(self.data.y.size, dtype=np.int64)
@@ -161,6 +162,33 @@ class Segment(AttentionModel):
 
     def restore(self, snap: tuple) -> None:
         for dst, src in zip((self.W, self.p, self.nu, self.fit_since, self.S_acc), snap):
+            dst[...] = src
+
+
+class AdamSegment(Segment):
+    """AdamW steps (torch.optim.AdamW; :mod:`.optim_kernels`) in the W form of the
+    dense engine; ``adam`` = (beta1, beta2, eps, weight_decay). The moments are
+    part of the state a snapshot keeps."""
+
+    def __init__(self, *args: Any, adam: tuple[float, float, float, float]) -> None:
+        super().__init__(*args)
+        self.hyper = tuple(float(h) for h in adam)
+        k, r = self.W.shape
+        self.moments = tuple(np.zeros(size) for size in (k * r, k * r, r, r, k, k))
+        self.G_W = np.empty(k * r if self.train[0] else 0)
+
+    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        st, step = _adam_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, self.hyper,
+                                 self.moments, self.G_W, step0, nsteps, self.work, self.fit_since,
+                                 self.S_acc)  # fmt: skip
+        return int(st), int(step)
+
+    def snapshot(self) -> tuple:
+        return super().snapshot() + tuple(m.copy() for m in self.moments)
+
+    def restore(self, snap: tuple) -> None:
+        super().restore(snap[:5])
+        for dst, src in zip(self.moments, snap[5:]):
             dst[...] = src
 
 
@@ -318,6 +346,7 @@ def make_segment(
     rel: ArrayLike,
     log_gap: float,
     optimizer: str = "gd",
+    adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
 ) -> Segment:
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
     is fixed, there are no more tokens than rows of W (n*T <= k, at most
@@ -327,6 +356,8 @@ def make_segment(
     form (:class:`Segment`)."""
     X2 = f64(X2)
     nT, k = X2.shape
+    if optimizer == "adam":  # per-coordinate steps: the W form (the X W form's B = X W is a change of basis)
+        return AdamSegment(X2, y, W, p, nu, T, lr, train, loss, rel, adam=adam)
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
         K, chol = _token_gram(X2)
         if chol is not None:
