@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("config", nargs="?", help="TOML file with config keys")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--engine", help="shorthand for --set engine=NAME")
+    r.add_argument(
+        "--preset",
+        help="start from a sister paper's setting ('attnsim presets' lists them); --set keys override it",
+    )
     r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>)")
     r.add_argument(
         "--data",
@@ -98,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", help="the PNG to write (default: FOLDER/plot.png, or FOLDER/<metric>-vs-<key>.png)"
     )
     sub.add_parser("keys", help="list every config key with its default and allowed values")
+    sub.add_parser("presets", help="list the presets (sister papers' settings) with their sources")
     g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
     g.add_argument("--h", type=float, default=1e-6, help="central-difference step")
     g.add_argument("--seed", type=int, default=0)
@@ -200,6 +205,11 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
 
             print(describe_keys())
             return 0
+        if args.command == "presets":
+            from .presets import listing  # lazy
+
+            print(listing())
+            return 0
         build_parser().print_help()
         return 2
     except (UsageError, ConfigError, DataError, OutputError, PlotError) as exc:
@@ -239,6 +249,8 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     values = config_values(args.config, args.sets)
     if args.engine is not None:
         values["engine"] = args.engine
+    if args.preset is not None:
+        values["preset"] = args.preset
     cfg = from_mapping(values)
     from .data.real import BUILTIN  # lazy
 

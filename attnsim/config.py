@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from .presets import PRESETS, resolve
 from .words import suggest
 
 TRAIN_BLOCKS = ("W", "p", "nu")
@@ -48,6 +49,7 @@ class Config:
     n_weak_aligned: int = 1
     n_weak_opposite: int = 1
     shuffle_roles: bool = False
+    data_model: str = "sakamoto2025"
     noise_rate: float = 0.2
     label_noise: str = "balanced"
     lr: float = 5e-3
@@ -62,6 +64,7 @@ class Config:
     init_W_scale: float | None = None
     init_p: str = "zeros"
     init_p_scale: float | None = None
+    init_nu: str = "head"
     loss: str = "logistic"
     seed: int = 0
     test_n: int | None = None  # 0 for the attention model (population metrics), 1000 for the encoder
@@ -83,6 +86,7 @@ class Config:
     skip: bool = True
     init_cls_scale: float = 1.0
     limit: bool = False
+    preset: str = ""  # the preset the other keys started from ("": none); a label, never hashed
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -146,12 +150,13 @@ def _default_test_n(model: str) -> int:
 # keys added after records existed: at these values they hash as if absent, so every
 # record and run folder written before them keeps its key
 ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
-LATER_KEYS = {"optimizer": "gd", **ADAM_KEYS}
+LATER_KEYS = {"optimizer": "gd", **ADAM_KEYS, "data_model": "sakamoto2025", "init_nu": "head", "preset": ""}
 
 
 def hashed(config: dict) -> dict:
     """The config as hashes see it: the LATER_KEYS at their neutral values left out."""
-    return {k: v for k, v in config.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
+    return {k: v for k, v in config.items()
+            if k != "preset" and not (k in LATER_KEYS and v == LATER_KEYS[k])}  # fmt: skip
 
 
 def _default_clean_twin(model: str) -> bool:
@@ -168,6 +173,9 @@ _CHOICES = {
     "engine": ("auto", "dense", "reduced", "implicit"),
     "integrator": ("gd", "flow"),
     "optimizer": ("gd", "normalized", "adam"),
+    "data_model": ("sakamoto2025", "magen2025"),
+    "init_nu": ("head", "zeros"),
+    "preset": ("", *PRESETS),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
     "model": tuple(registry.MODELS),
@@ -316,6 +324,10 @@ def _validate(c: Config) -> None:
         c.optimizer == "gd" or c.integrator == "gd",
         f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
     )
+    if c.data_model == "magen2025":
+        _require(c.role_counts == (1, 0, 0, 1), f"data_model: magen2025 has T = 2 tokens, one signal and one "
+                 f"noise token (n_weak_* = 0), got role counts {c.role_counts}")  # fmt: skip
+        _require(not c.limit, "limit: the max-margin limit is built for data_model=sakamoto2025")
     _require(
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
@@ -385,7 +397,11 @@ def from_mapping(values: Mapping[str, Any], base: Config | None = None) -> Confi
             raise ConfigError(f"config keys are strings (names such as 'd' or 'lr'), got {key!r}")
         if key not in KEYS:
             raise ConfigError(unknown_key_message(key))
-    return Config(**dict(values)) if base is None else base.replace(**dict(values))
+    try:
+        values = resolve(values)  # a preset's keys under the user's
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return Config(**values) if base is None else base.replace(**values)
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

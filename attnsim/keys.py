@@ -19,6 +19,11 @@ KEY_HELP = {
     "n_weak_aligned": ("integer >= 0", "weakly relevant tokens aligned with the label"),
     "n_weak_opposite": ("integer >= 0", "weakly relevant tokens opposite to the label"),
     "shuffle_roles": ("true, false", "random token positions for the roles"),
+    "data_model": (
+        "sakamoto2025, magen2025",
+        "the tokens: the paper's roles with isotropic noise on every token, or Magen et al.'s T = 2 "
+        "(signal token y mu exactly, noise token N(0, sigma^2 (I - P_mu)))",
+    ),
     "noise_rate": ("[0, 1)", "fraction of flipped training labels"),
     "label_noise": ("balanced, exact, iid", "how the flipped labels are chosen"),
     "lr": ("> 0, finite, normal float64", "learning rate (the flow's time unit)"),
@@ -36,6 +41,8 @@ KEY_HELP = {
     "init_W_scale": ("> 0 (default 1/sqrt(3d))", "standard deviation of W(0)'s entries"),
     "init_p": ("zeros, gaussian", "initialization of p"),
     "init_p_scale": ("> 0 (default 1/sqrt(d))", "standard deviation of p(0)'s entries"),
+    "init_nu": ("head, zeros", "nu(0): the official head (mu+ - mu-)/|mu+ - mu-|/|mu|, or 0"),
+    "preset": ("a name from 'attnsim presets'", "start from a sister paper's setting; other keys override"),
     "loss": ("logistic, linear", "training loss"),
     "seed": ("integer >= 0", "seed of every random stream"),
     "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),

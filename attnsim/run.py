@@ -197,7 +197,7 @@ def simulate(
             **_file_identity(data),
             "n_noisy": ds.n_noisy,
             "noisy_index": np.flatnonzero(ds.noisy).tolist(),
-            "population": spec.population_note(ds, problem),
+            "population": getattr(pop, "method", None) or spec.population_note(ds, problem),
             "test_set": test_set_note(cfg.seed, ds, problem),
             "status": traj.status,
             "frozen_at": traj.frozen_at,

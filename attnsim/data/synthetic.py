@@ -33,16 +33,32 @@ from fractions import Fraction
 import numpy as np
 
 from ..config import Config
-from .dataset import RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, Dataset, Streams
+from .dataset import IRRELEVANT, RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, Dataset, Streams
 
 
-def signals(d: int, signal_norm: float) -> tuple[np.ndarray, np.ndarray]:
-    """mu+ = |mu| e1 and mu- = |mu| e2 (in d or in engine coordinates)."""
+def signals(d: int, signal_norm: float, data_model: str = "sakamoto2025") -> tuple[np.ndarray, np.ndarray]:
+    """mu+ = |mu| e1 and mu- = |mu| e2, or mu- = -mu+ under data_model magen2025
+    (in d or in engine coordinates)."""
     mu_pos = np.zeros(d)
     mu_neg = np.zeros(d)
     mu_pos[0] = signal_norm
-    mu_neg[1] = signal_norm
+    if data_model == "magen2025":
+        mu_neg[0] = -signal_norm
+    else:
+        mu_neg[1] = signal_norm
     return mu_pos, mu_neg
+
+
+def shape_noise(cfg: Config, X: np.ndarray, roles: np.ndarray, mu_pos: np.ndarray) -> None:
+    """The data model's noise from isotropic draws X (m, T, k), in place: under
+    magen2025 the signal token carries none and the noise token's covariance is
+    sigma^2 (I - P_mu) (its component along mu removed); else unchanged. The
+    draws are the same numbers either way, so the random streams do not change."""
+    if cfg.data_model != "magen2025":
+        return
+    X[roles != IRRELEVANT] = 0.0
+    mu_hat = mu_pos / np.linalg.norm(mu_pos)
+    X -= (X @ mu_hat)[..., None] * mu_hat
 
 
 def head(mu_pos: np.ndarray, mu_neg: np.ndarray) -> np.ndarray:
@@ -123,7 +139,9 @@ def draw_tokens(cfg: Config, y_true: np.ndarray, rng: np.random.Generator) -> tu
     (noise, then roles, then the means added)."""
     X = cfg.sigma * rng.standard_normal((y_true.size, cfg.T, cfg.d))
     roles = draw_roles(cfg, y_true.size, rng)
-    add_means(X, y_true, roles, cfg.rho, *signals(cfg.d, cfg.signal_norm))
+    mu = signals(cfg.d, cfg.signal_norm, cfg.data_model)
+    shape_noise(cfg, X, roles, mu[0])
+    add_means(X, y_true, roles, cfg.rho, *mu)
     return X, roles
 
 
@@ -147,6 +165,7 @@ def assemble(
 ) -> Dataset:
     """The training set from drawn noise X (n, T, k), its labels and the
     signals in the same k coordinates (the means are added to X in place)."""
+    shape_noise(cfg, X, roles, mu_pos)
     add_means(X, y_clean, roles, cfg.rho, mu_pos, mu_neg)
     ds = Dataset(
         X=X,
@@ -156,7 +175,7 @@ def assemble(
         mu_pos=mu_pos,
         mu_neg=mu_neg,
         sigma=cfg.sigma,
-        nu=head(mu_pos, mu_neg),
+        nu=head(mu_pos, mu_neg) if cfg.init_nu == "head" else np.zeros_like(mu_pos),
         rho=cfg.rho,
         role_counts=cfg.role_counts,
         source=source,
@@ -175,7 +194,7 @@ def assemble(
 def generate(cfg: Config, streams: Streams) -> Dataset:
     """The training set of a run in d dimensions (test sets are drawn by the engine)."""
     X = draw_noise(cfg, streams.data)
-    return assemble(cfg, X, *draw_labels(cfg, streams.data), *signals(cfg.d, cfg.signal_norm))
+    return assemble(cfg, X, *draw_labels(cfg, streams.data), *signals(cfg.d, cfg.signal_norm, cfg.data_model))
 
 
 def exact_fraction(x: float) -> Fraction:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...config import Config
-from ...data.synthetic import add_means, clean_labels, draw_roles
+from ...data.synthetic import add_means, clean_labels, draw_roles, shape_noise
 
 
 def bartlett(
@@ -68,6 +68,7 @@ def draw_test_set(
     y = clean_labels(m)
     roles = draw_roles(cfg, m, rng)
     X = cfg.sigma * rng.standard_normal((m, cfg.T, k))
+    shape_noise(cfg, X, roles, mu_pos)
     add_means(X, y, roles, cfg.rho, mu_pos, mu_neg)
     outside = None
     if U_perp is not None and U_perp.shape[0] > 0:

@@ -128,7 +128,8 @@ def _build_reduced_generated(
     Q = setup["Q"]
     # the signals |mu| e1, |mu| e2 in Q coordinates: Q^T mu = |mu| times a row of Q (the same
     # numbers as the product, without reading all of Q)
-    mu_pos, mu_neg = cfg.signal_norm * Q[0], cfg.signal_norm * Q[1]
+    mu_pos = cfg.signal_norm * Q[0]
+    mu_neg = -mu_pos if cfg.data_model == "magen2025" else cfg.signal_norm * Q[1]
     X = noise_Q.reshape(cfg.n, cfg.T, -1).copy()
     # the tokens (their means added in place by assemble) live in the problem, in Q coordinates
     ds = dataclasses.replace(assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg), X=None)
@@ -199,16 +200,17 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     else:
         cols = [X2.T] + [m[:, None] for m in (mu_pos, mu_neg) if m is not None]
         Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), nu)
+    identity = W0 is None and cfg.init_W == "identity"  # M = Q, (W(0) R)^T W(0) R = I: no pass over W(0)
     if single is not None:
         single.result()
         blocks = [(0, buf)]
     elif W0 is None:
-        blocks = W0_blocks(cfg, streams.init, d, buf=buf)
+        blocks = [] if identity else W0_blocks(cfg, streams.init, d, buf=buf)
     else:
         blocks = [(0, W0)]
     QT = np.ascontiguousarray(Q.T)
-    MT = None  # M^T = Q^T W(0), k x d (as Q^T times row blocks: faster in BLAS than W(0)^T Q)
-    for lo, block in blocks:
+    MT = QT if identity else None  # M^T = Q^T W(0), k x d (Q^T times row blocks: faster than W(0)^T Q)
+    for lo, block in [] if identity else blocks:
         part = _split_sum(lambda a, b, blk=block, lo=lo: QT[:, lo + a : lo + b] @ blk[a:b], block.shape[0])
         MT = part if MT is None else MT + part
     M = MT.T
@@ -223,10 +225,10 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     if single is not None:
         blocks = [(0, buf)]
     elif W0 is None:
-        blocks = W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
-    G = np.zeros((R.shape[1], R.shape[1]))
+        blocks = [] if identity else W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
+    G = np.eye(R.shape[1]) if identity else np.zeros((R.shape[1], R.shape[1]))
     RT = np.ascontiguousarray(R.T)
-    for _, block in blocks:
+    for _, block in [] if identity else blocks:
 
         def gram(a, b, blk=block):
             NT = RT @ blk[a:b].T  # (W(0) R)^T of the rows a..b

@@ -28,6 +28,8 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
         )
     if dense_bytes <= DENSE_MAX_BYTES:
         return "reduced", "auto: exact reduced coordinates (cost independent of d)"
+    if cfg.init_W == "identity":  # the reduced setup needs no pass over a d x d W(0) = I
+        return "reduced", "auto: exact reduced coordinates (W(0) = I needs no d x d array)"
     why = f"auto: a {cfg.d} x {cfg.d} W(0) would need {dense_bytes / 1e9:.3g} GB"
     try:
         _check_implicit(cfg, user_data)
@@ -116,6 +118,9 @@ def _adam_engine(cfg: Config, dense_bytes: float) -> tuple[str, str]:
 
 
 def _check_implicit(cfg: Config, user_data: bool) -> None:
+    if cfg.data_model != "sakamoto2025":
+        raise ConfigError(f"engine: implicit draws data_model=sakamoto2025 only; {cfg.data_model} runs in "
+                          "engine dense or reduced")  # fmt: skip
     if user_data:
         raise ConfigError("engine: implicit draws its own data; --data needs engine dense or reduced")
     if cfg.init_W != "gaussian":

@@ -70,6 +70,10 @@ class AttentionSpec:
     def population(self, cfg: Config, ds: Dataset, rng: np.random.Generator, ws: Workspace) -> Any:
         if ds.population_reason is not None:
             return None
+        if cfg.data_model == "magen2025":
+            from .magen import MagenPopulation  # lazy
+
+            return MagenPopulation(ds.sigma, float(np.linalg.norm(ds.mu_pos)), cfg.loss)
         from .population import cached_population  # lazy
 
         roles = np.repeat(np.arange(4), ds.role_counts)
