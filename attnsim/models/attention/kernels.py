@@ -1,60 +1,15 @@
 """Numba kernels of the attention model: forward pass, hand-derived gradients,
-a many-step gradient-descent kernel and the gradient-flow vector field.
+the many-step gradient-descent kernels and the gradient-flow vector field.
 
 Every ``@njit`` function here calls only functions of this file (numba's
 on-disk cache does not notice edits to callees in other files). The Python
 classes at the bottom validate and coerce input; the ``_kernels`` work on
 contiguous float64 arrays and write into preallocated buffers.
 
-Model and loss
---------------
-Tokens of sample i are the rows x_it (t = 1..T) of ``X2[i*T:(i+1)*T]`` (k wide).
-With W (k x r), p (r), nu (k)::
-
-    q = W p,   z_it = x_it . q,   s_i = softmax(z_i),   u_it = x_it . nu,
-    f_i = sum_t s_it u_it,        L = (1/n) sum_i l(y_i f_i),
-
-l(m) = log(1 + e^{-m}) (logistic) or l(m) = -m (linear).
-
-Gradient derivation
--------------------
-Write a_i = dL/df_i = (1/n) l'(y_i f_i) y_i, i.e. a_i = -(y_i/n) sigma(-y_i f_i)
-for the logistic loss and a_i = -y_i/n for the linear one.
-
-Softmax Jacobian: ds_it/dz_iv = s_it (delta_tv - s_iv), hence
-df_i/dz_iv = sum_t u_it s_it (delta_tv - s_iv) = s_iv (u_iv - f_i).
-
-Define c_iv = a_i s_iv (u_iv - f_i) = dL/dz_iv.  Since z_iv = x_iv^T W p,
-
-    dL/dq   = sum_{i,v} c_iv x_iv =: g            (k,)
-    dL/dW   = g p^T      (dz/dW_ab = x_a p_b)     (k, r)
-    dL/dp   = W^T g      (dz/dp = W^T x)          (r,)
-    dL/dnu  = sum_{i,t} a_i s_it x_it             (u_it = x_it . nu enters f linearly)
-
-The same formulas hold for a rectangular W, which the reduced engine uses.
-
-The X W form
-------------
-With nu fixed, W enters the loss only through the logits X W p, and every
-update of W is g p^T with g = X^T c (c = dL/dz). So B = X W (n*T x r) follows
-
-    B <- B - lr (K c) p^T,   p <- p - lr B^T c,   z = B p,   K = X X^T,
-
-and W = W(0) + X^T K^-1 (B - B(0)) (the update lies in the span of the tokens).
-A step then reads B twice and K once, where the W form reads W twice and X
-twice: about 30% faster for the reduced engine (n*T = k - 2). A log point
-needs no W (outputs from B p, |W - W(0)| = |L^-1 (B - B(0))| with K = L L^T,
-q = W p by one vector solve), which costs what this form saves in about 70
-steps; W is rebuilt only when asked for (:class:`XWState`). Runs whose log
-points are far apart use the form (:func:`make_segment`).
-
-Reproducibility
----------------
-No reduction runs across ``prange`` iterations: the parallel W pass splits the
-rows into ``N_CHUNKS`` fixed chunks, each chunk writes its own buffer row, and a
-serial loop adds the rows in order, so results do not depend on the number of
-threads. Matrix-vector products go through BLAS (``np.dot``); pin BLAS threads
-(threadpoolctl) for bitwise equality across thread settings (SPEC §10).
+The model, the hand-derived gradients (c = dL/dz, g = dL/dq = X^T c, dL/dW =
+g p^T, dL/dp = W^T g), the X W form (B = X W updated in place of W when nu is
+fixed) and why results do not depend on the number of threads are written
+out in docs/engines.md ("How the kernels compute").
 """
 
 from __future__ import annotations
@@ -443,29 +398,88 @@ def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v,
     (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except
     that divergence is seen in the loss (z = B p) and |p|^2 (|g|^2 = c . K c)."""
     train_W, train_p = train
-    n = data.y.size
     for k in range(nsteps):
         step = step0 + k
         if not math.isfinite(_sumsq(p)):
             return DIVERGED, step
-        np.dot(B, p, work.z)
-        L = _block_coeffs(data, 0, n, work)
+        L = _p_pass(data, B, p, work) if not train_W else _z_and_coeffs(data, B, p, work)
         if not math.isfinite(L):
             return DIVERGED, step
         _in_loop_records(data, work, step, fit_since, S_acc)
         if _all_zero(work.c):
             return FROZEN, step
-        if normalized:
-            _unit(work.c)  # as in _gd_segment
+        if normalized:  # as in _gd_segment (W fixed: p's gradient B^T c is already formed)
+            _unit(work.c if train_W else work.gp)
         if train_W:
             np.dot(K, work.c, v)  # X g, g = X^T c
             lr_W = _over(lr, math.sqrt(max(np.dot(work.c, v), 0.0) * _sumsq(p))) if normalized else lr
             _w_pass(B, work.c, v, p, lr_W, work.gp, work.part)
-        elif train_p:
-            np.dot(work.c, B, work.gp)
-        if train_p:
+        if train_p:  # (W fixed: work.gp = B^T c came from the same pass as the logits)
             _descend(p, work.gp, lr, normalized)
     return OK, step0 + nsteps
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _z_and_coeffs(data, B, p, work):  # z = B p and the coefficients; the summed loss
+    np.dot(B, p, work.z)
+    return _block_coeffs(data, 0, data.y.size, work)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _p_pass(data, B, p, work):
+    """z = B p, the coefficients c and work.gp = B^T c in one pass over B, in
+    blocks of whole samples of about ``CHUNK_FLOATS`` numbers (B is read once
+    per step, not twice: it rarely fits in cache); returns the summed loss."""
+    T, n, r = data.T, data.y.size, B.shape[1]
+    per = max(1, CHUNK_FLOATS // (T * r))
+    tmp = work.part[0]
+    for j in range(r):
+        work.gp[j] = 0.0
+    total = 0.0
+    for i0 in range(0, n, per):
+        i1 = min(n, i0 + per)
+        Bb = B[i0 * T : i1 * T]
+        np.dot(Bb, p, work.z[i0 * T : i1 * T])
+        total += _block_coeffs(data, i0, i1, work)
+        np.dot(work.c[i0 * T : i1 * T], Bb, tmp)
+        for j in range(r):
+            work.gp[j] += tmp[j]
+    return total
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
+    """Gradient-flow vector field -grad L at the state (W, p, nu).
+
+    Layout of out: [W (k*r) if trained, p (r) if trained, nu (k) if trained,
+    S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S counts in units
+    of GD steps (t = lr * step). W, p, nu come contiguous (views of the packed
+    state where trained): a view taken here would be copied before each product.
+    ``values_stale``: work.u does not hold X nu (always, when nu is trained).
+    Returns the loss (NaN flags divergence).
+    """
+    train_W, train_p, train_nu = train
+    k, r = W.shape
+    L = _forward_backward(data, W, p, nu, work, values_stale or train_nu, train_nu)
+    j = 0
+    if train_W:
+        for a in range(k):
+            ga = -work.g[a]
+            for b in range(r):
+                out[j + b] = ga * p[b]
+            j += r
+    if train_p:
+        np.dot(work.g, W, work.gp)
+        for b in range(r):
+            out[j] = -work.gp[b]
+            j += 1
+    if train_nu:
+        for a in range(k):
+            out[j] = -work.gnu[a]
+            j += 1
+    for i in range(data.y.size):
+        out[j + i] = _relevant_increment(work.s, data.rel, data.T, i) / lr
+    return L
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)

@@ -12,17 +12,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from ..base import Observation
-from .flow_kernels import _flow_rhs
+from ..base import DIVERGED, OK, Observation
 from .kernels import (
     XW_MAX_COND,
     XW_MAX_TOKENS,
     XW_MIN_LOG_GAP,
     Data,
+    _flow_rhs,
     _forward,
     _forward_backward,
     _gd_segment,
     _gd_segment_xw,
+    _in_loop_records,
     _outputs,
     _relevant_increments,
     _sq_dist,
@@ -30,7 +31,7 @@ from .kernels import (
     loss_kind_code,
     work_for,
 )  # fmt: skip
-from .optim_kernels import _adam_segment
+from .optim_kernels import _adamw, _adamw_outer
 
 
 def outputs(
@@ -167,21 +168,40 @@ class Segment(AttentionModel):
 
 class AdamSegment(Segment):
     """AdamW steps (torch.optim.AdamW; :mod:`.optim_kernels`) in the W form of the
-    dense engine; ``adam`` = (beta1, beta2, eps, weight_decay). The moments are
-    part of the state a snapshot keeps."""
+    dense engine; ``adam`` = (beta1, beta2, eps, weight_decay). Each step is a
+    kernel call for the loss and gradient, then one for each block's update (a
+    step costs O(d^2) here; the loop's ~10 us per step in Python does not show).
+    The moments are part of the state a snapshot keeps."""
 
     def __init__(self, *args: Any, adam: tuple[float, float, float, float]) -> None:
         super().__init__(*args)
         self.hyper = tuple(float(h) for h in adam)
         k, r = self.W.shape
-        self.moments = tuple(np.zeros(size) for size in (k * r, k * r, r, r, k, k))
-        self.G_W = np.empty(k * r if self.train[0] else 0)
+        self.moments = tuple(np.zeros(shape) for shape in ((k, r), (k, r), r, r, k, k))
 
     def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
-        st, step = _adam_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, self.hyper,
-                                 self.moments, self.G_W, step0, nsteps, self.work, self.fit_since,
-                                 self.S_acc)  # fmt: skip
-        return int(st), int(step)
+        """As :func:`_gd_segment` (statuses OK and DIVERGED: the moments move a
+        state whose gradient is zero, so it never freezes)."""
+        train_W, train_p, train_nu = self.train
+        b1, b2, eps, wd = self.hyper
+        m_W, v_W, m_p, v_p, m_nu, v_nu = self.moments
+        wk = self.work
+        for step in range(step0, step0 + nsteps):
+            L = _forward_backward(self.data, self.W, self.p, self.nu, wk, train_nu or step == step0, train_nu)
+            if not math.isfinite(L):
+                return DIVERGED, step
+            _in_loop_records(self.data, wk, step, self.fit_since, self.S_acc)
+            t = step + 1  # the update's number, as torch counts it
+            size, bc2 = self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
+            if train_p:
+                np.dot(wk.g, self.W, wk.gp)  # p's gradient at this state, before W moves
+            if train_W:
+                _adamw_outer(self.W, wk.g, self.p, m_W, v_W, self.lr, b1, b2, eps, wd, size, bc2)
+            if train_p:
+                _adamw(self.p, wk.gp, m_p, v_p, self.lr, b1, b2, eps, wd, size, bc2)
+            if train_nu:
+                _adamw(self.nu, wk.gnu, m_nu, v_nu, self.lr, b1, b2, eps, wd, size, bc2)
+        return OK, step0 + nsteps
 
     def snapshot(self) -> tuple:
         return super().snapshot() + tuple(m.copy() for m in self.moments)
@@ -219,9 +239,13 @@ class SegmentXW(Segment):
         if self.train[2]:
             raise ValueError("SegmentXW: nu must be fixed (train without nu)")
         X = self.data.X2
-        self.K, self.chol = _token_gram(X) if K is None else (K, chol)
-        if self.chol is None:
-            raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
+        self.fixed_W = not self.train[0]  # W = W(0) throughout: B = B(0), and K is never needed
+        if self.fixed_W:
+            self.K, self.chol = np.zeros((0, 0)), None
+        else:
+            self.K, self.chol = _token_gram(X) if K is None else (K, chol)
+            if self.chol is None:
+                raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
         self.B0 = np.ascontiguousarray(X @ self.W0)
         self.B = self.B0.copy()
         self.v = np.empty(X.shape[0])
@@ -229,7 +253,7 @@ class SegmentXW(Segment):
         self._fresh = True  # self.W is the W of self.B
 
     def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
-        self._fresh = False
+        self._fresh = self.fixed_W
         st, step = _gd_segment_xw(self.data, self.B, self.K, self.p, self.train[:2], self.lr, self.normalized,
                                   step0, nsteps, self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip
         return int(st), int(step)
@@ -249,8 +273,9 @@ class SegmentXW(Segment):
 
     def state(self) -> XWState:
         """The current state, detached from later steps; W is rebuilt only if asked for."""
-        if self._fresh:
-            return XWState(self, None, self.p.copy(), self.nu.copy(), W=self.W.copy())
+        if self._fresh:  # a W that never changes is shared, not copied
+            W = self.W if self.fixed_W else self.W.copy()
+            return XWState(self, None, self.p.copy(), self.nu.copy(), W=W)
         return XWState(self, self.B.copy(), self.p.copy(), self.nu.copy())
 
     def observe(
@@ -282,7 +307,7 @@ class SegmentXW(Segment):
     def restore(self, snap: tuple) -> None:
         for dst, src in zip((self.B, self.p, self.nu, self.fit_since, self.S_acc), snap):
             dst[...] = src
-        self._fresh = False
+        self._fresh = self.fixed_W
 
 
 class XWState(Mapping):
@@ -359,6 +384,8 @@ def make_segment(
     if optimizer == "adam":  # per-coordinate steps: the W form (the X W form's B = X W is a change of basis)
         return AdamSegment(X2, y, W, p, nu, T, lr, train, loss, rel, adam=adam)
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
+        if "W" not in train:  # p alone: B = X W(0) never changes, no K = X X^T to form
+            return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, optimizer=optimizer)
         K, chol = _token_gram(X2)
         if chol is not None:
             return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, K=K, chol=chol, optimizer=optimizer)
