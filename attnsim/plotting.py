@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._meta import PlotError
 from .data.dataset import ROLE_NAMES
 from .theory import g_inv
 
@@ -224,3 +226,81 @@ def plot_sweep(
         ax.set_yscale("log")
     if by:
         ax.legend(fontsize=7, loc="best")
+
+
+# -- theory boundaries on phase diagrams ---------------------------------------------
+
+
+def boundary_points(boundary: Callable[[np.ndarray], np.ndarray] | str | Path, along: ArrayLike,
+                    independent: str = "x") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(x, y) points of a boundary: a function of one axis evaluated ``along``
+    it (``independent``: which axis ``along`` is on; the function returns the
+    other), or a CSV file of x, y points (a header line allowed), as groups
+    publishing exact-asymptotics curves give them."""
+    if callable(boundary):
+        t = np.asarray(along, dtype=float)
+        other = np.asarray(boundary(t), dtype=float)
+        return (t, other) if independent == "x" else (other, t)
+    try:
+        pts = np.loadtxt(boundary, delimiter=",", ndmin=2, comments="#", skiprows=_header_rows(boundary))
+    except (OSError, ValueError) as exc:
+        raise PlotError(f"boundary: {boundary}: not a CSV of x, y points ({exc})") from None
+    if pts.shape[1] != 2:
+        raise PlotError(f"boundary: {boundary}: needs two columns (x, y), has {pts.shape[1]}")
+    return pts[:, 0], pts[:, 1]
+
+
+def _header_rows(path: str | Path) -> int:
+    with open(path) as fh:
+        first = fh.readline().split(",")[0].strip()
+    try:
+        float(first)
+    except ValueError:
+        return 1
+    return 0
+
+
+def draw_boundary(ax: Axes, boundary: Callable[[np.ndarray], np.ndarray] | str | Path, along: ArrayLike = (),
+                  independent: str = "x", **style: Any) -> None:  # fmt: skip
+    """Draw a theory boundary (see :func:`boundary_points`) on a phase diagram,
+    keeping the axes' limits; ``style`` goes to ``ax.plot`` (label, colour, ...)."""
+    x, y = boundary_points(boundary, along, independent)
+    lims = ax.get_xlim(), ax.get_ylim()
+    ax.plot(x, y, **{"color": "w", "ls": "--", "lw": 1.5, **style})
+    ax.set_xlim(*lims[0])
+    ax.set_ylim(*lims[1])
+
+
+def cell_edges(v: ArrayLike) -> np.ndarray:
+    """Cell edges (len + 1) of geometrically spaced cell centres, for pcolormesh on log axes."""
+    lv = np.log(np.asarray(v, dtype=float))
+    mid = (lv[1:] + lv[:-1]) / 2
+    return np.exp(np.concatenate([[2 * lv[0] - mid[0]], mid, [2 * lv[-1] - mid[-1]]]))
+
+
+def boundary_crossings(ns: ArrayLike, snr: ArrayLike, good: np.ndarray,
+                       edge: str = "lower") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per row of a phase diagram (one n, SNR increasing) the crossing into the
+    ``good`` cells (``edge = "upper"``: out of them, after the last good cell),
+    half-way (geometrically) between the cells on either side: (the n values
+    with a crossing, their crossing SNRs)."""
+    ns, snr = np.asarray(ns, dtype=float), np.asarray(snr, dtype=float)
+    rows, cross = [], []
+    for i, n in enumerate(ns):
+        hit = np.flatnonzero(np.asarray(good[i], dtype=bool))
+        if not hit.size:
+            continue
+        j = hit[0] - 1 if edge == "lower" else hit[-1]
+        if 0 <= j < snr.size - 1:
+            rows.append(n)
+            cross.append(np.sqrt(snr[j] * snr[j + 1]))
+    return np.array(rows), np.array(cross)
+
+
+def fit_power_boundary(ns: ArrayLike, snr: ArrayLike, good: np.ndarray, power: float,
+                       edge: str = "lower") -> float:  # fmt: skip
+    """c of the boundary SNR = c n^power fitted to a phase diagram: the median
+    of crossing * n^-power over the rows' crossings (:func:`boundary_crossings`;
+    NaN without any). n SNR^2 = c and SNR sqrt(n) = c are one family (power -1/2)."""
+    rows, cross = boundary_crossings(ns, snr, good, edge)
+    return float(np.median(cross * rows ** (-power))) if rows.size else float("nan")

@@ -158,3 +158,34 @@ def test_figure_layout_is_readable(name, tmp_path, monkeypatch):
                             (pts[:, 0] > c.x0) & (pts[:, 0] < c.x1) & (pts[:, 1] > c.y0) & (pts[:, 1] < c.y1)
                         )
                         assert not inside.any(), f"{name}: a legend or note covers {line.get_label()!r}"
+
+
+def test_boundaries_come_from_a_function_or_a_csv_and_their_constant_is_fitted(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from attnsim._meta import PlotError
+    from attnsim.plotting import boundary_points, draw_boundary, fit_power_boundary
+
+    ns, snr = np.array([10.0, 40.0, 160.0]), np.geomspace(0.01, 1.0, 41)
+    good = snr[None, :] >= 0.5 / np.sqrt(ns)[:, None]  # benign above SNR = 0.5 / sqrt(n)
+    c = fit_power_boundary(ns, snr, good, power=-0.5)
+    assert abs(c / 0.5 - 1) < 0.06  # the grid's half-step in SNR
+    assert abs(fit_power_boundary(ns, snr, ~good, power=-0.5, edge="upper") / 0.5 - 1) < 0.06
+    x, y = boundary_points(lambda n: c / np.sqrt(n), ns, independent="y")
+    np.testing.assert_allclose(x * np.sqrt(y), c)
+    csv = tmp_path / "curve.csv"
+    csv.write_text("snr,n\n0.1,25\n0.05,100\n")
+    x, y = boundary_points(csv, ())
+    assert x.tolist() == [0.1, 0.05] and y.tolist() == [25, 100]
+    fig, ax = plt.subplots()
+    ax.set_xlim(0.01, 1)
+    draw_boundary(ax, csv, label="theirs")
+    assert ax.get_xlim() == (0.01, 1) and ax.lines[0].get_label() == "theirs"
+    plt.close(fig)
+    (tmp_path / "bad.csv").write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(PlotError, match="needs two columns"):
+        boundary_points(tmp_path / "bad.csv", ())

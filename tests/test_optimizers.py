@@ -175,3 +175,15 @@ def test_the_adam_keys_at_their_defaults_keep_every_record_key():
     cfg = Config(d=300)
     old = {k: v for k, v in cfg.to_dict().items() if k not in ("optimizer", *ADAM_KEYS)}
     assert record_key(cfg) == _key_of(old, None) and Config().hash() == cfg.replace(d=2000).hash()
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "normalized"])
+def test_p_alone_in_the_x_w_form_reads_its_tokens_once_and_equals_the_dense_engine(optimizer):
+    """train = p: logits and p's gradient in one pass over B = X W(0), no K = X X^T."""
+    cfg = {"train": "p", "init_W": "identity", "d": 300, "steps": 2000, "log_every": 1000, "lr": 0.01,
+           "optimizer": optimizer, "limit": True}  # fmt: skip
+    a = attnsim.simulate({**cfg, "engine": "reduced"})
+    b = attnsim.simulate({**cfg, "engine": "dense", "log_every": 100})  # log points 100 apart: the W form
+    assert a.engine["gd_state"] == "X W (n*T x r)" and b.engine["gd_state"] == "W (k x r)"
+    np.testing.assert_allclose(a.trajectory["train_loss"], b.trajectory["train_loss"][::10], rtol=1e-12)
+    assert a.trajectory["W_dev"][-1] == 0.0 and a.limit["cos"] == pytest.approx(b.limit["cos"], abs=1e-12)

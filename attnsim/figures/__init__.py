@@ -30,9 +30,13 @@ NAMES = {
     "encoder_dynamics": "fig10_encoder_dynamics",
     "encoder_heatmaps": "fig11_encoder_heatmaps",
     "real": "fig12_real",
+    "collapse": "fig14_collapse",
+    "normalized": "fig15_normalized",
+    "magen": "fig16_magen",
+    "neighbours": "fig13_neighbours",  # last: it reads figures 6 and 16's sweeps and reruns 15's runs
 }
 SWEEPS = {"heatmaps", "frak_s", "delayed", "phase", "noise", "generalization_time", "encoder_dynamics",
-          "encoder_heatmaps", "real"}  # fmt: skip
+          "encoder_heatmaps", "real", "magen", "collapse"}  # fmt: skip
 
 
 def make(

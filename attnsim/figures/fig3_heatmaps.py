@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
-from ..plotting import label_contours
+from ..plotting import boundary_crossings, draw_boundary, label_contours
 from .common import grid_of, save, sweep_records, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only
@@ -61,6 +61,11 @@ def plot_panels(
     for name in REGIMES:
         if (R == REGIMES.index(name)).any():
             axes[2].plot([], [], "s", color=REGIME_COLORS[name], label=name)
+    c = benign_boundary(recs)
+    if np.isfinite(c):  # n SNR^2 = c (Jiang et al. 2024) at this n is the SNR contour sqrt(c / n)
+        n = recs[0]["config"]["n"]
+        draw_boundary(axes[2], lambda d: np.sqrt(c * d / n), ys, independent="y", color="k",
+                      label=f"n SNR^2 = {c:.2f} (fitted)")  # fmt: skip
     axes[2].legend(fontsize=7, loc="upper right")
     if len(axes) > 3:
         xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["excess_error"])
@@ -75,6 +80,16 @@ def plot_panels(
         label_contours(ax, cs, "SNR %.1f")
         ax.set_xlabel("|mu|")
         ax.set_ylabel("d")
+
+
+def benign_boundary(recs: list[dict]) -> float:
+    """c of the boundary n SNR^2 = c fitted to the regime map: per d, the
+    crossing in |mu| out of the benign cells (the label noise no longer
+    memorized above it; NaN: no crossing)."""
+    xs, ys, R = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["regime"] == "benign")
+    n = recs[0]["config"]["n"]
+    rows, cross = boundary_crossings(ys, xs, R == 1, edge="upper")
+    return float(np.median(n * cross**2 / rows)) if rows.size else float("nan")
 
 
 def numbers(recs: list[dict]) -> list[str]:
@@ -106,6 +121,9 @@ def numbers(recs: list[dict]) -> list[str]:
         where = f"(|mu|, d) = ({r['config']['signal_norm']:g}, {r['config']['d']})"
         lines.append(f"largest excess error {worst:.3g} at {where}; "
                      f"cells with excess above 1e-3: {sum(v > 1e-3 for v, _ in ex)}")  # fmt: skip
+    c, n = benign_boundary(recs), recs[0]["config"]["n"]
+    lines.append(f"boundary n SNR^2 = c fitted to the crossing out of the benign cells: c = {c:.3g} "
+                 f"(SNR = {np.sqrt(c / n):.3g} at n = {n})")  # fmt: skip
     unresolved = sum(r["final"]["pop_error_resolved"] == 0.0 for r in recs)
     lines.append(
         f"population errors the estimator could not resolve (upper bounds): {unresolved} of {len(recs)}"

@@ -11,6 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..plotting import draw_boundary, fit_power_boundary
 from .common import save, sweep_records, write_numbers
 
 READINGS = (1000, 5000)
@@ -68,6 +69,17 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 ax.set_xlabel("SNR = |mu| / sqrt(d)")
             if col == 0:
                 ax.set_ylabel("n")
+    for row, step in enumerate(READINGS):
+        c = benign_boundary(by_step[step], ns, mus)
+        if np.isfinite(c):  # n SNR^2 = c on the index grid of the panels (log-spaced SNR columns)
+            col = lambda n, c=c: np.interp(
+                np.log(np.sqrt(c / n)), np.log(snr), np.arange(len(mus)), left=np.nan, right=np.nan
+            )  # fmt: skip  (not drawn off the grid)
+            for ax in (axes[row, SHOWN.index("benign")], axes[row, -1]):
+                draw_boundary(ax, lambda t, f=col: f(np.exp(np.interp(t, np.arange(len(ns)), np.log(ns)))),
+                              np.linspace(0, len(ns) - 1, 50), independent="y", color="w",
+                              label=f"n SNR^2 = {c:.2f}")  # fmt: skip
+            axes[row, SHOWN.index("benign")].legend(fontsize=7, loc="upper left")
     fig.colorbar(im, ax=axes[:, :-1], label="fraction of runs", shrink=0.8)
     fig.colorbar(im_ex, ax=axes[:, -1], label="log10 excess error (median of seeds)", shrink=0.8)
     lines = []
@@ -84,4 +96,23 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                          f"{max(ungen) if ungen else 'none'}")  # fmt: skip
         harm = [r["config"]["signal_norm"] for r in by_step[step] if r["final"]["regime"] == "harmful"]
         lines.append(f"after {step} steps: harmful runs at |mu| in {sorted(set(harm)) if harm else 'none'}")
+    for step in READINGS:
+        c = benign_boundary(by_step[step], ns, mus)
+        lines.append(f"after {step} steps: boundary n SNR^2 = c fitted to the crossing out of the cells "
+                     f"where at least half the seeds are benign: c = {c:.3g} (Jiang et al. 2024's form; "
+                     f"Magen et al.'s SNR sqrt(n) = {np.sqrt(c):.3g} is the same curve)")  # fmt: skip
     return [save(fig, outdir / "fig6_phase.png"), write_numbers(outdir, "fig6_phase", lines)]
+
+
+def benign_boundary(recs: list[dict], ns: list, mus: list) -> float:
+    """c of n SNR^2 = c: per n, the crossing in SNR out of the cells where at
+    least half the seeds are benign (the label noise no longer memorized above
+    it; NaN: no crossing)."""
+    frac = np.zeros((len(ns), len(mus)))
+    total = np.zeros_like(frac)
+    for r in recs:
+        i, j = ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])
+        total[i, j] += 1
+        frac[i, j] += r["final"]["regime"] == "benign"
+    snr = np.array(mus) / np.sqrt(2000)
+    return fit_power_boundary(ns, snr, frac >= 0.5 * np.maximum(total, 1), power=-0.5, edge="upper") ** 2

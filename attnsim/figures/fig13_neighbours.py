@@ -1,0 +1,87 @@
+"""Figure 13: the neighbouring theories side by side, each the experiment its
+paper makes its point with, run by attnsim (with label noise), the paper's
+statement or number beside it.
+
+(a) Sakamoto & Sato 2025 (this paper's setting): the default run's token
+    scores of a clean and a noisy training sample and its population error.
+(b) Magen et al. 2025 (preset magen2025): population error after two GD
+    steps over (n, SNR), the edges of the benign band as SNR = c / sqrt(n)
+    (figure 16's sweep).
+(c) Tarzanagh et al. 2023 (preset tarzanagh2023): cos(q, q_mm) under
+    normalized GD against plain GD's flow (figure 15's runs).
+(d) Jiang et al. 2024: their boundary N SNR^2 = const (their model is not
+    attnsim's) drawn on attnsim's phase diagram, c fitted (figure 6's sweep).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..metrics import format_error
+from ..plotting import ROLE_COLORS, cell_edges, draw_boundary
+from ..run import simulate
+from . import fig6_phase, fig15_normalized, fig16_magen
+from .common import save, write_numbers
+
+
+def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
+    fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
+    lines = []
+    # (a) the paper's own setting
+    r = simulate({"steps": 300 if quick else 1000, "log_every": 10})
+    tr, f = r.trajectory, r.final
+    err = format_error(f["pop_error"], f["pop_error_se"], f["pop_error_resolved"])
+    ex = tr["example_scores"]  # (log points, [clean, noisy], T)
+    for k, (name, ls) in enumerate((("clean", "-"), ("noisy", "--"))):  # tokens: the default roles' order
+        for t, role in ((0, "relevant"), (1, "weak_aligned"), (2, "weak_opposite")):
+            axes[0].plot(tr["step"], ex[:, k, t], color=ROLE_COLORS[role], ls=ls, label=f"{name}: {role}")
+        axes[0].plot(tr["step"], ex[:, k, 3:].max(axis=1), color=ROLE_COLORS["irrelevant"], ls=ls,
+                     label=f"{name}: largest irrelevant")  # fmt: skip
+    axes[0].set_xlabel("steps")
+    axes[0].set_ylabel("softmax score")
+    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].set_title(f"(a) Sakamoto & Sato 2025: {f['regime']}, population error {err}\n"
+                      "(their run at these settings: train acc 1.0, test acc 0.996)", fontsize=9)  # fmt: skip
+    lines.append(f"(a) default run: regime {f['regime']}, population error {err}, train "
+                 f"accuracy {f['train_acc']:.3f}, noisy fitted {f['n_fitted_noisy']} of {f['n_noisy']}; the "
+                 "authors' notebook: train 1.0, test 0.996 (d = 2000, |mu| = 20, 1000 steps)")  # fmt: skip
+    # (b) Magen et al.
+    magen_lines, _ = fig16_magen.draw(axes[1], fig16_magen.records(quick, cache))
+    axes[1].set_title("(b) Magen et al. 2025: benign after two steps when SNR ~ 1/sqrt(n)", fontsize=9)
+    lines += [f"(b) {v}" for v in magen_lines[:2]]
+    # (c) Tarzanagh et al.
+    tz_lines = fig15_normalized.draw(axes[2], fig15_normalized.runs(quick))
+    axes[2].set_title("(c) Tarzanagh et al. 2023: normalized GD reaches the p-SVM direction", fontsize=9)
+    lines += [f"(c) {v}" for v in tz_lines]
+    # (d) Jiang et al.: their boundary on attnsim's phase diagram
+    recs = fig6_phase.records(quick, cache, fig6_phase.READINGS[0])
+    ns = sorted({r["config"]["n"] for r in recs})
+    mus = sorted({r["config"]["signal_norm"] for r in recs})
+    snr = np.array(mus) / np.sqrt(2000)
+    frac = np.zeros((len(ns), len(mus)))
+    for rec in recs:
+        frac[ns.index(rec["config"]["n"]), mus.index(rec["config"]["signal_norm"])] += (
+            rec["final"]["regime"] == "benign"
+        )
+    frac /= max(1, len({rec["config"]["seed"] for rec in recs}))
+    im = axes[3].pcolormesh(cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="magma",
+                            vmin=0, vmax=1)  # fmt: skip
+    fig.colorbar(im, ax=axes[3], label="fraction of seeds benign")
+    c = fig6_phase.benign_boundary(recs, ns, mus)
+    if np.isfinite(c):
+        draw_boundary(axes[3], lambda n: np.sqrt(c / n), np.geomspace(ns[0], ns[-1], 50), independent="y",
+                      color="c", label=f"N SNR^2 = {c:.2f} (fitted)")  # fmt: skip
+        axes[3].legend(fontsize=8, loc="upper right")
+    axes[3].set_xscale("log")
+    axes[3].set_yscale("log")
+    axes[3].set_xlabel("SNR = |mu| / sqrt(d)")
+    axes[3].set_ylabel("n")
+    axes[3].set_title("(d) Jiang et al. 2024's boundary on attnsim's benign fraction\n(1000 steps, d = 2000; "
+                      "their model is not attnsim's)", fontsize=9)  # fmt: skip
+    lines.append(f"(d) N SNR^2 = c fitted to where at least half the seeds stop being benign (1000 steps): "
+                 f"c = {c:.3g}")  # fmt: skip
+    fig.tight_layout()
+    return [save(fig, outdir / "fig13_neighbours.png"), write_numbers(outdir, "fig13_neighbours", lines)]
