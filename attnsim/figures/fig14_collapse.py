@@ -82,10 +82,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             axes[0].plot(eta, [f["pop_error"] for f in fin], **style)
             axes[1].plot(eta, [_ratio(f) for f in fin], **style)
             axes[2].plot(eta, [f["train_acc"] for f in fin], **style)
-            if (d, mu) == FOCUS or quick:
-                lines.append(
-                    f"attnsim d={d}, |mu|={mu:g}, seed {seed}: " + "; ".join(map(_summary, eta, fin))
-                )
+            lines.append(f"attnsim d={d}, |mu|={mu:g}, seed {seed}: " + "; ".join(map(_summary, eta, fin)))
     nb = np.array(sorted(NOTEBOOK))
     vals = np.array([NOTEBOOK[e] for e in nb])
     for ax, col, what in ((axes[0], 1.0 - vals[:, 2], "test error"), (axes[1], vals[:, 0], "frakS ratio"),

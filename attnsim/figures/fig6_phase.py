@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import draw_boundary, fit_power_boundary
+from ..plotting import boundary_crossings, draw_boundary, fit_power_boundary
 from .common import save, sweep_records, write_numbers
 
 READINGS = (1000, 5000)
@@ -97,17 +97,19 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         harm = [r["config"]["signal_norm"] for r in by_step[step] if r["final"]["regime"] == "harmful"]
         lines.append(f"after {step} steps: harmful runs at |mu| in {sorted(set(harm)) if harm else 'none'}")
     for step in READINGS:
-        c = benign_boundary(by_step[step], ns, mus)
-        lines.append(f"after {step} steps: boundary n SNR^2 = c fitted to the crossing out of the cells "
-                     f"where at least half the seeds are benign: c = {c:.3g} (Jiang et al. 2024's form; "
-                     f"Magen et al.'s SNR sqrt(n) = {np.sqrt(c):.3g} is the same curve)")  # fmt: skip
+        c, rows = benign_boundary(by_step[step], ns, mus, rows=True)
+        lines.append(
+            f"after {step} steps: boundary n SNR^2 = c fitted to the crossing ({rows} of {len(ns)} "
+            f"n) out of the cells where at least half the seeds are benign: c = {c:.3g} (Jiang et "
+            f"al. 2024's form; Magen et al.'s SNR sqrt(n) = {np.sqrt(c):.3g}: the same curve)"
+        )
     return [save(fig, outdir / "fig6_phase.png"), write_numbers(outdir, "fig6_phase", lines)]
 
 
-def benign_boundary(recs: list[dict], ns: list, mus: list) -> float:
+def benign_boundary(recs: list[dict], ns: list, mus: list, rows: bool = False) -> float | tuple[float, int]:
     """c of n SNR^2 = c: per n, the crossing in SNR out of the cells where at
     least half the seeds are benign (the label noise no longer memorized above
-    it; NaN: no crossing)."""
+    it; NaN: no crossing); with ``rows``, also how many n have a crossing."""
     frac = np.zeros((len(ns), len(mus)))
     total = np.zeros_like(frac)
     for r in recs:
@@ -115,4 +117,6 @@ def benign_boundary(recs: list[dict], ns: list, mus: list) -> float:
         total[i, j] += 1
         frac[i, j] += r["final"]["regime"] == "benign"
     snr = np.array(mus) / np.sqrt(2000)
-    return fit_power_boundary(ns, snr, frac >= 0.5 * np.maximum(total, 1), power=-0.5, edge="upper") ** 2
+    good = frac >= 0.5 * np.maximum(total, 1)
+    c = fit_power_boundary(ns, snr, good, power=-0.5, edge="upper") ** 2
+    return (c, boundary_crossings(ns, snr, good, edge="upper")[0].size) if rows else c
