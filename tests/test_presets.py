@@ -1,5 +1,6 @@
 """Presets of the sister papers and Magen et al.'s data model (SPEC §15)."""
 
+import json
 import math
 import time
 
@@ -148,3 +149,19 @@ def test_presets_command_lists_every_preset_with_its_source(capsys):
     out = capsys.readouterr().out
     for name, p in PRESETS.items():
         assert name in out and p.source.split(",")[0] in out
+
+
+def test_a_preset_in_a_toml_file_is_overridden_by_the_file_and_by_set(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('preset = "magen2025"\nn = 30\nd = 400\n')
+    out = tmp_path / "r"
+    assert main(["run", str(toml), "--set", "lr=0.2", "--out", str(out), "--quiet"]) == 0
+    cfg = json.loads((out / "result.json").read_text())["config"]
+    assert (cfg["preset"], cfg["n"], cfg["d"], cfg["lr"], cfg["T"], cfg["data_model"]) == (
+        "magen2025",
+        30,
+        400,
+        0.2,
+        2,
+        "magen2025",
+    )
