@@ -242,7 +242,8 @@ def _coerce(name: str, value: Any) -> Any:
     if name in _CHOICES:
         lookup = {c.lower(): c for c in _CHOICES[name]}
         if value.lower() not in lookup:
-            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(_CHOICES[name])}")
+            allowed = ", ".join(c or '""' for c in _CHOICES[name])  # "" (the preset key: none) shown as such
+            raise ConfigError(f"{name}: {value!r} is not one of {allowed}")
         return lookup[value.lower()]
     return value
 
