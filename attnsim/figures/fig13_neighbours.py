@@ -61,12 +61,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ns = sorted({r["config"]["n"] for r in recs})
     mus = sorted({r["config"]["signal_norm"] for r in recs})
     snr = np.array(mus) / np.sqrt(2000)
-    frac = np.zeros((len(ns), len(mus)))
-    for rec in recs:
-        frac[ns.index(rec["config"]["n"]), mus.index(rec["config"]["signal_norm"])] += (
-            rec["final"]["regime"] == "benign"
-        )
-    frac /= max(1, len({rec["config"]["seed"] for rec in recs}))
+    frac = fig6_phase.benign_fraction(recs, ns, mus)
     im = axes[3].pcolormesh(cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="magma",
                             vmin=0, vmax=1)  # fmt: skip
     fig.colorbar(im, ax=axes[3], label="fraction of seeds benign")

@@ -110,13 +110,18 @@ def benign_boundary(recs: list[dict], ns: list, mus: list, rows: bool = False) -
     """c of n SNR^2 = c: per n, the crossing in SNR out of the cells where at
     least half the seeds are benign (the label noise no longer memorized above
     it; NaN: no crossing); with ``rows``, also how many n have a crossing."""
+    snr = np.array(mus) / np.sqrt(2000)
+    good = benign_fraction(recs, ns, mus) >= 0.5
+    c = fit_power_boundary(ns, snr, good, power=-0.5, edge="upper") ** 2
+    return (c, boundary_crossings(ns, snr, good, edge="upper")[0].size) if rows else c
+
+
+def benign_fraction(recs: list[dict], ns: list, mus: list) -> np.ndarray:
+    """(n, |mu|) fraction of the seeds whose run is benign (0 where a cell has no run)."""
     frac = np.zeros((len(ns), len(mus)))
     total = np.zeros_like(frac)
     for r in recs:
-        i, j = ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])
-        total[i, j] += 1
-        frac[i, j] += r["final"]["regime"] == "benign"
-    snr = np.array(mus) / np.sqrt(2000)
-    good = frac >= 0.5 * np.maximum(total, 1)
-    c = fit_power_boundary(ns, snr, good, power=-0.5, edge="upper") ** 2
-    return (c, boundary_crossings(ns, snr, good, edge="upper")[0].size) if rows else c
+        cell = ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])
+        total[cell] += 1
+        frac[cell] += r["final"]["regime"] == "benign"
+    return frac / np.maximum(total, 1)

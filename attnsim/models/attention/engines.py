@@ -155,6 +155,8 @@ def _start_W0(cfg: Config, streams: Streams, d: int, ws: Workspace) -> tuple:
     """Start drawing W(0) for :func:`_reduced_setup`: (the init stream before
     it, the running draw or None, the array it fills or a block buffer)."""
     replay = copy.deepcopy(streams.init)
+    if cfg.init_W == "identity":  # nothing to draw: the setup needs no pass over W(0) = I
+        return replay, None, None
     if keeps_w0(d):  # all of W(0), drawn once while Q is built
         buf = _w0_buffer(d, ws)
         return replay, submit(fill_W0, cfg, streams.init, buf, ws.kept_draws), buf
@@ -201,16 +203,18 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
         cols = [X2.T] + [m[:, None] for m in (mu_pos, mu_neg) if m is not None]
         Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), nu)
     identity = W0 is None and cfg.init_W == "identity"  # M = Q, (W(0) R)^T W(0) R = I: no pass over W(0)
-    if single is not None:
+    if identity:
+        blocks = []
+    elif single is not None:
         single.result()
         blocks = [(0, buf)]
     elif W0 is None:
-        blocks = [] if identity else W0_blocks(cfg, streams.init, d, buf=buf)
+        blocks = W0_blocks(cfg, streams.init, d, buf=buf)
     else:
         blocks = [(0, W0)]
     QT = np.ascontiguousarray(Q.T)
     MT = QT if identity else None  # M^T = Q^T W(0), k x d (Q^T times row blocks: faster than W(0)^T Q)
-    for lo, block in [] if identity else blocks:
+    for lo, block in blocks:
         part = _split_sum(lambda a, b, blk=block, lo=lo: QT[:, lo + a : lo + b] @ blk[a:b], block.shape[0])
         MT = part if MT is None else MT + part
     M = MT.T
@@ -224,11 +228,11 @@ def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams,
     R = R2
     if single is not None:
         blocks = [(0, buf)]
-    elif W0 is None:
-        blocks = [] if identity else W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
+    elif W0 is None and not identity:
+        blocks = W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
     G = np.eye(R.shape[1]) if identity else np.zeros((R.shape[1], R.shape[1]))
     RT = np.ascontiguousarray(R.T)
-    for _, block in [] if identity else blocks:
+    for _, block in blocks:
 
         def gram(a, b, blk=block):
             NT = RT @ blk[a:b].T  # (W(0) R)^T of the rows a..b
