@@ -267,7 +267,7 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
             progress=None,
             announce=None if quiet else _announce_compiling,
         )
-    for w in caught:
+    for w in caught:  # on stderr, once (the summary does not repeat them)
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
     res.save(outdir)
     if args.plot:

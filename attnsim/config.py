@@ -86,6 +86,7 @@ class Config:
     skip: bool = True
     init_cls_scale: float = 1.0
     limit: bool = False
+    refine_times: str = "auto"  # locate the times between log points: auto = with the flow or the limit
     preset: str = ""  # the preset the other keys started from ("": none); a label, never hashed
 
     def __post_init__(self) -> None:
@@ -150,7 +151,14 @@ def _default_test_n(model: str) -> int:
 # keys added after records existed: at these values they hash as if absent, so every
 # record and run folder written before them keeps its key
 ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
-LATER_KEYS = {"optimizer": "gd", **ADAM_KEYS, "data_model": "sakamoto2025", "init_nu": "head", "preset": ""}
+LATER_KEYS = {
+    "optimizer": "gd",
+    **ADAM_KEYS,
+    "data_model": "sakamoto2025",
+    "init_nu": "head",
+    "preset": "",
+    "refine_times": "auto",
+}
 
 
 def hashed(config: dict) -> dict:
@@ -178,6 +186,7 @@ _CHOICES = {
     "preset": ("", *PRESETS),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
+    "refine_times": ("auto", "true", "false"),
     "model": tuple(registry.MODELS),
 }
 

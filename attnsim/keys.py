@@ -64,6 +64,11 @@ KEY_HELP = {
     "skip": ("true, false (encoder only)", "the encoder's residual connections"),
     "init_cls_scale": ("> 0 (encoder only)", "standard deviation of the CLS token"),
     "limit": ("true, false", "compute the max-margin limit of the selection"),
+    "refine_times": (
+        "auto, true, false",
+        "locate t_generalize and t_pop_loss_settled between log points by stepping again (auto: with the "
+        "flow or the limit; false: read them off the log grid, at its resolution, for cheap sweeps)",
+    ),
 }
 
 

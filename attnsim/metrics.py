@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -146,18 +147,18 @@ def _avg_row(mask: np.ndarray) -> np.ndarray:
     return mask / mask.sum()
 
 
-def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, harm: float | None,
+def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, excess: float | None,
            benign_error: float) -> str:  # fmt: skip
     """Classify the end of a run (SPEC §3) from integer counts of fitted samples.
 
     underfit: some clean sample is not fitted; clean_labels: every sample
     fitted and none of them noisy (no label-overfitting verdict applies);
     not_overfitting: every clean sample fitted, no noisy one; partial: some
-    but not all noisy samples; benign / harmful: every sample fitted and
-    ``harm`` (the error label noise causes: the excess over the clean-label
-    twin, or the error itself when there is no twin) at most / above
-    ``benign_error``; fitted: every sample fitted but no error measure.
-    Counts, not accuracies: a mean of 1/n weights is not exactly 1.0 for most n.
+    but not all noisy samples; benign / harmful: every sample fitted, the
+    flipped ones included, and ``excess`` (the error in excess of the Bayes
+    error of the data model) at most / above ``benign_error``; fitted: every
+    sample fitted but no error measure. Counts, not accuracies: a mean of 1/n
+    weights is not exactly 1.0 for most n.
     """
     if fitted_clean < n_clean:
         return "underfit"
@@ -165,65 +166,130 @@ def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, har
         return "clean_labels"
     if fitted_noisy < n_noisy:
         return "not_overfitting" if fitted_noisy == 0 else "partial"
-    if harm is None or not np.isfinite(harm):
+    if excess is None or not np.isfinite(excess):
         return "fitted"
-    return "benign" if harm <= benign_error else "harmful"
+    return "benign" if excess <= benign_error else "harmful"
+
+
+class Measure(NamedTuple):
+    """An error measure as reported: the value, its standard error, and whether
+    it is resolved (False: ``value`` is only an upper bound, se NaN)."""
+
+    value: float
+    se: float
+    resolved: bool
+
+    def minus(self, other: Measure) -> Measure:
+        """self - other. With either one only bounded, the difference is bounded
+        by this value (the other is >= 0), and flagged."""
+        if self.resolved and other.resolved:
+            return Measure(self.value - other.value, math.hypot(self.se, other.se), True)
+        return Measure(self.value, math.nan, False)
+
+    def interval(self) -> tuple[float, float]:
+        """The +-2 se interval (an upper bound: from 0 to it)."""
+        if not self.resolved:
+            return -math.inf, self.value
+        se = self.se if np.isfinite(self.se) else 0.0
+        return self.value - 2.0 * se, self.value + 2.0 * se
+
+    def fields(self, name: str) -> dict:
+        return {name: self.value, f"{name}_se": self.se, f"{name}_resolved": 1.0 if self.resolved else 0.0}
+
+
+NO_MEASURE = Measure(math.nan, math.nan, True)
+
+
+def _measure(value, se, resolved) -> Measure:
+    """A reported error as a Measure: only an explicit 0 marks an unresolved one
+    (NaN or None: resolved, or no value at all)."""
+    value = math.nan if value is None else float(value)
+    se = math.nan if se is None else float(se)
+    return Measure(value, se, resolved != 0.0)
 
 
 def final_metrics(
-    arrays: dict[str, np.ndarray], n_noisy: int, benign_error: float, twin: dict | None = None
+    arrays: dict[str, np.ndarray],
+    n_noisy: int,
+    benign_error: float,
+    twin: dict | None = None,
+    bayes: dict | None = None,
+    uniform: dict | None = None,
+    test_n: int = 0,
 ) -> dict:
     """The "final" section of a result: every :data:`LOG_METRICS` key at the
     last log point (NaN for test and population metrics that were not
-    computed), the population error at initialization, the group sizes, the
-    clean-label twin's error and the excess error label noise causes, whether
-    the run generalizes, and the regime.
+    computed), the population error at initialization and with uniform
+    attention (``uniform``: the population metrics at q = 0 with the initial
+    head), the group sizes, the Bayes error of the data model (``bayes``,
+    :func:`attnsim.data.bayes.bayes_error`), the error in excess of it, the
+    clean-label twin's error and the cost of label noise (error minus the
+    twin's), whether the run generalizes, and the regime.
 
-    The error measure is the population error, else the finite test error.
-    ``excess_error`` = error - the twin's error (its standard error assumes
-    the two independent: they share the estimator's points, so it is at
-    most that); where either error is an upper bound (unresolved) the excess
-    is bounded by the run's error, and flagged. The regime's harm is the
-    excess; without a twin (``clean_twin = false``, or no noisy sample to
-    flip back) it is the error itself, the paper's absolute rule
-    (``regime_rule`` says which).
+    The error measure is the population error, else the finite test error
+    (of ``test_n`` samples, with its binomial standard error). The regime's
+    excess is error - bayes_error (without a data model, the error itself:
+    ``regime_rule`` says which); ``regime_borderline`` is set when the +-2 se
+    interval of the excess contains ``benign_error`` (the verdict is kept).
+    Differences assume their two terms independent (the twin shares the
+    estimator's points, so its se is at most that); where a term is only an
+    upper bound the difference is bounded by the run's error, and flagged.
     """
     nan = float("nan")
     final = {k: (arrays[k][-1].item() if k in arrays else nan) for k in LOG_METRICS}
     final = {k: v for k, v in final.items() if k in arrays or k in TEST_KEYS + POP_KEYS}
     final["pop_error_init"] = float(arrays["pop_error"][0]) if "pop_error" in arrays else nan
+    final["pop_error_uniform"] = float((uniform or {}).get("pop_error", nan))
     n = int(arrays["y"].size)
     final["n_noisy"] = n_noisy
     final["n_clean"] = n - n_noisy
-    error, se = final["pop_error"], final["pop_error_se"]
-    if not np.isfinite(error) and np.isfinite(final["test_acc"]):
-        error, se = 1.0 - final["test_acc"], nan
-    twin = twin or {}
     population = np.isfinite(final["pop_error"])
-    clean = twin.get("pop_error", nan) if population else twin.get("test_error", nan)
-    clean_se = twin.get("pop_error_se", nan) if population else nan
-    final["error_clean_twin"] = clean
-    final["error_clean_twin_se"] = clean_se
-    final["error_clean_twin_resolved"] = twin.get("pop_error_resolved", 1.0) if population else 1.0
-    # only an explicit 0 marks an unresolved error (NaN: no population metric, a test error)
-    resolved = final.get("pop_error_resolved") != 0.0 and final["error_clean_twin_resolved"] != 0.0
-    # an error the estimator could not resolve is an upper bound: the excess is then
-    # at most the run's own error value (the twin's error is >= 0), flagged the same way
-    has_twin = bool(np.isfinite(clean))
-    if not has_twin:  # no excess without a twin
-        final["excess_error"] = final["excess_error_se"] = final["excess_error_resolved"] = nan
+    if population:
+        error = _measure(final["pop_error"], final["pop_error_se"], final.get("pop_error_resolved"))
+    elif np.isfinite(final["test_acc"]) and test_n > 0:
+        p = 1.0 - final["test_acc"]
+        error = Measure(p, math.sqrt(max(p * (1.0 - p), 1.0 / test_n) / test_n), True)
     else:
-        final["excess_error"] = error - clean if resolved else error
-        final["excess_error_se"] = math.hypot(se, clean_se) if resolved else nan
-        final["excess_error_resolved"] = 1.0 if resolved else 0.0
+        error = NO_MEASURE
+    bayes = bayes or {}
+    known = np.isfinite(bayes.get("bayes_error", nan))
+    floor = _measure(
+        bayes.get("bayes_error"), bayes.get("bayes_error_se"), bayes.get("bayes_error_resolved", 1.0)
+    )
+    final.update(floor.fields("bayes_error"))
+    excess = error.minus(floor if known else Measure(0.0, 0.0, True))
+    final.update(excess.fields("excess_error"))
+    if not np.isfinite(error.value):
+        final["excess_error_resolved"] = nan
+    twin = twin or {}
+    if population:
+        clean = _measure(twin.get("pop_error"), twin.get("pop_error_se"), twin.get("pop_error_resolved", 1.0))
+    else:
+        t_err = twin.get("test_error", nan)
+        clean = Measure(
+            t_err, math.sqrt(max(t_err * (1 - t_err), 1 / test_n) / test_n) if test_n else nan, True
+        )
+    has_twin = bool(np.isfinite(clean.value))
+    final.update(clean.fields("error_clean_twin"))
+    cost = error.minus(clean) if has_twin else NO_MEASURE
+    final.update(cost.fields("label_noise_cost"))
+    if not has_twin:
+        final["error_clean_twin_resolved"] = final["label_noise_cost_resolved"] = nan
     if twin.get("reason"):
         final["clean_twin"] = twin["reason"]
-    final["generalized"] = bool(np.isfinite(error) and error <= benign_error)
-    final["regime_rule"] = "excess over the clean-label twin" if has_twin else "absolute error (no twin)"
+    measured = bool(np.isfinite(excess.value))
+    final["generalized"] = bool(excess.value <= benign_error) if measured else None
+    final["regime_rule"] = (
+        "excess over the Bayes error" if known else "the error itself (no Bayes error: no data model)"
+    )
     final["regime"] = regime(
         n - n_noisy, final["n_fitted_clean"], n_noisy, final["n_fitted_noisy"],
-        final["excess_error"] if has_twin else error, benign_error,
+        excess.value if measured else None, benign_error,
     )  # fmt: skip
+    lo, hi = excess.interval()
+    final["regime_borderline"] = (
+        bool(measured and lo <= benign_error < hi) if final["regime"] in ("benign", "harmful") else False
+    )
     return final
 
 

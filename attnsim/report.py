@@ -45,37 +45,63 @@ def _fmt(x, spec: str = ".4f") -> str:
 
 def _regime_reason(f: dict, c: dict) -> str:
     """What the regime was decided on (SPEC §3)."""
-
     regime = f["regime"]
     if regime == "clean_labels":
         return "no noisy training label: no label-overfitting verdict"
     if regime not in ("benign", "harmful"):
         noisy, clean = f"{f['n_fitted_noisy']} of {f['n_noisy']}", f"{f['n_fitted_clean']} of {f['n_clean']}"
         return f"{noisy} noisy and {clean} clean samples fitted"
-    if f.get("regime_rule", "").startswith("excess"):
-        side = "at most" if regime == "benign" else "above"
-        excess = metrics.format_error(f["excess_error"], f["excess_error_se"], f.get("excess_error_resolved"))
-        twin = metrics.format_error(f["error_clean_twin"], f["error_clean_twin_se"],
-                                    f.get("error_clean_twin_resolved"))  # fmt: skip
-        return (
-            f"label noise adds {excess} to the error: {side} benign_error={c['benign_error']:g}; "
-            f"the same run with clean labels: {twin}"
-        )
     side = "at most" if regime == "benign" else "above"
-    return f"error {side} benign_error={c['benign_error']:g}, no clean twin"
+    excess = metrics.format_error(f["excess_error"], f["excess_error_se"], f.get("excess_error_resolved"))
+    what = "the Bayes error" if f.get("regime_rule", "").startswith("excess") else "0 (no Bayes error)"
+    border = "; borderline: its +-2 se interval contains benign_error" if f.get("regime_borderline") else ""
+    return (
+        f"every label fitted, the {f['n_noisy']} flipped ones included; error in excess of {what} "
+        f"{excess}: {side} benign_error={c['benign_error']:g}{border}"
+    )
 
 
 def _generalization(f: dict, c: dict) -> str:
-    """Whether the run generalizes, whatever its labels."""
-    if f.get("generalized"):
-        return f"generalizes (error <= {c['benign_error']:g})"
-    clean = f.get("error_clean_twin")
-    also = (
-        f"; {_fmt(clean, '.3g')} with clean labels too"
-        if clean == clean and clean is not None and clean > c["benign_error"]
-        else ""
-    )
-    return f"does not generalize (error above {c['benign_error']:g}{also})"
+    """Whether the run generalizes, whatever its labels: its error within
+    benign_error of the Bayes error (no verdict without an error measure)."""
+    if f.get("generalized") is None:
+        return "no generalization verdict (no population metrics, no test set)"
+    if f["generalized"]:
+        return f"generalizes (excess error <= {c['benign_error']:g})"
+    return f"does not generalize (excess error above {c['benign_error']:g})"
+
+
+def _reference_line(f: dict) -> str | None:
+    """The errors a reader judges the verdict by: the Bayes error, uniform
+    attention, and the clean-label twin with the cost of label noise."""
+    parts = []
+    if f.get("bayes_error") == f.get("bayes_error"):
+        exact = f.get("bayes_error_se") == 0.0
+        parts.append(
+            "Bayes error "
+            + (
+                f"{f['bayes_error']:.3g} (exact)"
+                if exact
+                else metrics.format_error(
+                    f["bayes_error"], f["bayes_error_se"], f.get("bayes_error_resolved")
+                )
+            )
+        )
+    if f.get("pop_error_uniform") == f.get("pop_error_uniform"):
+        parts.append(f"uniform attention {f['pop_error_uniform']:.3g}")
+    twin = f.get("error_clean_twin")
+    if twin == twin and twin is not None:
+        cost = metrics.format_error(
+            f["label_noise_cost"], f["label_noise_cost_se"], f.get("label_noise_cost_resolved")
+        )
+        twin_text = metrics.format_error(twin, f["error_clean_twin_se"], f.get("error_clean_twin_resolved"))
+        ratio = ""
+        err = f.get("pop_error") if f.get("pop_error") == f.get("pop_error") else None
+        material = err is not None and err >= 1e-3 and f.get("label_noise_cost_resolved") == 1.0
+        if material and twin > 0 and err >= 3 * twin:
+            ratio = f", {err / twin:.3g}x the twin's error"
+        parts.append(f"label noise costs {cost} (the same run with clean labels: {twin_text}{ratio})")
+    return "errors: " + "; ".join(parts) if parts else None
 
 
 def _data_line(res) -> str:
@@ -127,12 +153,13 @@ def format_summary(res: Result) -> str:
     never = "never (within the run)"
     t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
     lines.append(f"regime: {f['regime']} ({_regime_reason(f, c)}); {_generalization(f, c)}")
+    reference = _reference_line(f)
+    if reference is not None:
+        lines.append(reference)
     lines.append(
         f"times: memorized at step {never if t_mem is None else t_mem}, "
         f"fresh relevant score >= {c['gen_score']:g} from step {never if t_gen is None else t_gen}"
     )
-    for w in res.warnings:
-        lines.append(f"warning: {w}")
     return "\n".join(lines)
 
 

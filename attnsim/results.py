@@ -25,8 +25,9 @@ from .runtime.threads import threads
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.figure import Figure
 
-SCHEMA_VERSION = 4  # 2: regimes from counts; 3: refined times, the limit section, new config keys;
-# 4: the population error from importance sampling, with pop_error_resolved
+SCHEMA_VERSION = 5  # 2: regimes from counts; 3: refined times, the limit section, new config keys;
+# 4: the population error from importance sampling, with pop_error_resolved; 5: regimes against the
+# Bayes error (bayes_error, excess_error over it, label_noise_cost over the clean-label twin)
 
 
 @dataclass

@@ -24,6 +24,7 @@ import scipy.linalg.cython_lapack  # noqa: F401
 from . import metrics, registry, results, theory
 from ._meta import SimulationError
 from .config import Config, as_config
+from .data.bayes import of_dataset as bayes_of
 from .data.dataset import DataError, Dataset, make_streams
 from .driver import log_grid, pop_indices, run
 from .observers import Recorder, refine_times
@@ -167,14 +168,17 @@ def simulate(
     with blas().limit(limits=1, user_api="blas"):
         # the clean-label twin trains while the run's last population evaluations finish
         traj = _train(problem, ds, cfg, pop, rel, save_scores=save_scores, progress=progress, watch=watch,
-                      refine=cfg.integrator == "flow" or cfg.limit, meanwhile=meanwhile)  # fmt: skip
+                      refine=refines_times(cfg), meanwhile=meanwhile)  # fmt: skip
         limit_section = watch.finish(cfg, traj, pop) if watch is not None else None
     arrays = traj.arrays
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = ds.y, ds.y_clean
     if ds.roles is not None:
         arrays["roles"] = ds.roles
-    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error, twin or None)
+    bayes = bayes_of(ds, cfg.data_model, cfg.shuffle_roles, ws.bayes)
+    uniform = uniform_attention(pop, ds)
+    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error, twin or None, bayes, uniform,
+                                  test_n=problem.info.get("test_n", 0))  # fmt: skip
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if limit_section is not None:
         theory_section["gen_never"] = limit_section.get("gen_never")
@@ -198,6 +202,9 @@ def simulate(
             "n_noisy": ds.n_noisy,
             "noisy_index": np.flatnonzero(ds.noisy).tolist(),
             "population": getattr(pop, "method", None) or spec.population_note(ds, problem),
+            "bayes": {
+                k: bayes[k] for k in ("bayes_method", "bayes_reason", "bayes_error_lower") if k in bayes
+            },
             "test_set": test_set_note(cfg.seed, ds, problem),
             "status": traj.status,
             "frozen_at": traj.frozen_at,
@@ -207,6 +214,14 @@ def simulate(
         state=traj.state,
     )
     return res
+
+
+def refines_times(cfg: Config) -> bool:
+    """Whether a run locates its times between log points (a bisection that steps
+    again): ``refine_times``, whose ``auto`` means with the flow or the limit."""
+    if cfg.refine_times != "auto":
+        return cfg.refine_times == "true"
+    return cfg.integrator == "flow" or cfg.limit
 
 
 def _train(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray, save_scores: bool = False,
@@ -227,6 +242,16 @@ def _train(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray, save_scores:
                                     integer=cfg.integrator == "gd")  # fmt: skip
     traj.snapshots = {}
     return traj
+
+
+def uniform_attention(pop: Any, ds: Dataset) -> dict | None:
+    """The population metrics of uniform attention (q = 0) with the run's
+    initial head: what attention adds is measured from this (None without
+    population metrics)."""
+    if pop is None or ds.mu_pos is None:
+        return None
+    nu = ds.nu
+    return pop.evaluate(0.0, 0.0, 0.0, 0.0, float(nu @ ds.mu_pos), float(nu @ ds.mu_neg), float(nu @ nu))
 
 
 def test_set_note(seed: int, ds: Dataset, problem: Any) -> str | None:

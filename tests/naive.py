@@ -137,6 +137,69 @@ def error_by_importance_sampling(aq, an, kappa, b, sdc, y, n: int, rng, anchor: 
     return float(w.mean()), float(w.std(ddof=1) / math.sqrt(n))
 
 
+# -- the Bayes error of the data model (attnsim.data.bayes) -------------------------
+
+
+def distinct_assignments(counts) -> np.ndarray:
+    """Every distinct placement of the role multiset ``counts`` on its T tokens, (A, T)."""
+    import itertools
+
+    template = np.repeat(np.arange(4), counts)
+    return np.array(sorted(set(itertools.permutations(template.tolist()))))
+
+
+def bayes_log_likelihoods(v, means, assignments):
+    """log of the mean over ``assignments`` (A, T) of N(v; means[assignment], I) for
+    points v (N, T, 2), by enumeration (without the Gaussian's constant)."""
+    m = means[assignments]  # (A, T, 2)
+    out = np.empty(v.shape[0])
+    for lo in range(0, v.shape[0], 2000):  # (2000, A, T, 2) at a time
+        d2 = np.sum((v[lo : lo + 2000, None] - m[None]) ** 2, axis=(2, 3))  # (N, A)
+        out[lo : lo + 2000] = np.logaddexp.reduce(-0.5 * d2, axis=1)
+    return out - math.log(len(assignments))
+
+
+def bayes_error_by_monte_carlo(m_pos, m_neg, counts, n: int, rng, shuffled: bool = True):
+    """Plain Monte Carlo of the likelihood-ratio classifier's error, every
+    assignment enumerated: fresh samples of both classes with uniformly random
+    (or template) positions. (value, standard error)."""
+    A = distinct_assignments(counts) if shuffled else np.repeat(np.arange(4), counts)[None]
+    wrong = []
+    for m_true, m_alt in ((m_pos, m_neg), (m_neg, m_pos)):
+        pos = A[rng.integers(len(A), size=n)]
+        v = m_true[pos] + rng.standard_normal((n, pos.shape[1], 2))
+        lt, la = bayes_log_likelihoods(v, m_true, A), bayes_log_likelihoods(v, m_alt, A)
+        wrong.append(np.where(la > lt, 1.0, np.where(la == lt, 0.5, 0.0)))
+    w = 0.5 * (wrong[0] + wrong[1])
+    return float(w.mean()), float(w.std(ddof=1) / math.sqrt(n))
+
+
+def bayes_error_by_mean_shifts(m_pos, m_neg, counts, n: int, rng):
+    """The shuffled-positions Bayes error by a mixture importance sampler unlike
+    attnsim's: a quarter of the points from the true class itself, the rest from
+    N(c, 1.2^2 I) at every assignment's midpoint c, equally weighted, every
+    density by enumeration. (value, standard error)."""
+    A = distinct_assignments(counts)
+    template = np.repeat(np.arange(4), counts)
+    terms = []
+    for m_true, m_alt in ((m_pos, m_neg), (m_neg, m_pos)):
+        a = m_true[template]
+        centres = np.concatenate([a[None], 0.5 * (a[None] + m_alt[A])])  # (1 + A, T, 2)
+        scales = np.array([1.0] + [1.2] * len(A))
+        weights = np.array([0.25] + [0.75 / len(A)] * len(A))
+        k = rng.choice(len(centres), size=n, p=weights)
+        v = centres[k] + scales[k, None, None] * rng.standard_normal((n, len(template), 2))
+        d2 = np.sum((v[:, None] - centres[None]) ** 2, axis=(2, 3))
+        dim = 2 * len(template)
+        log_q = np.logaddexp.reduce(np.log(weights) - 0.5 * d2 / scales**2 - dim * np.log(scales), axis=1)
+        log_p = -0.5 * np.sum((v - a) ** 2, axis=(1, 2))
+        lt, la = bayes_log_likelihoods(v, m_true, A), bayes_log_likelihoods(v, m_alt, A)
+        wrong = np.where(la > lt, 1.0, np.where(la == lt, 0.5, 0.0))
+        terms.append(wrong * np.exp(log_p - log_q))
+    w = 0.5 * (terms[0] + terms[1])
+    return float(w.mean()), float(w.std(ddof=1) / math.sqrt(n))
+
+
 # The registry: every slow reference the fast code is checked against, by what it checks.
 # The models' readable forward passes, losses and gradients are in the package (check-grad
 # uses them) and are named here so tests and benchmarks find every reference in one place.
@@ -146,4 +209,6 @@ REFERENCES = {
     "population error of one class, by adaptive cubature": error_by_cubature,
     "population error of one class, log, by adaptive cubature": log_error_by_cubature,
     "population error of one class, by an independent importance sampler": error_by_importance_sampling,
+    "Bayes error, every assignment enumerated, by plain Monte Carlo": bayes_error_by_monte_carlo,
+    "Bayes error at shuffled positions, by an independent importance sampler": bayes_error_by_mean_shifts,
 }

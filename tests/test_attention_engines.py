@@ -19,9 +19,16 @@ ALPHA = 1e-3  # family-wise significance of the distribution tests below
 N_DIST_TESTS = 12
 
 
+# The population error's importance sampler places its components at design points found by
+# Newton's method, which stops at a step below 1e-7 relative: states equal to 1e-13 may stop one
+# iteration apart, moving the estimate by up to ~1e-10 relative (measured: 1.4e-10) on some machines.
+POP_ERROR_RTOL = 1e-8
+
+
 def _same(a, b, keys=ARRAYS, rtol=1e-10):
     for key in keys:
-        np.testing.assert_allclose(a.trajectory[key], b.trajectory[key], rtol=rtol, atol=1e-13, err_msg=key)
+        tol = max(rtol, POP_ERROR_RTOL) if key == "pop_error" else rtol
+        np.testing.assert_allclose(a.trajectory[key], b.trajectory[key], rtol=tol, atol=1e-13, err_msg=key)
 
 
 @pytest.mark.parametrize("train", MODES)

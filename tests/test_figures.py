@@ -141,7 +141,7 @@ def test_figure_layout_is_readable(name, tmp_path, monkeypatch):
             ticks = [t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
             for i, a in enumerate(ticks):
                 assert not any(_overlap(a, b) for b in ticks[i + 1 :]), f"{name}: x tick labels run together"
-            if ax.get_xscale() == "log":
+            if ax.get_xscale() == "log" and "step" in ax.get_xlabel().lower():  # a log axis of steps
                 for line in ax.get_lines():
                     if line.get_transform() is not ax.transData:
                         continue  # axhline: x in Axes coordinates
@@ -189,3 +189,25 @@ def test_boundaries_come_from_a_function_or_a_csv_and_their_constant_is_fitted(t
     (tmp_path / "bad.csv").write_text("a,b,c\n1,2,3\n")
     with pytest.raises(PlotError, match="needs two columns"):
         boundary_points(tmp_path / "bad.csv", ())
+
+
+def test_interpolated_edges_and_power_law_fits_recover_a_known_boundary():
+    """Crossings of a smooth score interpolated between cells land on the true
+    edge far inside a cell; the free exponent and its error, the form held at
+    a given power, and what one crossing can (not) carry."""
+    import numpy as np
+
+    from attnsim.plotting import describe_fit, fit_power_law, interpolated_crossings
+
+    ns, snr = np.array([25.0, 50.0, 100.0, 200.0, 400.0]), np.geomspace(0.005, 2.0, 24)
+    edge = 0.2 * ns**-0.25
+    error = 0.05 * (edge[:, None] / snr[None, :]) ** 3  # falls through 0.05 at the edge
+    rows, cross = interpolated_crossings(ns, snr, np.log(0.05) - np.log(error), "lower")
+    np.testing.assert_allclose(cross, edge, rtol=1e-12)  # linear in log error and log SNR: exact
+    fit = fit_power_law(rows, cross * (1 + 0.01 * np.array([1, -1, 1, -1, 1])))
+    assert abs(fit["b"] + 0.25) < 3 * fit["b_se"] and fit["b_se"] < 0.01 and fit["points"] == 5
+    held = fit_power_law(rows, cross, power=-0.5)
+    assert held["rms"] > 0.1  # the wrong form shows in its residuals
+    assert "one point" in describe_fit(fit_power_law(rows[:1], cross[:1]))
+    upper = interpolated_crossings(ns, snr, np.where(snr[None, :] < 0.3, 1.0, -1.0) * np.ones((5, 1)), "upper")
+    np.testing.assert_allclose(upper[1], np.sqrt(snr[snr < 0.3][-1] * snr[snr >= 0.3][0]))  # half-way

@@ -102,6 +102,22 @@ def test_magen_population_resolves_tiny_errors_in_the_tail():
     assert out["pop_error"] == pytest.approx(_error_given_value(q, nu, mu, 1.0), rel=1e-7)
 
 
+def test_magen_population_below_float64_is_a_flagged_bound_and_an_exact_zero_is_not():
+    """An error that underflows is not printed as 0 +- 0 (resolved): it is an upper
+    bound, flagged; a value that is exactly determined (nu along mu) is 0 exactly."""
+    mu = np.zeros(10)
+    mu[0] = 1.0
+    nu = np.zeros(10)
+    nu[0], nu[1] = 50.0, 0.01  # uniform attention, the value's noise tiny: Phi(-5000)
+    out = MagenPopulation(1.0, 1.0).evaluate(*_scalars(np.zeros(10), nu, mu))
+    assert (
+        out["pop_error_resolved"] == 0.0 and 0 < out["pop_error"] <= 1e-299 and np.isnan(out["pop_error_se"])
+    )
+    nu[1] = 0.0
+    exact = MagenPopulation(1.0, 1.0).evaluate(*_scalars(np.zeros(10), nu, mu))
+    assert exact["pop_error"] == 0.0 and exact["pop_error_se"] == 0.0 and exact["pop_error_resolved"] == 1.0
+
+
 def test_magen_preset_is_benign_after_two_steps_within_seconds(tmp_path, capsys):
     t = time.perf_counter()
     assert main(["run", "--preset", "magen2025", "--out", str(tmp_path / "r")]) == 0
@@ -111,7 +127,7 @@ def test_magen_preset_is_benign_after_two_steps_within_seconds(tmp_path, capsys)
     r = attnsim.simulate({"preset": "magen2025"})
     f = r.final
     assert r.config["steps"] == 2 and f["n_fitted_noisy"] == f["n_noisy"] > 0
-    assert f["n_fitted_clean"] == f["n_clean"] and f["excess_error"] < 0.01
+    assert f["n_fitted_clean"] == f["n_clean"] and f["excess_error"] < 0.01 and f["bayes_error"] == 0.0
 
 
 def test_magen_runs_are_the_same_in_the_dense_and_reduced_engines():

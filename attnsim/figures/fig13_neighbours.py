@@ -10,7 +10,8 @@ statement or number beside it.
 (c) Tarzanagh et al. 2023 (preset tarzanagh2023): cos(q, q_mm) under
     normalized GD against plain GD's flow (figure 15's runs).
 (d) Jiang et al. 2024: their boundary N SNR^2 = const (their model is not
-    attnsim's) drawn on attnsim's phase diagram, c fitted (figure 6's sweep).
+    attnsim's) drawn through the edges of attnsim's benign band (figure 6's
+    sweep), with what a free fit of the crossings says of that form.
 """
 
 from __future__ import annotations
@@ -21,10 +22,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..metrics import format_error
-from ..plotting import ROLE_COLORS, cell_edges, draw_boundary
+from ..plotting import ROLE_COLORS, cell_edges, describe_fit, draw_boundary
 from ..run import simulate
 from . import fig6_phase, fig15_normalized, fig16_magen
 from .common import save, write_numbers
+
+
+def fig6_phase_describe(fit: dict) -> str:
+    """A fitted edge as figure 6 states it (the free law, and Jiang et al.'s form through it)."""
+    return describe_fit(fit) + fig6_phase._fixed(fit)
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
@@ -50,7 +56,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                  "authors' notebook: train 1.0, test 0.996 (d = 2000, |mu| = 20, 1000 steps)")  # fmt: skip
     # (b) Magen et al.
     magen_lines, _ = fig16_magen.draw(axes[1], fig16_magen.records(quick, cache))
-    axes[1].set_title("(b) Magen et al. 2025: benign after two steps when SNR ~ 1/sqrt(n)", fontsize=9)
+    axes[1].set_title("(b) Magen et al. 2025: the two-step benign band (their claim: SNR ~ 1/sqrt(n))",
+                      fontsize=9)  # fmt: skip
     lines += [f"(b) {v}" for v in magen_lines[:2]]
     # (c) Tarzanagh et al.
     tz_lines = fig15_normalized.draw(axes[2], fig15_normalized.runs(quick))
@@ -65,18 +72,22 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     im = axes[3].pcolormesh(cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="magma",
                             vmin=0, vmax=1)  # fmt: skip
     fig.colorbar(im, ax=axes[3], label="fraction of seeds benign")
-    c = fig6_phase.benign_boundary(recs, ns, mus)
-    if np.isfinite(c):
-        draw_boundary(axes[3], lambda n: np.sqrt(c / n), np.geomspace(ns[0], ns[-1], 50), independent="y",
-                      color="c", label=f"N SNR^2 = {c:.2f} (fitted)")  # fmt: skip
-        axes[3].legend(fontsize=8, loc="upper right")
+    found = fig6_phase.edges(recs)
+    for edge, fit in found.items():
+        color, marker = fig6_phase.EDGE_STYLE[edge]
+        axes[3].plot(fit["cross"], fit["rows"], marker, color=color, ms=7, mew=1.5, label=f"{edge} edge")
+        if fit["fixed"]["points"] >= 1:  # Jiang et al.'s form through attnsim's crossings
+            c = fit["fixed"]["c"] ** 2
+            draw_boundary(axes[3], lambda n, c=c: np.sqrt(c / n), np.geomspace(ns[0], ns[-1], 50),
+                          independent="y", color=color, lw=1, label=f"N SNR^2 = {c:.2f} through them")  # fmt: skip
+    axes[3].legend(fontsize=7, loc="upper right")
     axes[3].set_xscale("log")
     axes[3].set_yscale("log")
     axes[3].set_xlabel("SNR = |mu| / sqrt(d)")
     axes[3].set_ylabel("n")
-    axes[3].set_title("(d) Jiang et al. 2024's boundary on attnsim's benign fraction\n(1000 steps, d = 2000; "
-                      "their model is not attnsim's)", fontsize=9)  # fmt: skip
-    lines.append(f"(d) N SNR^2 = c fitted to where at least half the seeds stop being benign (1000 steps): "
-                 f"c = {c:.3g}")  # fmt: skip
+    axes[3].set_title("(d) Jiang et al. 2024's form N SNR^2 = c through attnsim's band edges\n(1000 steps, "
+                      "d = 2000; their model is not attnsim's)", fontsize=9)  # fmt: skip
+    for edge, fit in found.items():
+        lines.append(f"(d) {edge} edge after 1000 steps, SNR = c n^b: {fig6_phase_describe(fit)}")
     fig.tight_layout()
     return [save(fig, outdir / "fig13_neighbours.png"), write_numbers(outdir, "fig13_neighbours", lines)]

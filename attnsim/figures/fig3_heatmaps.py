@@ -1,7 +1,9 @@
-"""Figure 3: train loss, test (population) loss, the regime and the excess
-error label noise causes (over each cell's clean-label twin) over the
-(signal strength, dimension) plane, with SNR contours. One seed serves every
-cell, as in the official runs; cells sharing d share the reduced setup."""
+"""Figure 3: train loss, test (population) loss, the regime (against the Bayes
+error, SPEC §3) and the cost of label noise (error over each cell's
+clean-label twin) over the (signal strength, dimension) plane, with SNR
+contours. One seed serves every cell, as in the official runs; cells sharing
+d share the reduced setup. The regime panel draws both edges of the benign
+band with power laws |mu| = c d^b fitted over every d's crossing."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
-from ..plotting import boundary_crossings, draw_boundary, label_contours
+from ..plotting import describe_fit, draw_boundary, fit_power_law, interpolated_crossings, label_contours
 from .common import grid_of, save, sweep_records, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only
@@ -61,19 +63,20 @@ def plot_panels(
     for name in REGIMES:
         if (R == REGIMES.index(name)).any():
             axes[2].plot([], [], "s", color=REGIME_COLORS[name], label=name)
-    c = benign_boundary(recs)
-    if np.isfinite(c):  # n SNR^2 = c (Jiang et al. 2024) at this n is the SNR contour sqrt(c / n)
-        n = recs[0]["config"]["n"]
-        draw_boundary(axes[2], lambda d: np.sqrt(c * d / n), ys, independent="y", color="k",
-                      label=f"n SNR^2 = {c:.2f} (fitted)")  # fmt: skip
+    for edge, fit in edges(recs).items():
+        marker = "k|" if edge == "lower" else "kx"
+        axes[2].plot(fit["cross"], fit["rows"], marker, ms=4, label=f"{edge} edge, per d ({fit['points']})")
+        if fit["points"] >= 3 and fit["b_se"] < 0.1:  # a law the crossings carry
+            draw_boundary(axes[2], lambda d, f=fit: f["c"] * d ** f["b"], ys, independent="y", color="k", lw=1,
+                          label=f"|mu| ~ d^({fit['b']:.2f} +- {fit['b_se']:.2f})")  # fmt: skip
     axes[2].legend(fontsize=7, loc="upper right")
     if len(axes) > 3:
-        xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["excess_error"])
+        xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["label_noise_cost"])
         im = axes[3].pcolormesh(xs, ys, np.log10(np.maximum(E, 1e-12)), shading="nearest", cmap="magma",
                                 vmin=-12, vmax=0)  # fmt: skip
         plt.colorbar(im, ax=axes[3])
         axes[3].contour(xs, ys, E, levels=[recs[0]["config"]["benign_error"]], colors="c", linewidths=1.2)
-        axes[3].set_title("log10 excess error over the clean-label twin (cyan: benign_error)", fontsize=9)
+        axes[3].set_title("log10 cost of label noise: error - clean-label twin's (cyan: benign_error)", fontsize=9)
     _, _, S = grid_of(recs, "signal_norm", "d", snr)
     for ax in axes:
         cs = ax.contour(xs, ys, S, levels=[0.1, 0.2, 0.4, 0.8, 1.6], colors="w", linewidths=0.7)
@@ -82,14 +85,22 @@ def plot_panels(
         ax.set_ylabel("d")
 
 
-def benign_boundary(recs: list[dict]) -> float:
-    """c of the boundary n SNR^2 = c fitted to the regime map: per d, the
-    crossing in |mu| out of the benign cells (the label noise no longer
-    memorized above it; NaN: no crossing)."""
-    xs, ys, R = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["regime"] == "benign")
-    n = recs[0]["config"]["n"]
-    rows, cross = boundary_crossings(ys, xs, R == 1, edge="upper")
-    return float(np.median(n * cross**2 / rows)) if rows.size else float("nan")
+def edges(recs: list[dict]) -> dict[str, dict]:
+    """The two edges of the benign band as |mu| = c d^b, fitted over the
+    crossings of every d (:func:`attnsim.plotting.fit_power_law`): ``lower``,
+    where the error in excess of the Bayes error falls to benign_error as |mu|
+    grows (interpolated in log excess between cells); ``upper``, where the runs
+    stop being benign (the flipped labels no longer all memorized within the
+    horizon; half-way between the cells)."""
+    xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["excess_error"])
+    _, _, B = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["regime"] == "benign")
+    level = recs[0]["config"]["benign_error"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.log(level) - np.log(np.maximum(E, 1e-300))
+    out = {"lower": interpolated_crossings(ys, xs, np.where(np.isfinite(E), low, np.nan), "lower"),
+           "upper": interpolated_crossings(ys, xs, np.where(B == 1, 1.0, -1.0), "upper")}  # fmt: skip
+    return {edge: fit_power_law(*rc) | {"fixed": fit_power_law(*rc, power=0.5), "rows": rc[0], "cross": rc[1]}
+            for edge, rc in out.items()}  # fmt: skip
 
 
 def numbers(recs: list[dict]) -> list[str]:
@@ -111,19 +122,30 @@ def numbers(recs: list[dict]) -> list[str]:
             lines.append(f"test (population) loss for {lo} <= |mu| < {hi}: {min(pl):.3f}-{max(pl):.3f}")
     harmful = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]
     lines.append(f"harmful at |mu| in {sorted(set(harmful))}" if harmful else "no harmful cell")
-    ungen = [r for r in recs if not r["final"]["generalized"]]
+    harmful_twin = [r for r in recs if r["final"]["regime"] == "harmful"
+                    and r["final"]["error_clean_twin"] is not None
+                    and r["final"]["error_clean_twin"] - r["final"]["bayes_error"] > r["config"]["benign_error"]]
+    if harmful:
+        lines.append(f"of the {len(harmful)} harmful cells, {len(harmful_twin)} have a clean-label twin "
+                     "as far from the Bayes error (the task is not solved with clean labels either)")
+    ungen = [r for r in recs if r["final"]["generalized"] is False]
     if ungen:
-        lines.append(f"not generalizing (error above benign_error) in {len(ungen)} cells, at |mu| <= "
-                     f"{max(r['config']['signal_norm'] for r in ungen):g}")  # fmt: skip
-    ex = [(r["final"]["excess_error"], r) for r in recs if r["final"]["excess_error"] is not None]
+        lines.append(f"not generalizing (error more than benign_error above the Bayes error) in {len(ungen)} "
+                     f"cells, at |mu| <= {max(r['config']['signal_norm'] for r in ungen):g}")  # fmt: skip
+    ex = [(r["final"]["label_noise_cost"], r) for r in recs if r["final"]["label_noise_cost"] is not None]
     if ex:
         worst, r = max(ex, key=lambda v: v[0])
         where = f"(|mu|, d) = ({r['config']['signal_norm']:g}, {r['config']['d']})"
-        lines.append(f"largest excess error {worst:.3g} at {where}; "
-                     f"cells with excess above 1e-3: {sum(v > 1e-3 for v, _ in ex)}")  # fmt: skip
-    c, n = benign_boundary(recs), recs[0]["config"]["n"]
-    lines.append(f"boundary n SNR^2 = c fitted to the crossing out of the benign cells: c = {c:.3g} "
-                 f"(SNR = {np.sqrt(c / n):.3g} at n = {n})")  # fmt: skip
+        lines.append(f"largest cost of label noise (error - clean-label twin's) {worst:.3g} at {where}; "
+                     f"cells where it is above 1e-3: {sum(v > 1e-3 for v, _ in ex)}")  # fmt: skip
+    n = recs[0]["config"]["n"]
+    for edge, fit in edges(recs).items():
+        what = ("where the error in excess of the Bayes error falls to benign_error" if edge == "lower"
+                else "where the runs stop memorizing every flipped label")  # fmt: skip
+        fixed = fit["fixed"]
+        form = (f"; with b held at 1/2 (n SNR^2 = c', Jiang et al.'s form): c' = {n * fixed['c'] ** 2:.3g}, "
+                f"rms {fixed['rms']:.2g} decades" if fixed["points"] > 1 else "")  # fmt: skip
+        lines.append(f"{edge} edge of the benign band ({what}), |mu| = c d^b: {describe_fit(fit, 'd')}{form}")
     unresolved = sum(r["final"]["pop_error_resolved"] == 0.0 for r in recs)
     lines.append(
         f"population errors the estimator could not resolve (upper bounds): {unresolved} of {len(recs)}"

@@ -1,8 +1,12 @@
 """Figure 6: phase diagram over the number of samples n and the signal
 strength (SNR = |mu| / sqrt(d) at d = 2000), 3 seeds: the fraction of runs in
-each regime after 1000 and after 5000 steps (a sweep for each horizon: the
-regime rests on the clean-label twin's error at that horizon), and the
-excess error label noise causes (median over seeds)."""
+each regime (against the Bayes error, SPEC §3) after 1000 and after 5000
+steps (a sweep for each horizon: a run's verdict is that of its horizon),
+and the cost of label noise (error over the clean-label twin, median over
+seeds). The benign panels draw the edges of the benign band per n, with
+SNR = c n^b fitted over the crossings; after 5000 steps also the edge of the
+max-margin limit (where the limit's error in excess of the Bayes error falls
+to benign_error: where training ends if it runs on)."""
 
 from __future__ import annotations
 
@@ -11,11 +15,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import boundary_crossings, draw_boundary, fit_power_boundary
+from ..plotting import cell_edges, describe_fit, draw_boundary, fit_power_law, interpolated_crossings
 from .common import save, sweep_records, write_numbers
 
 READINGS = (1000, 5000)
 SHOWN = ("not_overfitting", "partial", "benign", "harmful")
+D = 2000
+EDGE_STYLE = {"lower": ("w", "|"), "upper": ("c", "x"), "limit": ("y", "+")}
 
 
 def records(quick: bool, cache: Path, steps: int) -> list[dict]:
@@ -25,95 +31,150 @@ def records(quick: bool, cache: Path, steps: int) -> list[dict]:
     else:
         grid = {"n": [10, 20, 40, 80], "signal_norm": [float(v) for v in np.geomspace(4, 80, 12).round(2)]}
         seeds = [0, 1, 2]
-    base = {"d": 2000, "steps": steps, "log_every": 1000, "pop_log_points": 2, "engine": "reduced"}
+    base = {"d": D, "steps": steps, "log_every": 1000, "pop_log_points": 2, "engine": "reduced"}
+    if steps == READINGS[-1]:  # the limit of the longer horizon's selection (its times need no refining)
+        base.update(limit=True, refine_times="false")
     return sweep_records(cache, f"fig6_phase_{steps}", base, grid, seeds)
+
+
+def _axes_of(recs: list[dict]) -> tuple[list, list, np.ndarray]:
+    ns = sorted({r["config"]["n"] for r in recs})
+    mus = sorted({r["config"]["signal_norm"] for r in recs})
+    return ns, mus, np.array(mus) / np.sqrt(D)
+
+
+def cell_stats(recs: list[dict]) -> dict[str, np.ndarray]:
+    """Per (n, |mu|) cell: the fraction of seeds in each regime, and the medians
+    over seeds of the excess error, the cost of label noise and the limit's excess."""
+    ns, mus, _ = _axes_of(recs)
+    shape = (len(ns), len(mus))
+    cells: dict = {}
+    for r in recs:
+        cells.setdefault((ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])), []).append(r)
+    out = {name: np.zeros(shape) for name in SHOWN}
+    for key in ("excess", "cost", "limit"):
+        out[key] = np.full(shape, np.nan)
+    for (i, j), rs in cells.items():
+        fin = [r["final"] for r in rs]
+        for name in SHOWN:
+            out[name][i, j] = np.mean([f["regime"] == name for f in fin])
+        out["excess"][i, j] = np.median([f["excess_error"] for f in fin])
+        cost = [f["label_noise_cost"] for f in fin if f["label_noise_cost"] is not None]
+        out["cost"][i, j] = np.median(cost) if cost else np.nan
+        lim = [r["limit"]["pop_error"] - r["final"]["bayes_error"] for r in rs
+               if (r.get("limit") or {}).get("pop_error") is not None]  # fmt: skip
+        out["limit"][i, j] = np.median(lim) if lim else np.nan
+    return out
+
+
+def edges(recs: list[dict]) -> dict[str, dict]:
+    """Per n the crossings in SNR of the benign band's edges, and SNR = c n^b fitted
+    over them (:func:`attnsim.plotting.fit_power_law`): ``lower``, where the median
+    excess error falls to benign_error (interpolated in log excess); ``upper``,
+    where fewer than half the seeds stay benign (the flipped labels no longer all
+    memorized within the horizon); ``limit``, where the max-margin limit's median
+    excess falls to benign_error (runs with the limit only)."""
+    ns, _, snr = _axes_of(recs)
+    st = cell_stats(recs)
+    level = recs[0]["config"]["benign_error"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = {
+            "lower": np.log(level) - np.log(np.maximum(st["excess"], 1e-300)),
+            "upper": st["benign"] - 0.5,
+            "limit": np.log(level) - np.log(np.maximum(st["limit"], 1e-300)),
+        }
+    out = {}
+    for edge, score in scores.items():
+        if edge == "limit" and not np.isfinite(st["limit"]).any():
+            continue
+        rows, cross = interpolated_crossings(ns, snr, np.where(np.isfinite(score), score, np.nan),
+                                             "upper" if edge == "upper" else "lower")  # fmt: skip
+        out[edge] = {**fit_power_law(rows, cross), "fixed": fit_power_law(rows, cross, power=-0.5),
+                     "rows": rows, "cross": cross}  # fmt: skip
+    return out
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     by_step = {step: records(quick, cache, step) for step in READINGS}
-    recs = by_step[READINGS[0]]
-    ns = sorted({r["config"]["n"] for r in recs})
-    mus = sorted({r["config"]["signal_norm"] for r in recs})
-    cols = len(SHOWN) + 1
-    fig, axes = plt.subplots(len(READINGS), cols, figsize=(18, 6), sharex=True, sharey=True)
-    snr = np.array(mus) / np.sqrt(2000)
-    ticks = np.arange(0, len(mus), max(1, -(-len(mus) // 4)))  # at most four labels: they fit a panel
+    ns, mus, snr = _axes_of(by_step[READINGS[0]])
+    xe, ye = cell_edges(snr), cell_edges(np.array(ns, dtype=float))
+    fig, axes = plt.subplots(len(READINGS), len(SHOWN) + 1, figsize=(19, 6.6), sharex=True, sharey=True,
+                             layout="constrained")  # fmt: skip
+    lines = []
     for row, step in enumerate(READINGS):
-        counts = {name: np.zeros((len(ns), len(mus))) for name in SHOWN}
-        total = np.zeros((len(ns), len(mus)))
-        excess = [[[] for _ in mus] for _ in ns]
-        for r in by_step[step]:
-            i, j = ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])
-            name = r["final"]["regime"]
-            total[i, j] += 1
-            if name in counts:
-                counts[name][i, j] += 1
-            if r["final"]["excess_error"] is not None:
-                excess[i][j].append(r["final"]["excess_error"])
-        ex = np.array([[np.median(v) if v else np.nan for v in row_] for row_ in excess])
-        ax = axes[row, -1]
-        im_ex = ax.imshow(np.log10(np.maximum(ex, 1e-12)), origin="lower", aspect="auto", cmap="viridis",
-                          vmin=-12, vmax=0)  # fmt: skip
-        ax.set_title(f"log10 excess error, {step} steps", fontsize=9)
-        ax.set_xticks(ticks, [f"{snr[t]:.2g}" for t in ticks])
-        if row == len(READINGS) - 1:
-            ax.set_xlabel("SNR = |mu| / sqrt(d)")
+        recs = by_step[step]
+        st = cell_stats(recs)
         for col, name in enumerate(SHOWN):
             ax = axes[row, col]
-            frac = counts[name] / np.maximum(total, 1)
-            im = ax.imshow(frac, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="magma")
-            ax.set_xticks(ticks, [f"{snr[t]:.2g}" for t in ticks])
-            ax.set_yticks(range(len(ns)), [str(n) for n in ns])
+            im = ax.pcolormesh(xe, ye, st[name], vmin=0, vmax=1, cmap="magma")
             ax.set_title(f"{name} after {step} steps", fontsize=9)
-            if row == len(READINGS) - 1:
-                ax.set_xlabel("SNR = |mu| / sqrt(d)")
-            if col == 0:
-                ax.set_ylabel("n")
-    for row, step in enumerate(READINGS):
-        c = benign_boundary(by_step[step], ns, mus)
-        if np.isfinite(c):  # n SNR^2 = c on the index grid of the panels (log-spaced SNR columns)
-            col = lambda n, c=c: np.interp(
-                np.log(np.sqrt(c / n)), np.log(snr), np.arange(len(mus)), left=np.nan, right=np.nan
-            )  # fmt: skip  (not drawn off the grid)
-            for ax in (axes[row, SHOWN.index("benign")], axes[row, -1]):
-                draw_boundary(ax, lambda t, f=col: f(np.exp(np.interp(t, np.arange(len(ns)), np.log(ns)))),
-                              np.linspace(0, len(ns) - 1, 50), independent="y", color="w",
-                              label=f"n SNR^2 = {c:.2f}")  # fmt: skip
-            axes[row, SHOWN.index("benign")].legend(fontsize=7, loc="upper left")
-    fig.colorbar(im, ax=axes[:, :-1], label="fraction of runs", shrink=0.8)
-    fig.colorbar(im_ex, ax=axes[:, -1], label="log10 excess error (median of seeds)", shrink=0.8)
-    lines = []
-    for step in READINGS:
+        ax = axes[row, -1]
+        im_c = ax.pcolormesh(xe, ye, np.log10(np.maximum(st["cost"], 1e-12)), cmap="viridis", vmin=-12, vmax=0)
+        ax.set_title(f"log10 cost of label noise, {step} steps", fontsize=9)
+        found = edges(recs)
+        for edge, fit in found.items():
+            color, marker = EDGE_STYLE[edge]
+            ax_b = axes[row, SHOWN.index("benign")]
+            ax_b.plot(fit["cross"], fit["rows"], marker, color=color, ms=7, mew=1.5,
+                      label=f"{edge} edge ({fit['points']} of {len(ns)} n)")  # fmt: skip
+            if fit["points"] >= 3:
+                draw_boundary(ax_b, lambda n, f=fit: f["c"] * n ** f["b"], np.geomspace(ns[0], ns[-1], 40),
+                              independent="y", color=color, lw=1, ls="-")  # fmt: skip
+            lines.append(f"after {step} steps, {edge} edge ({_what(edge)}), SNR = c n^b: {describe_fit(fit)}"
+                         + _fixed(fit))  # fmt: skip
+        axes[row, SHOWN.index("benign")].legend(fontsize=7, loc="upper right")
         for n in ns:
-            fin = [r["final"] for r in by_step[step] if r["config"]["n"] == n]
+            fin = [r["final"] for r in recs if r["config"]["n"] == n]
             names = [f["regime"] for f in fin]
             frac = ", ".join(f"{k} {names.count(k) / len(names):.2f}" for k in SHOWN if names.count(k))
-            ungen = [r["config"]["signal_norm"] for r in by_step[step]
-                     if r["config"]["n"] == n and not r["final"]["generalized"]]  # fmt: skip
-            worst = max(fin, key=lambda f: f["excess_error"] if f["excess_error"] is not None else -1)
-            lines.append(f"after {step} steps, n = {n}: {frac}; largest excess error "
-                         f"{worst['excess_error']:.3g}; not generalizing at |mu| <= "
-                         f"{max(ungen) if ungen else 'none'}")  # fmt: skip
-        harm = [r["config"]["signal_norm"] for r in by_step[step] if r["final"]["regime"] == "harmful"]
+            ungen = [r["config"]["signal_norm"] for r in recs
+                     if r["config"]["n"] == n and r["final"]["generalized"] is False]  # fmt: skip
+            cost = max((f["label_noise_cost"] for f in fin if f["label_noise_cost"] is not None), default=np.nan)
+            lines.append(f"after {step} steps, n = {n}: {frac}; largest cost of label noise {cost:.3g}; "
+                         f"not generalizing at |mu| <= {max(ungen) if ungen else 'none'}")  # fmt: skip
+        harm = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]
         lines.append(f"after {step} steps: harmful runs at |mu| in {sorted(set(harm)) if harm else 'none'}")
-    for step in READINGS:
-        c, rows = benign_boundary(by_step[step], ns, mus, rows=True)
-        lines.append(
-            f"after {step} steps: boundary n SNR^2 = c fitted to the crossing ({rows} of {len(ns)} "
-            f"n) out of the cells where at least half the seeds are benign: c = {c:.3g} (Jiang et "
-            f"al. 2024's form; Magen et al.'s SNR sqrt(n) = {np.sqrt(c):.3g}: the same curve)"
-        )
+    for ax in axes.flat:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    for ax in axes[-1]:
+        ax.set_xlabel("SNR = |mu| / sqrt(d)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("n")
+    fig.colorbar(im, ax=axes[:, :-1], label="fraction of runs", shrink=0.8)
+    fig.colorbar(im_c, ax=axes[:, -1], label="log10 error - twin's (median of seeds)", shrink=0.8)
+    recs = by_step[READINGS[-1]]
+    parts = []
+    for n in ns:  # how long memorizing takes, against the signal: what moves the upper edge
+        mem = sorted((r["config"]["signal_norm"], r["theory"]["t_memorize"]) for r in recs
+                     if r["config"]["n"] == n and r["theory"]["t_memorize"] is not None)  # fmt: skip
+        if len(mem) >= 2:
+            lo, hi = mem[0], mem[-1]
+            parts.append(f"n = {n}: step {lo[1]} at |mu| = {lo[0]:g}, step {hi[1]} at |mu| = {hi[0]:g}")
+    partial = {step: np.mean([r["final"]["regime"] in ("partial", "not_overfitting") for r in by_step[step]])
+               for step in READINGS}  # fmt: skip
+    lines.append(
+        "the upper edge is a horizon: above it the runs have not memorized every flipped label yet "
+        f"(partial or not overfitting: {partial[READINGS[0]]:.2f} of the runs after {READINGS[0]} steps, "
+        f"{partial[READINGS[-1]]:.2f} after {READINGS[-1]}), and the memorization time grows with the signal "
+        f"(t_memorize of the runs that memorize within {READINGS[-1]} steps: " + "; ".join(parts) + ")"
+    )
     return [save(fig, outdir / "fig6_phase.png"), write_numbers(outdir, "fig6_phase", lines)]
 
 
-def benign_boundary(recs: list[dict], ns: list, mus: list, rows: bool = False) -> float | tuple[float, int]:
-    """c of n SNR^2 = c: per n, the crossing in SNR out of the cells where at
-    least half the seeds are benign (the label noise no longer memorized above
-    it; NaN: no crossing); with ``rows``, also how many n have a crossing."""
-    snr = np.array(mus) / np.sqrt(2000)
-    good = benign_fraction(recs, ns, mus) >= 0.5
-    c = fit_power_boundary(ns, snr, good, power=-0.5, edge="upper") ** 2
-    return (c, boundary_crossings(ns, snr, good, edge="upper")[0].size) if rows else c
+def _what(edge: str) -> str:
+    return {
+        "lower": "the median error in excess of the Bayes error falls to benign_error",
+        "upper": "fewer than half the seeds stay benign as the signal grows",
+        "limit": "the max-margin limit's median excess error falls to benign_error",
+    }[edge]
+
+
+def _fixed(fit: dict) -> str:
+    f = fit["fixed"]
+    if f["points"] < 2:
+        return ""
+    return f"; with b held at -1/2 (n SNR^2 = c'): c' = {f['c'] ** 2:.3g}, rms {f['rms']:.2g} decades"
 
 
 def benign_fraction(recs: list[dict], ns: list, mus: list) -> np.ndarray:

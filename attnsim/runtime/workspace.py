@@ -99,6 +99,7 @@ class Workspace:
         self.kept_draws = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the setup keeps it
         self.points: dict = {}  # population points by (seed, T, points)
         self.populations: dict = {}  # populations by their arguments
+        self.bayes: dict = {}  # Bayes errors of data models, by their arguments
         self.warm: set[str] = set()  # integrators whose kernels are loaded and warmed up
         self.work = threading.local()  # per-thread work arrays of the population kernels
 

@@ -33,6 +33,7 @@ from .tail import RESOLVED_REL
 SPAN = 40.0  # zeta in [-SPAN, SPAN]: the Gaussian's mass outside is below 1e-340
 GRID = np.linspace(-SPAN, SPAN, 8001)  # where the error's integrand is first located
 TINY_SD = 1e-300  # a conditional sd of 0 (f given zeta exact): Phi becomes the indicator
+UNDERFLOW_BOUND = 1e-300  # an error below float64's range is reported as this upper bound, unresolved
 LOG_PHI0 = -0.5 * math.log(2.0 * math.pi)
 METHOD = "one-dimensional adaptive quadrature over the noise token's logit (data_model magen2025)"
 
@@ -62,7 +63,9 @@ class MagenPopulation:
             err, err_abs = err + E / 2, err_abs + Eabs / 2
             loss += _bulk(lambda z, y=y: self._loss(y * a, e, y * b, c, sA, z), y * a, sA) / 2
             s1 += _bulk(lambda z, y=y: expit(y * a - sA * z), y * a, sA) / 2
-        resolved = err == 0.0 or err_abs <= RESOLVED_REL * err
+        resolved = err > 0.0 and err_abs <= RESOLVED_REL * err or err == 0.0 and err_abs == 0.0
+        if not resolved:  # underflowed (below float64's range) or too uncertain: an upper bound, flagged
+            err, err_abs = max(err + 3.0 * err_abs, UNDERFLOW_BOUND), math.nan
         return {"pop_error": err, "pop_error_se": err_abs, "pop_error_resolved": float(resolved),
                 "pop_loss": loss, "pop_score_relevant": s1, "pop_score_weak_aligned": 0.0,
                 "pop_score_weak_opposite": 0.0, "pop_score_irrelevant": 1.0 - s1}  # fmt: skip
@@ -86,12 +89,17 @@ def _log_error_integrand(z, ya, e, yb, c, sA):
 def _error(ya, e, yb, c, sA) -> tuple[float, float]:
     """P(y f < 0) of one class and QUADPACK's absolute error estimate."""
     if sA == 0.0 and yb == 0.0:  # the integrand is Phi(const) phi(z): closed form
-        return float(np.exp(log_ndtr(-(math.exp(min(ya, 700.0)) * e) / c))), 0.0
+        log_p = float(log_ndtr(-(math.exp(min(ya, 700.0)) * e) / c))
+        if -math.inf < log_p < -700.0:  # exact, but below float64's range
+            return 0.0, UNDERFLOW_BOUND
+        return math.exp(log_p), 0.0
     L = _log_error_integrand(GRID, ya, e, yb, c, sA)
     j = int(np.argmax(L))
     top = float(L[j])
-    if not math.isfinite(top):
+    if not math.isfinite(top):  # the integrand is 0 everywhere: exactly no error
         return 0.0, 0.0
+    if top < -700.0:  # below e^-700 * 2 SPAN: not representable, so 0 with that bound (flagged by the caller)
+        return 0.0, UNDERFLOW_BOUND
     breaks = sorted({float(GRID[j]), *([min(max(ya / sA, -SPAN), SPAN)] if sA > 0 else [])})
 
     def rel(z):

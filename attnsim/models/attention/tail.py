@@ -115,13 +115,12 @@ class TailError:
         (1.0 or 0.0); unresolved, ``pop_error`` is an upper bound and the
         standard error is NaN.
         """
-        total, var, below = 0.0, 0.0, 0.0
+        total, se, below = 0.0, 0.0, 0.0
         for c, y in enumerate((1.0, -1.0)):
-            p, se, floor = self._class(c, y, aq[c], anu[c], kappa, b, sdc)
+            p, se_c, floor = self._class(c, y, aq[c], anu[c], kappa, b, sdc)
             below += 0.5 * floor
             total += 0.5 * p
-            var += 0.25 * se * se
-        se = math.sqrt(var)
+            se = math.hypot(se, 0.5 * se_c)  # not the root of summed squares: those underflow below 1e-154
         resolved = total > 0.0 and se <= RESOLVED_REL * total and below <= 1e-3 * total
         if resolved:
             return {"pop_error": total, "pop_error_se": se, "pop_error_resolved": 1.0}
