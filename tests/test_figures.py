@@ -209,5 +209,7 @@ def test_interpolated_edges_and_power_law_fits_recover_a_known_boundary():
     held = fit_power_law(rows, cross, power=-0.5)
     assert held["rms"] > 0.1  # the wrong form shows in its residuals
     assert "one point" in describe_fit(fit_power_law(rows[:1], cross[:1]))
-    upper = interpolated_crossings(ns, snr, np.where(snr[None, :] < 0.3, 1.0, -1.0) * np.ones((5, 1)), "upper")
+    upper = interpolated_crossings(
+        ns, snr, np.where(snr[None, :] < 0.3, 1.0, -1.0) * np.ones((5, 1)), "upper"
+    )
     np.testing.assert_allclose(upper[1], np.sqrt(snr[snr < 0.3][-1] * snr[snr >= 0.3][0]))  # half-way

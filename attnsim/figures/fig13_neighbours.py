@@ -56,8 +56,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                  "authors' notebook: train 1.0, test 0.996 (d = 2000, |mu| = 20, 1000 steps)")  # fmt: skip
     # (b) Magen et al.
     magen_lines, _ = fig16_magen.draw(axes[1], fig16_magen.records(quick, cache))
-    axes[1].set_title("(b) Magen et al. 2025: the two-step benign band (their claim: SNR ~ 1/sqrt(n))",
-                      fontsize=9)  # fmt: skip
+    axes[1].set_title(
+        "(b) Magen et al. 2025: the two-step benign band (their claim: SNR ~ 1/sqrt(n))", fontsize=9
+    )
     lines += [f"(b) {v}" for v in magen_lines[:2]]
     # (c) Tarzanagh et al.
     tz_lines = fig15_normalized.draw(axes[2], fig15_normalized.runs(quick))
@@ -78,15 +79,25 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         axes[3].plot(fit["cross"], fit["rows"], marker, color=color, ms=7, mew=1.5, label=f"{edge} edge")
         if fit["fixed"]["points"] >= 1:  # Jiang et al.'s form through attnsim's crossings
             c = fit["fixed"]["c"] ** 2
-            draw_boundary(axes[3], lambda n, c=c: np.sqrt(c / n), np.geomspace(ns[0], ns[-1], 50),
-                          independent="y", color=color, lw=1, label=f"N SNR^2 = {c:.2f} through them")  # fmt: skip
+            draw_boundary(
+                axes[3],
+                lambda n, c=c: np.sqrt(c / n),
+                np.geomspace(ns[0], ns[-1], 50),
+                independent="y",
+                color=color,
+                lw=1,
+                label=f"N SNR^2 = {c:.2f} through them",
+            )
     axes[3].legend(fontsize=7, loc="upper right")
     axes[3].set_xscale("log")
     axes[3].set_yscale("log")
     axes[3].set_xlabel("SNR = |mu| / sqrt(d)")
     axes[3].set_ylabel("n")
-    axes[3].set_title("(d) Jiang et al. 2024's form N SNR^2 = c through attnsim's band edges\n(1000 steps, "
-                      "d = 2000; their model is not attnsim's)", fontsize=9)  # fmt: skip
+    axes[3].set_title(
+        "(d) Jiang et al. 2024's form N SNR^2 = c through attnsim's band edges\n(1000 steps, "
+        "d = 2000; their model is not attnsim's)",
+        fontsize=9,
+    )
     for edge, fit in found.items():
         lines.append(f"(d) {edge} edge after 1000 steps, SNR = c n^b: {fig6_phase_describe(fit)}")
     fig.tight_layout()

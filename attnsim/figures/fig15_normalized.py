@@ -36,8 +36,16 @@ def runs(quick: bool) -> dict:
         for lr in LRS[1:2] if quick else LRS:
             steps = 2000 if quick else 10**4
             # every step logged: the first step at the target is exact, not the first logged one
-            out[("normalized", lr)] = simulate({**BASE, "optimizer": "normalized", "lr": lr, "steps": steps,
-                                                "log_scale": "linear", "log_every": 1})  # fmt: skip
+            out[("normalized", lr)] = simulate(
+                {
+                    **BASE,
+                    "optimizer": "normalized",
+                    "lr": lr,
+                    "steps": steps,
+                    "log_scale": "linear",
+                    "log_every": 1,
+                }
+            )
         out[("gd", 0.05)] = simulate({**BASE, "integrator": "flow", "lr": 0.05,
                                       "steps": 10**9 if quick else FLOW_STEPS, "log_points": 80})  # fmt: skip
     return out
@@ -112,6 +120,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[1].set_ylabel("1 - cos(q, q_mm)")
     axes[1].legend(fontsize=8)
     axes[1].set_title("the same on a log scale", fontsize=9)
-    lines.insert(0, "Tarzanagh et al. (2023): normalized GD converges to the max-margin direction, GD only "
-                    "logarithmically")  # fmt: skip
+    lines.insert(
+        0,
+        "Tarzanagh et al. (2023): normalized GD converges to the max-margin direction, GD only "
+        "logarithmically",
+    )
     return [save(fig, outdir / "fig15_normalized.png"), write_numbers(outdir, "fig15_normalized", lines)]

@@ -50,8 +50,13 @@ def cells(recs: list[dict]) -> tuple[np.ndarray, np.ndarray, dict]:
     mus = sorted({r["config"]["signal_norm"] for r in recs})
     seeds = sorted({r["config"]["seed"] for r in recs})
     shape = (len(ns), len(mus))
-    out = {"error": np.full(shape, np.nan), "benign": np.zeros(shape, bool), "unfit": np.zeros(shape, bool),
-           "per_seed": np.full((len(seeds), *shape), np.nan), "fitted_all": np.full((len(seeds), *shape), np.nan)}
+    out = {
+        "error": np.full(shape, np.nan),
+        "benign": np.zeros(shape, bool),
+        "unfit": np.zeros(shape, bool),
+        "per_seed": np.full((len(seeds), *shape), np.nan),
+        "fitted_all": np.full((len(seeds), *shape), np.nan),
+    }
     groups: dict = {}
     for r in recs:
         cell = ns.index(r["config"]["n"]), mus.index(r["config"]["signal_norm"])
@@ -85,14 +90,20 @@ def exponent(fits: list[dict]) -> tuple[float, float, int]:
     b = np.array([f["b"] for f in fits if f["points"] >= 3 and np.isfinite(f["b"])])
     if b.size == 0:
         return float("nan"), float("nan"), 0
-    return float(b.mean()), float(b.std(ddof=1) / np.sqrt(b.size)) if b.size > 1 else float("nan"), int(b.size)
+    return (
+        float(b.mean()),
+        float(b.std(ddof=1) / np.sqrt(b.size)) if b.size > 1 else float("nan"),
+        int(b.size),
+    )
 
 
 def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
     ns, snr, c = cells(recs)
     X, Y = np.meshgrid(snr, ns)
     log_err = np.log10(np.maximum(c["error"], 1e-6))
-    mesh = ax.pcolormesh(cell_edges(snr), cell_edges(ns), log_err, cmap="viridis", vmin=-6, vmax=np.log10(0.5))
+    mesh = ax.pcolormesh(
+        cell_edges(snr), cell_edges(ns), log_err, cmap="viridis", vmin=-6, vmax=np.log10(0.5)
+    )
     ax.plot(X[c["benign"]], Y[c["benign"]], "w.", ms=5)
     ax.plot(X[c["unfit"]], Y[c["unfit"]], "rx", ms=4)
     per_seed = seed_edges(ns, snr, c)
@@ -100,38 +111,73 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
     for edge, color in zip(EDGES, ("w", "tab:orange")):
         fits = per_seed[edge]
         for k, fit in enumerate(fits):  # every seed's crossings: the spread of the edge
-            ax.plot(fit["cross"], fit["rows"] * (1 + 0.03 * (k - len(fits) / 2)), "o", color=color, ms=2.5,
-                    mfc="none", label=f"{edge} edge per seed" if k == 0 else None)  # fmt: skip
+            ax.plot(
+                fit["cross"],
+                fit["rows"] * (1 + 0.03 * (k - len(fits) / 2)),
+                "o",
+                color=color,
+                ms=2.5,
+                mfc="none",
+                label=f"{edge} edge per seed" if k == 0 else None,
+            )
         b, b_se, used = exponent(fits)
         pooled_r = np.concatenate([f["rows"] for f in fits])
-        pooled = fit_power_law(pooled_r, np.concatenate([f["cross"] for f in fits])) if pooled_r.size else None
+        pooled = (
+            fit_power_law(pooled_r, np.concatenate([f["cross"] for f in fits])) if pooled_r.size else None
+        )
         if pooled is not None and np.isfinite(b) and b_se < 0.05:  # only a law the seeds agree on
-            draw_boundary(ax, lambda n, k=pooled["c"], e=b: k * n**e, ns, independent="y", color=color, lw=1.2,
-                          label=f"{edge}: SNR ~ n^({b:.3f} +- {b_se:.3f})")  # fmt: skip
+            draw_boundary(
+                ax,
+                lambda n, k=pooled["c"], e=b: k * n**e,
+                ns,
+                independent="y",
+                color=color,
+                lw=1.2,
+                label=f"{edge}: SNR ~ n^({b:.3f} +- {b_se:.3f})",
+            )
         per = "; ".join(
-            f"seed {k}: " + ", ".join(f"{v:.3g}" for v in f["cross"]) + (f" (b {f['b']:.2f})" if f["points"] >= 3 else "")
+            f"seed {k}: "
+            + ", ".join(f"{v:.3g}" for v in f["cross"])
+            + (f" (b {f['b']:.2f})" if f["points"] >= 3 else "")
             for k, f in enumerate(fits)
-        )  # fmt: skip
-        what = ("the error falls below 0.05 as the signal grows" if edge == "lower" else
-                "the error jumps back above 0.05 (to about 0.25)")  # fmt: skip
-        lines.append(f"{edge} edge ({what}): SNR ~ n^b with b = {b:.3f} +- {b_se:.3f} (mean and standard error "
-                     f"over {used} seeds of per-seed least-squares fits over n = {', '.join(str(int(n)) for n in ns)}); "
-                     f"crossings per seed at SNR {per}")  # fmt: skip
+        )
+        what = (
+            "the error falls below 0.05 as the signal grows"
+            if edge == "lower"
+            else "the error jumps back above 0.05 (to about 0.25)"
+        )
+        lines.append(
+            f"{edge} edge ({what}): SNR ~ n^b with b = {b:.3f} +- {b_se:.3f} (mean and standard error "
+            f"over {used} seeds of per-seed least-squares fits over n = {', '.join(map(str, ns))}); "
+            f"crossings per seed at SNR {per}"
+        )
         if edge == "upper":
             spread = [f["b"] for f in fits if f["points"] >= 3]
             if spread and b_se >= 0.05:
-                lines.append(f"upper edge: the seeds' exponents range {min(spread):.2f} .. {max(spread):.2f}; its "
-                             "crossings follow no one power law (the error is not monotone in SNR there), so "
-                             "none is drawn")  # fmt: skip
+                lines.append(
+                    f"upper edge: the seeds' exponents range {min(spread):.2f} .. {max(spread):.2f}; its "
+                    "crossings follow no one power law (the error is not monotone in SNR there), so "
+                    "none is drawn"
+                )
             lines.append(_upper_note(ns, snr, c, fits))
     anchor = _anchor(per_seed["lower"], ns)
     if anchor is not None:  # the paper's claim, drawn through the data's middle, not fitted
         n0, s0 = anchor
-        draw_boundary(ax, lambda n: s0 * np.sqrt(n0 / n), ns, independent="y", color="k", lw=1, ls=":",
-                      label=f"Magen et al.'s SNR ~ n^-1/2 (through n = {int(n0)})")  # fmt: skip
-        lines.append(f"the paper's SNR ~ 1/sqrt(n), through the lower edge's median crossing at n = {int(n0)} "
-                     f"(SNR {s0:.3g}), is drawn beside the data as the claim; the fitted exponent above is what "
-                     "the crossings carry")  # fmt: skip
+        draw_boundary(
+            ax,
+            lambda n: s0 * np.sqrt(n0 / n),
+            ns,
+            independent="y",
+            color="k",
+            lw=1,
+            ls=":",
+            label=f"Magen et al.'s SNR ~ n^-1/2 (through n = {int(n0)})",
+        )
+        lines.append(
+            f"the paper's SNR ~ 1/sqrt(n), through the lower edge's median crossing at n = {int(n0)} "
+            f"(SNR {s0:.3g}), is drawn beside the data as the claim; the fitted exponent above is what "
+            "the crossings carry"
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("SNR = |mu| / (sigma sqrt(d))")
@@ -139,11 +185,17 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
     ax.legend(fontsize=7, loc="upper right")
     for i, n in enumerate(ns):
         ok = snr[c["benign"][i]]
-        band = f"{ok.min():.3g} .. {ok.max():.3g} (SNR sqrt(n) {ok.min() * np.sqrt(n):.2f} .. " \
-               f"{ok.max() * np.sqrt(n):.2f})" if ok.size else "none"  # fmt: skip
+        band = (
+            f"{ok.min():.3g} .. {ok.max():.3g} (SNR sqrt(n) {ok.min() * np.sqrt(n):.2f} .. "
+            f"{ok.max() * np.sqrt(n):.2f})"
+            if ok.size
+            else "none"
+        )
         unfit = snr[c["unfit"][i]]
-        lines.append(f"n = {n}: benign in every seed at SNR {band}; some flipped label left unfitted at SNR >= "
-                     f"{f'{unfit.min():.3g}' if unfit.size else 'none'}")  # fmt: skip
+        lines.append(
+            f"n = {n}: benign in every seed at SNR {band}; some flipped label left unfitted at SNR >= "
+            f"{f'{unfit.min():.3g}' if unfit.size else 'none'}"
+        )
     return lines, mesh
 
 
@@ -168,9 +220,11 @@ def _upper_note(ns: np.ndarray, snr: np.ndarray, c: dict, fits: list[dict]) -> s
                 fitted.append(c["fitted_all"][k, i, j])
     if not errs:
         return "upper edge: no crossing inside the grid"
-    return (f"just above the upper edge the error is {np.median(errs):.3g} (median; {np.min(errs):.3g} .. "
-            f"{np.max(errs):.3g}) and every flipped label is fitted in {int(np.nansum(fitted))} of {len(fitted)} "
-            "of those runs: the edge is the error jumping up, not the flipped labels left unfitted")
+    return (
+        f"just above the upper edge the error is {np.median(errs):.3g} (median; {np.min(errs):.3g} .. "
+        f"{np.max(errs):.3g}) and every flipped label is fitted in {int(np.nansum(fitted))} of {len(fitted)} "
+        "of those runs: the edge is the error jumping up, not the flipped labels left unfitted"
+    )
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
@@ -179,6 +233,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     lines, mesh = draw(ax, recs)
     fig.colorbar(mesh, ax=ax, label="log10 population error after two steps (median of seeds)")
     ax.set_title(f"magen2025 preset: two GD steps, d = {D}, eta = 0.1 (i.i.d.), lr d = 600", fontsize=9)
-    lines.insert(0, "Magen et al. (2025) claim benign overfitting after two GD steps when SNR ~ 1/sqrt(n); "
-                    "the Bayes error of their data model is 0")  # fmt: skip
+    lines.insert(
+        0,
+        "Magen et al. (2025) claim benign overfitting after two GD steps when SNR ~ 1/sqrt(n); "
+        "the Bayes error of their data model is 0",
+    )
     return [save(fig, outdir / "fig16_magen.png"), write_numbers(outdir, "fig16_magen", lines)]

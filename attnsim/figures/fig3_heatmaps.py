@@ -67,8 +67,15 @@ def plot_panels(
         marker = "k|" if edge == "lower" else "kx"
         axes[2].plot(fit["cross"], fit["rows"], marker, ms=4, label=f"{edge} edge, per d ({fit['points']})")
         if fit["points"] >= 3 and fit["b_se"] < 0.1:  # a law the crossings carry
-            draw_boundary(axes[2], lambda d, f=fit: f["c"] * d ** f["b"], ys, independent="y", color="k", lw=1,
-                          label=f"|mu| ~ d^({fit['b']:.2f} +- {fit['b_se']:.2f})")  # fmt: skip
+            draw_boundary(
+                axes[2],
+                lambda d, f=fit: f["c"] * d ** f["b"],
+                ys,
+                independent="y",
+                color="k",
+                lw=1,
+                label=f"|mu| ~ d^({fit['b']:.2f} +- {fit['b_se']:.2f})",
+            )
     axes[2].legend(fontsize=7, loc="upper right")
     if len(axes) > 3:
         xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["label_noise_cost"])
@@ -76,7 +83,9 @@ def plot_panels(
                                 vmin=-12, vmax=0)  # fmt: skip
         plt.colorbar(im, ax=axes[3])
         axes[3].contour(xs, ys, E, levels=[recs[0]["config"]["benign_error"]], colors="c", linewidths=1.2)
-        axes[3].set_title("log10 cost of label noise: error - clean-label twin's (cyan: benign_error)", fontsize=9)
+        axes[3].set_title(
+            "log10 cost of label noise: error - clean-label twin's (cyan: benign_error)", fontsize=9
+        )
     _, _, S = grid_of(recs, "signal_norm", "d", snr)
     for ax in axes:
         cs = ax.contour(xs, ys, S, levels=[0.1, 0.2, 0.4, 0.8, 1.6], colors="w", linewidths=0.7)
@@ -97,10 +106,14 @@ def edges(recs: list[dict]) -> dict[str, dict]:
     level = recs[0]["config"]["benign_error"]
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.log(level) - np.log(np.maximum(E, 1e-300))
-    out = {"lower": interpolated_crossings(ys, xs, np.where(np.isfinite(E), low, np.nan), "lower"),
-           "upper": interpolated_crossings(ys, xs, np.where(B == 1, 1.0, -1.0), "upper")}  # fmt: skip
-    return {edge: fit_power_law(*rc) | {"fixed": fit_power_law(*rc, power=0.5), "rows": rc[0], "cross": rc[1]}
-            for edge, rc in out.items()}  # fmt: skip
+    out = {
+        "lower": interpolated_crossings(ys, xs, np.where(np.isfinite(E), low, np.nan), "lower"),
+        "upper": interpolated_crossings(ys, xs, np.where(B == 1, 1.0, -1.0), "upper"),
+    }
+    return {
+        edge: fit_power_law(*rc) | {"fixed": fit_power_law(*rc, power=0.5), "rows": rc[0], "cross": rc[1]}
+        for edge, rc in out.items()
+    }
 
 
 def numbers(recs: list[dict]) -> list[str]:
@@ -122,29 +135,46 @@ def numbers(recs: list[dict]) -> list[str]:
             lines.append(f"test (population) loss for {lo} <= |mu| < {hi}: {min(pl):.3f}-{max(pl):.3f}")
     harmful = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]
     lines.append(f"harmful at |mu| in {sorted(set(harmful))}" if harmful else "no harmful cell")
-    harmful_twin = [r for r in recs if r["final"]["regime"] == "harmful"
-                    and r["final"]["error_clean_twin"] is not None
-                    and r["final"]["error_clean_twin"] - r["final"]["bayes_error"] > r["config"]["benign_error"]]
+    harmful_twin = [
+        r
+        for r in recs
+        if r["final"]["regime"] == "harmful"
+        and r["final"]["error_clean_twin"] is not None
+        and r["final"]["error_clean_twin"] - r["final"]["bayes_error"] > r["config"]["benign_error"]
+    ]
     if harmful:
-        lines.append(f"of the {len(harmful)} harmful cells, {len(harmful_twin)} have a clean-label twin "
-                     "as far from the Bayes error (the task is not solved with clean labels either)")
+        lines.append(
+            f"of the {len(harmful)} harmful cells, {len(harmful_twin)} have a clean-label twin "
+            "as far from the Bayes error (the task is not solved with clean labels either)"
+        )
     ungen = [r for r in recs if r["final"]["generalized"] is False]
     if ungen:
-        lines.append(f"not generalizing (error more than benign_error above the Bayes error) in {len(ungen)} "
-                     f"cells, at |mu| <= {max(r['config']['signal_norm'] for r in ungen):g}")  # fmt: skip
+        lines.append(
+            f"not generalizing (error more than benign_error above the Bayes error) in {len(ungen)} "
+            f"cells, at |mu| <= {max(r['config']['signal_norm'] for r in ungen):g}"
+        )
     ex = [(r["final"]["label_noise_cost"], r) for r in recs if r["final"]["label_noise_cost"] is not None]
     if ex:
         worst, r = max(ex, key=lambda v: v[0])
         where = f"(|mu|, d) = ({r['config']['signal_norm']:g}, {r['config']['d']})"
-        lines.append(f"largest cost of label noise (error - clean-label twin's) {worst:.3g} at {where}; "
-                     f"cells where it is above 1e-3: {sum(v > 1e-3 for v, _ in ex)}")  # fmt: skip
+        lines.append(
+            f"largest cost of label noise (error - clean-label twin's) {worst:.3g} at {where}; "
+            f"cells where it is above 1e-3: {sum(v > 1e-3 for v, _ in ex)}"
+        )
     n = recs[0]["config"]["n"]
     for edge, fit in edges(recs).items():
-        what = ("where the error in excess of the Bayes error falls to benign_error" if edge == "lower"
-                else "where the runs stop memorizing every flipped label")  # fmt: skip
+        what = (
+            "where the error in excess of the Bayes error falls to benign_error"
+            if edge == "lower"
+            else "where the runs stop memorizing every flipped label"
+        )
         fixed = fit["fixed"]
-        form = (f"; with b held at 1/2 (n SNR^2 = c', Jiang et al.'s form): c' = {n * fixed['c'] ** 2:.3g}, "
-                f"rms {fixed['rms']:.2g} decades" if fixed["points"] > 1 else "")  # fmt: skip
+        form = (
+            f"; with b held at 1/2 (n SNR^2 = c', Jiang et al.'s form): c' = {n * fixed['c'] ** 2:.3g}, "
+            f"rms {fixed['rms']:.2g} decades"
+            if fixed["points"] > 1
+            else ""
+        )
         lines.append(f"{edge} edge of the benign band ({what}), |mu| = c d^b: {describe_fit(fit, 'd')}{form}")
     unresolved = sum(r["final"]["pop_error_resolved"] == 0.0 for r in recs)
     lines.append(

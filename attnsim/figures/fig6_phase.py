@@ -61,8 +61,11 @@ def cell_stats(recs: list[dict]) -> dict[str, np.ndarray]:
         out["excess"][i, j] = np.median([f["excess_error"] for f in fin])
         cost = [f["label_noise_cost"] for f in fin if f["label_noise_cost"] is not None]
         out["cost"][i, j] = np.median(cost) if cost else np.nan
-        lim = [r["limit"]["pop_error"] - r["final"]["bayes_error"] for r in rs
-               if (r.get("limit") or {}).get("pop_error") is not None]  # fmt: skip
+        lim = [
+            r["limit"]["pop_error"] - r["final"]["bayes_error"]
+            for r in rs
+            if (r.get("limit") or {}).get("pop_error") is not None
+        ]
         out["limit"][i, j] = np.median(lim) if lim else np.nan
     return out
 
@@ -87,10 +90,15 @@ def edges(recs: list[dict]) -> dict[str, dict]:
     for edge, score in scores.items():
         if edge == "limit" and not np.isfinite(st["limit"]).any():
             continue
-        rows, cross = interpolated_crossings(ns, snr, np.where(np.isfinite(score), score, np.nan),
-                                             "upper" if edge == "upper" else "lower")  # fmt: skip
-        out[edge] = {**fit_power_law(rows, cross), "fixed": fit_power_law(rows, cross, power=-0.5),
-                     "rows": rows, "cross": cross}  # fmt: skip
+        rows, cross = interpolated_crossings(
+            ns, snr, np.where(np.isfinite(score), score, np.nan), "upper" if edge == "upper" else "lower"
+        )
+        out[edge] = {
+            **fit_power_law(rows, cross),
+            "fixed": fit_power_law(rows, cross, power=-0.5),
+            "rows": rows,
+            "cross": cross,
+        }
     return out
 
 
@@ -98,8 +106,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     by_step = {step: records(quick, cache, step) for step in READINGS}
     ns, mus, snr = _axes_of(by_step[READINGS[0]])
     xe, ye = cell_edges(snr), cell_edges(np.array(ns, dtype=float))
-    fig, axes = plt.subplots(len(READINGS), len(SHOWN) + 1, figsize=(19, 6.6), sharex=True, sharey=True,
-                             layout="constrained")  # fmt: skip
+    fig, axes = plt.subplots(
+        len(READINGS), len(SHOWN) + 1, figsize=(19, 6.6), sharex=True, sharey=True, layout="constrained"
+    )
     lines = []
     for row, step in enumerate(READINGS):
         recs = by_step[step]
@@ -109,29 +118,54 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             im = ax.pcolormesh(xe, ye, st[name], vmin=0, vmax=1, cmap="magma")
             ax.set_title(f"{name} after {step} steps", fontsize=9)
         ax = axes[row, -1]
-        im_c = ax.pcolormesh(xe, ye, np.log10(np.maximum(st["cost"], 1e-12)), cmap="viridis", vmin=-12, vmax=0)
+        im_c = ax.pcolormesh(
+            xe, ye, np.log10(np.maximum(st["cost"], 1e-12)), cmap="viridis", vmin=-12, vmax=0
+        )
         ax.set_title(f"log10 cost of label noise, {step} steps", fontsize=9)
         found = edges(recs)
         for edge, fit in found.items():
             color, marker = EDGE_STYLE[edge]
             ax_b = axes[row, SHOWN.index("benign")]
-            ax_b.plot(fit["cross"], fit["rows"], marker, color=color, ms=7, mew=1.5,
-                      label=f"{edge} edge ({fit['points']} of {len(ns)} n)")  # fmt: skip
+            ax_b.plot(
+                fit["cross"],
+                fit["rows"],
+                marker,
+                color=color,
+                ms=7,
+                mew=1.5,
+                label=f"{edge} edge ({fit['points']} of {len(ns)} n)",
+            )
             if fit["points"] >= 3:
-                draw_boundary(ax_b, lambda n, f=fit: f["c"] * n ** f["b"], np.geomspace(ns[0], ns[-1], 40),
-                              independent="y", color=color, lw=1, ls="-")  # fmt: skip
-            lines.append(f"after {step} steps, {edge} edge ({_what(edge)}), SNR = c n^b: {describe_fit(fit)}"
-                         + _fixed(fit))  # fmt: skip
+                draw_boundary(
+                    ax_b,
+                    lambda n, f=fit: f["c"] * n ** f["b"],
+                    np.geomspace(ns[0], ns[-1], 40),
+                    independent="y",
+                    color=color,
+                    lw=1,
+                    ls="-",
+                )
+            lines.append(
+                f"after {step} steps, {edge} edge ({_what(edge)}), SNR = c n^b: {describe_fit(fit)}"
+                + _fixed(fit)
+            )
         axes[row, SHOWN.index("benign")].legend(fontsize=7, loc="upper right")
         for n in ns:
             fin = [r["final"] for r in recs if r["config"]["n"] == n]
             names = [f["regime"] for f in fin]
             frac = ", ".join(f"{k} {names.count(k) / len(names):.2f}" for k in SHOWN if names.count(k))
-            ungen = [r["config"]["signal_norm"] for r in recs
-                     if r["config"]["n"] == n and r["final"]["generalized"] is False]  # fmt: skip
-            cost = max((f["label_noise_cost"] for f in fin if f["label_noise_cost"] is not None), default=np.nan)
-            lines.append(f"after {step} steps, n = {n}: {frac}; largest cost of label noise {cost:.3g}; "
-                         f"not generalizing at |mu| <= {max(ungen) if ungen else 'none'}")  # fmt: skip
+            ungen = [
+                r["config"]["signal_norm"]
+                for r in recs
+                if r["config"]["n"] == n and r["final"]["generalized"] is False
+            ]
+            cost = max(
+                (f["label_noise_cost"] for f in fin if f["label_noise_cost"] is not None), default=np.nan
+            )
+            lines.append(
+                f"after {step} steps, n = {n}: {frac}; largest cost of label noise {cost:.3g}; "
+                f"not generalizing at |mu| <= {max(ungen) if ungen else 'none'}"
+            )
         harm = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]
         lines.append(f"after {step} steps: harmful runs at |mu| in {sorted(set(harm)) if harm else 'none'}")
     for ax in axes.flat:
@@ -146,13 +180,18 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     recs = by_step[READINGS[-1]]
     parts = []
     for n in ns:  # how long memorizing takes, against the signal: what moves the upper edge
-        mem = sorted((r["config"]["signal_norm"], r["theory"]["t_memorize"]) for r in recs
-                     if r["config"]["n"] == n and r["theory"]["t_memorize"] is not None)  # fmt: skip
+        mem = sorted(
+            (r["config"]["signal_norm"], r["theory"]["t_memorize"])
+            for r in recs
+            if r["config"]["n"] == n and r["theory"]["t_memorize"] is not None
+        )
         if len(mem) >= 2:
             lo, hi = mem[0], mem[-1]
             parts.append(f"n = {n}: step {lo[1]} at |mu| = {lo[0]:g}, step {hi[1]} at |mu| = {hi[0]:g}")
-    partial = {step: np.mean([r["final"]["regime"] in ("partial", "not_overfitting") for r in by_step[step]])
-               for step in READINGS}  # fmt: skip
+    partial = {
+        step: np.mean([r["final"]["regime"] in ("partial", "not_overfitting") for r in by_step[step]])
+        for step in READINGS
+    }
     lines.append(
         "the upper edge is a horizon: above it the runs have not memorized every flipped label yet "
         f"(partial or not overfitting: {partial[READINGS[0]]:.2f} of the runs after {READINGS[0]} steps, "

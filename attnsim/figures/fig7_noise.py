@@ -38,9 +38,12 @@ def _band(vals):
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     data = records(quick, cache)
-    keys = (("train_acc_noisy", "noisy samples fitted (memorized)"), ("train_acc", "training accuracy"),
-            ("pop_error", "population (test) error"),
-            ("label_noise_cost", "cost of label noise: error - clean-label twin's"))  # fmt: skip
+    keys = (
+        ("train_acc_noisy", "noisy samples fitted (memorized)"),
+        ("train_acc", "training accuracy"),
+        ("pop_error", "population (test) error"),
+        ("label_noise_cost", "cost of label noise: error - clean-label twin's"),
+    )
     fig, axes = plt.subplots(1, 4, figsize=(19, 4))
     for ax, (key, title) in zip(axes, keys):
         for i, (label, recs) in enumerate(data.items()):
@@ -84,7 +87,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 f"{f'; {unresolved} of {len(fs)} upper bounds' if unresolved else ''}), "
             )
             if excess:
-                line += f"clean-label twin {np.mean(twin):.2g}, cost of label noise mean {np.mean(excess):.2g} "
+                line += (
+                    f"clean-label twin {np.mean(twin):.2g}, cost of label noise mean {np.mean(excess):.2g} "
+                )
                 line += f"(max {max(excess):.2g}{f'; {bounds} upper bounds' if bounds else ''}), "
             lines.append(line + f"Bayes error {fs[0]['bayes_error']:.2g}, regimes {regimes}")
     return [save(fig, outdir / "fig7_noise.png"), write_numbers(outdir, "fig7_noise", lines)]
