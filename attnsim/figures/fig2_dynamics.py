@@ -38,7 +38,8 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
         lines.append(
             f"{label} (d={over['d']}, |mu|={over['signal_norm']:g}): train accuracy {f['train_acc']:.3f}, "
             f"test accuracy {f['test_acc']:.3f} (1000 fresh samples), population error {error} "
-            f"(clean-label twin {twin}; at initialization {f['pop_error_init']:.2g}), regime {f['regime']}, "
+            f"(Bayes error {f['bayes_error']:.2g}; clean-label twin {twin}; at initialization "
+            f"{f['pop_error_init']:.2g}), regime {f['regime']}, "
             f"{'generalizes' if f['generalized'] else 'does not generalize'}, noisy samples fitted "
             f"{f['n_fitted_noisy']} of {f['n_noisy']} (the first from step {first_fit}), memorized at step "
             f"{res.theory['t_memorize']}; the noisy example last selects its relevant token at step {until}"

@@ -126,9 +126,9 @@ def summary(recs: list[dict]) -> list[str]:
             )
         f = r["final"]
         twin = format_error(f["error_clean_twin"], f["error_clean_twin_se"], f["error_clean_twin_resolved"])
-        excess = format_error(f["excess_error"], f["excess_error_se"], f["excess_error_resolved"])
-        line += f"; at {int(st[-1])} steps the clean-label twin errs {twin}, label noise adds {excess}"
-        line += f" (regime {f['regime']})"
+        cost = format_error(f["label_noise_cost"], f["label_noise_cost_se"], f["label_noise_cost_resolved"])
+        line += f"; at {int(st[-1])} steps the clean-label twin errs {twin}, label noise costs {cost}"
+        line += f" (Bayes error {f['bayes_error']:.2g}: regime {f['regime']})"
         lo = int(np.argmin(pe))
         line += f"; smallest error {format_error(pe[lo], se[lo], res[lo])} at step {int(st[lo])}"
         lines.append(line)

@@ -49,7 +49,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         axes[2].plot(steps[ok], score[ok], color=color)
         axes[2].axhline(L["relevant_prob"], color=color, ls="--", lw=0.8)
         bound = r["config"]["benign_error"]
-        in_limit = "above" if L["pop_error"] > bound else "at most"
+        in_limit = "above" if L["pop_error"] - r["final"]["bayes_error"] > bound else "at most"
         never = " (never reaches 1/2)" if L["gen_never"] else ""
         here = format_error(
             err[ok][-1], _arr(t, "pop_error_se")[ok][-1], _arr(t, "pop_error_resolved")[ok][-1]
@@ -59,7 +59,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             f"error {here} there against {L['pop_error']:.3g} in the limit (quadrature); fresh relevant "
             f"score {score[ok][-1]:.3f} against limit probability {L['relevant_prob']:.3f}{never}; at the "
             f"horizon the run {'generalizes' if r['final']['generalized'] else 'does not generalize'}, "
-            f"in the limit the error is {in_limit} benign_error = {bound:g}"
+            f"in the limit the error in excess of the Bayes error ({r['final']['bayes_error']:.2g}) is "
+            f"{in_limit} benign_error = {bound:g}"
         )
     axes[2].axhline(0.5, color="0.5", lw=0.7)
     titles = ("cos(q(tau), q_mm)", "population error (dashed: hard-attention limit)",
