@@ -8,6 +8,10 @@ class DependencyError(ImportError):
     """An installed dependency attnsim cannot run with (the message says which and what to do)."""
 
 
+class ConfigError(ValueError):
+    """A bad configuration value, key, file or ``--set`` argument (exit 2, one line)."""
+
+
 class SimulationError(RuntimeError):
     """A run that failed (diverged); the command line exits with code 1."""
 

@@ -400,9 +400,10 @@ def cmd_check_grad(args: argparse.Namespace) -> int:
     from .config import make_config  # lazy
 
     cfg = make_config(sets=args.sets)
-    head, errors, width = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
-    print("\n".join(head))
-    return _grad_verdict(errors, args.tol, width=width)
+    check = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
+    print("\n".join(check.heading))
+    width = max(len(block) for errs in check.errors.values() for block in errs)
+    return _grad_verdict(check.errors, args.tol, width=width)
 
 
 def _grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:

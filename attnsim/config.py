@@ -23,16 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from ._meta import ConfigError
 from .presets import PRESETS, resolve
 from .words import suggest
 
 TRAIN_BLOCKS = ("W", "p", "nu")
 MAX_INT = 2**53  # integers above this are not exact in float64 (chi-square degrees of freedom, steps)
 MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
-
-
-class ConfigError(ValueError):
-    """A bad configuration value, key, file or ``--set`` argument."""
 
 
 @dataclass(frozen=True)

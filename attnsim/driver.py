@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ._meta import SimulationError
-from .models.base import DIVERGED, FROZEN, Evaluator, Stepper
+from .models.base import Evaluator, Outcome, Stepper
 
 PROGRESS_CHUNK = 20_000  # GD steps per kernel call while a progress bar exists (flows are never cut)
 
@@ -111,12 +111,9 @@ def run(
             while frozen_at is None and step < target:
                 chunk = min(target - step, PROGRESS_CHUNK if bar is not None and not whole else target - step)
                 status, reached = stepper.advance(step, chunk)
-                if status == DIVERGED:
-                    raise SimulationError(
-                        f"diverged at step {reached}: the training loss or a parameter norm is not finite "
-                        f"(reduce lr={lr:g})"
-                    )
-                if status == FROZEN:
+                if status in (Outcome.DIVERGED, Outcome.STALLED):
+                    raise SimulationError(status.message(reached, lr=lr, detail=stepper.detail))
+                if status is Outcome.FROZEN:
                     frozen_at = reached
                     msg = recorder.frozen(stepper, reached)
                     traj_warnings.append(msg)
@@ -188,7 +185,9 @@ def refine_crossing(
     def value(step: float) -> float:
         stepper.restore(snap)
         if step > a:
-            stepper.advance(a, step - a)
+            status, reached = stepper.advance(a, step - a)
+            if status in (Outcome.DIVERGED, Outcome.STALLED):  # went through once: a second time should too
+                raise SimulationError(status.message(reached, detail=stepper.detail))
         with np.errstate(over="ignore", invalid="ignore"):
             return g(stepper.state())
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import metrics, theory
 from ._meta import SimulationError
 from .driver import refine_crossing
-from .models.base import Observation
+from .models.base import Observation, Outcome
 
 if TYPE_CHECKING:  # names in annotations only
     from .data.dataset import Dataset
@@ -68,10 +68,7 @@ class Recorder:
         self._frozen_at = step
         self._incr = stepper.relevant_increments(stepper.observe().s)
         self._S_frozen = stepper.S_acc.copy()
-        head = f"frozen after step {step}: every gradient underflows to 0"
-        if self.normalized:  # a smaller lr only delays it: the scores themselves are one-hot
-            return f"{head} (every score but the top one below exp(-745)); later steps keep that state"
-        return f"{head} (reduce lr)"
+        return Outcome.FROZEN.message(step, normalized=self.normalized)
 
     def record(self, j: int, target: int, stepper: Any, evaluated: dict) -> None:
         """The state of ``stepper`` at log point ``j`` (step ``target``), with the metrics ``evaluated``."""

@@ -12,7 +12,7 @@ from scipy.special import ndtr
 import attnsim
 from attnsim.cli import main
 from attnsim.config import Config
-from attnsim.models.base import OK, finite_difference_errors
+from attnsim.models.base import Outcome, finite_difference_errors
 from attnsim.models.encoder import kernels as K
 from attnsim.models.encoder import linalg
 from attnsim.models.encoder.model import EncoderStepper
@@ -108,7 +108,7 @@ def test_held_query_and_key_updates_equal_updating_at_every_step():
     X, y, P = random_encoder(5, n=6, T=4, d=9, m=7)
     steps = 2 * linalg.Held(9).cap + 5  # applied twice on the way, five rows held at the end
     stepper = EncoderStepper(X, y, P, 0.2, True, "logistic", np.zeros((6, 4)))
-    assert stepper.advance(0, steps) == (OK, steps) and stepper.held.k == 5
+    assert stepper.advance(0, steps) == (Outcome.FINISHED, steps) and stepper.held.k == 5
     want = _steps_without_holding(X, y, P, 0.2, steps)
     got = stepper.state()
     assert stepper.held.k == 0  # reading the parameters applies what was held

@@ -1,68 +1,180 @@
 """What every model supplies, and what the rest of attnsim may assume of it.
 
-A model is a folder under ``attnsim/models/`` whose package exposes ``SPEC``,
-a :class:`ModelSpec`, and one line in :mod:`attnsim.registry`. The spec
-validates the model's own keys, plans the engine and its resources, and builds
-a :class:`Problem` from a dataset; the problem hands the driver a
-:class:`Stepper` and an :class:`Evaluator`. Nothing outside the model's
-folder branches on the model's name (docs/design.md: adding a model).
+Adding a model
+--------------
+1. A folder ``attnsim/models/<name>/`` whose ``__init__.py`` exposes ``SPEC``, an
+   instance of a :class:`ModelSpec` subclass, and ``keys.py``: a frozen dataclass of the
+   config keys only this model reads (their defaults, and ``field(metadata=...)`` with
+   ``allowed`` and ``help`` for ``attnsim keys``) and a ``check(cfg)`` for their rules.
+   Nothing else of the model is imported until it runs, so ``keys.py`` imports nothing
+   of attnsim but :mod:`attnsim._meta`.
+2. One line in :mod:`attnsim.registry`: the package, its keys module, the defaults it
+   changes, the data-file arrays it owns. :class:`attnsim.config.Config` is assembled
+   from the common keys and every registered model's key dataclass.
+3. The spec: :meth:`ModelSpec.plan` (the engine and why), :meth:`ModelSpec.build` (a
+   :class:`Problem` from a dataset), :meth:`ModelSpec.check_grad` (its reference against
+   central differences) are required; every other method has a default here.
+4. The problem hands the driver a :class:`Stepper` (``stepper``) and an evaluator
+   (``evaluator``: population metrics, a test set, or None).
+5. The stepper subclasses :class:`Stepper` and writes three methods: ``_advance``
+   (the steps), ``observe`` and ``state``. The base class keeps the records the paper's
+   recorder reads (``fit_since``, ``S_acc``), checks what ``_advance`` reports
+   (:class:`Outcome`), snapshots and restores, copies the final state.
+6. ``tests/test_models.py`` runs its conformance suite over every registered model: the
+   model is tested the moment its registry line exists.
+
+Nothing outside ``attnsim/models/`` and the registry branches on a model's or an
+engine's name (``tests/test_layout.py``).
 """
 
 from __future__ import annotations
 
+import enum
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .._meta import ConfigError
+from ..runtime.resources import check_fits
+
+if TYPE_CHECKING:  # names in annotations only
+    from ..config import Config
+    from ..data.dataset import Dataset, Streams
+    from ..runtime.workspace import Workspace
+
 Array = np.ndarray
-OK, DIVERGED, FROZEN = 0, 1, 2  # what Stepper.advance reports (kernels return these codes)
 GRAD_TOL = 1e-5  # check-grad: central differences at h = 1e-6 give about 1e-9; a wrong gradient gives O(1)
 
 
+class Outcome(enum.IntEnum):
+    """How a stepper's advance ended, and what a run says about it (kernels return
+    these codes as plain integers)."""
+
+    FINISHED = 0  # every requested step was taken
+    DIVERGED = 1  # the loss or a parameter norm is not finite
+    FROZEN = 2  # every gradient underflows to 0: later steps keep the state
+    STALLED = 3  # an integrator could not make progress (the flow's step-size control)
+
+    def message(
+        self, step: float, lr: float | None = None, normalized: bool = False, detail: str = ""
+    ) -> str:
+        """The run's words for this outcome at ``step`` (``detail``: the stepper's own account)."""
+        if self is Outcome.FINISHED:
+            return f"finished at step {step:g}"
+        if self is Outcome.FROZEN:
+            head = f"frozen after step {step:g}: every gradient underflows to 0"
+            if normalized:  # a smaller lr only delays it: the scores themselves are one-hot
+                return f"{head} (every score but the top one below exp(-745)); later steps keep that state"
+            return f"{head} (reduce lr)"
+        if detail:
+            return detail
+        if self is Outcome.DIVERGED:
+            lr_hint = "" if lr is None else f" (reduce lr={lr:g})"
+            return f"diverged at step {step:g}: the training loss or a parameter norm is not finite{lr_hint}"
+        return f"stalled at step {step:g}"
+
+
+# Outcome's codes as plain integers: what Numba kernels return (int(Outcome(...)))
+OK, DIVERGED, FROZEN = int(Outcome.FINISHED), int(Outcome.DIVERGED), int(Outcome.FROZEN)
+
+
 class Observation(NamedTuple):
-    """A state seen on the training set: (n, T) logits, values and scores,
-    (n,) outputs, the mean loss."""
+    """A state seen on the training set: (n, T) logits, values (None when the model
+    has no per-token values) and scores, (n,) outputs, the mean loss."""
 
     z: np.ndarray
-    u: np.ndarray
+    u: np.ndarray | None
     s: np.ndarray
     f: np.ndarray
     loss: float
 
 
-class Stepper(Protocol):
-    """What the driver needs of a model's training dynamics.
+class Stepper(ABC):
+    """A model's training dynamics as the driver steps them.
 
-    ``whole_spans``: the stepper integrates each span between log points
-    whole (a flow; the driver never cuts it for a progress bar) and reports
-    its progress through ``progress`` (set by the driver, called with the
-    step reached); GD steppers have it False.
+    Subclasses write :meth:`_advance`, :meth:`observe` and :meth:`state`, and call
+    :meth:`_init_records` in their constructor (or provide ``fit_since`` and ``S_acc``
+    themselves). The records the paper's recorder reads: ``fit_since`` (n,: the first
+    step of each sample's current run of fitted states, -1 while unfitted) and
+    ``S_acc`` (n,: the cumulative s_rel (1 - s_rel), in units of steps).
+
+    ``whole_spans``: the stepper integrates each span between log points whole (a
+    flow; the driver never cuts it for a progress bar) and reports its progress
+    through ``progress`` (set by the driver, called with the step reached).
+    ``detail``: the stepper's account of a DIVERGED or STALLED outcome.
     """
 
-    whole_spans: bool
-    progress: Callable[[float], None] | None
+    whole_spans: bool = False
+    progress: Callable[[float], None] | None = None
+    detail: str = ""
+    fit_since: np.ndarray
+    S_acc: np.ndarray
+    rel: np.ndarray | None = None
 
-    def advance(self, step0: float, nsteps: float) -> tuple[int, float]:
-        """Move from state ``step0`` by ``nsteps`` steps: (status, step reached)."""
+    def _init_records(self, n: int, rel: np.ndarray | None = None, T: int | None = None) -> None:
+        """Fresh in-loop records for ``n`` samples; ``rel`` (n*T or (n, T)): the relevant-token indicator."""
+        self.fit_since = -np.ones(n, dtype=np.int64)
+        self.S_acc = np.zeros(n)
+        if rel is not None:
+            self.rel = np.asarray(rel, dtype=np.float64).reshape(n, -1 if T is None else T)
 
+    def advance(self, step0: float, nsteps: float) -> tuple[Outcome, float]:
+        """Move from state ``step0`` by ``nsteps`` steps: (outcome, step reached)."""
+        status, reached = self._advance(step0, nsteps)
+        return Outcome(int(status)), reached
+
+    @abstractmethod
+    def _advance(self, step0: float, nsteps: float) -> tuple[int, float]:
+        """The steps themselves: (an :class:`Outcome` or its code, step reached)."""
+
+    @abstractmethod
     def observe(self) -> Observation:
         """The current state on the training set."""
 
+    @abstractmethod
     def state(self) -> Mapping[str, np.ndarray]:
         """The current parameters (engine coordinates; may be the stepper's own arrays)."""
 
-    def final_state(self) -> dict[str, np.ndarray]:
+    def final_state(self) -> Mapping[str, np.ndarray]:
         """The current parameters as arrays that later steps do not change."""
+        return {k: np.array(v, copy=True) for k, v in self.state().items()}
 
     def extra_metrics(self) -> dict[str, float]:
         """Model-specific scalars logged at every log point (norms, ...)."""
+        return {}
+
+    def relevant_increments(self, s: np.ndarray) -> np.ndarray:
+        """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T), s_rel the score on the relevant tokens."""
+        sr = (s * self.rel).sum(axis=1)
+        return sr * (1.0 - sr)
 
     def snapshot(self) -> Any:
-        """A copy of the current state, for :meth:`restore`."""
+        """A copy of the current state and records, for :meth:`restore`."""
+        return dict(self.final_state()), self.fit_since.copy(), self.S_acc.copy(), self._snapshot_extra()
 
     def restore(self, snap: Any) -> None:
         """Go back to a state saved by :meth:`snapshot`."""
+        arrays, fit, S, extra = snap
+        self._restore_arrays(arrays)
+        self.fit_since[...] = fit
+        self.S_acc[...] = S
+        self._restore_extra(extra)
+
+    def _restore_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write a snapshot's parameters back (into the arrays :meth:`state` returns)."""
+        live = self.state()
+        for k, v in arrays.items():
+            live[k][...] = v
+
+    def _snapshot_extra(self) -> Any:
+        """What else a snapshot keeps (an optimizer's moments, ...)."""
+        return None
+
+    def _restore_extra(self, extra: Any) -> None:
+        """The other half of :meth:`_snapshot_extra`."""
+        return None  # by default: nothing
 
 
 class Job(Protocol):
@@ -91,58 +203,98 @@ class Problem(Protocol):
     y: np.ndarray
     info: dict
 
-    def stepper(self, cfg: Any, rel: np.ndarray, y: np.ndarray | None = None) -> Stepper: ...
+    def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> Stepper: ...
 
-    def evaluator(self, cfg: Any, pop: Any) -> Evaluator | None: ...
+    def evaluator(self, cfg: Config, pop: Any) -> Evaluator | None: ...
 
 
-class ModelSpec(Protocol):
-    """A model as the rest of attnsim sees it (one instance per model: ``SPEC``)."""
+class GradCheck(NamedTuple):
+    """What ``attnsim check-grad`` prints: the heading lines, and per loss and
+    parameter block the errors of :func:`finite_difference_errors`."""
+
+    heading: list[str]
+    errors: dict[str, dict[str, dict[str, float]]]
+
+
+class ModelSpec(ABC):
+    """A model as the rest of attnsim sees it (one instance per model: ``SPEC``).
+
+    Required: :meth:`plan`, :meth:`build`, :meth:`check_grad`, ``name`` and
+    ``warm_configs`` (the tiny run per integrator that warms every kernel up). The
+    planning methods take the config alone (a sweep's parent plans every point
+    without the model's kernels); the rest run the model.
+    """
 
     name: str
+    warm_configs: dict[str, dict]
 
-    def validate(self, cfg: Any, user_data: bool) -> None:
-        """ConfigError for a key this model cannot run with."""
+    @abstractmethod
+    def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
+        """The engine to use and why (ConfigError when none can run this config)."""
 
-    def plan(self, cfg: Any, user_data: bool) -> tuple[str, str]:
-        """The engine to use and why."""
+    @abstractmethod
+    def build(
+        self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str, ws: Workspace
+    ) -> tuple[Problem, Dataset]:
+        """The problem and the dataset in the problem's coordinates."""
 
-    def check_resources(self, cfg: Any, engine: str, save_scores: bool) -> None:
+    @abstractmethod
+    def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
+        """The model's reference gradients against central differences (``attnsim check-grad``)."""
+
+    def validate(self, cfg: Config, user_data: bool) -> None:
+        """ConfigError for a combination of keys this model cannot run with."""
+        return None  # by default: nothing
+
+    def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:
+        """(keys, what, bytes) of the large arrays a run allocates."""
+        return []
+
+    def step_flops(self, cfg: Config, engine: str) -> float:
+        """Flops of one GD step (sweeps balance their workers by it; the time check uses it)."""
+        return 0.0
+
+    def setup_flops(self, cfg: Config, engine: str) -> float:
+        """Flops of a run's setup before its steps (sweeps balance their workers by it)."""
+        return 0.0
+
+    def check_resources(self, cfg: Config, engine: str, save_scores: bool = False) -> None:
         """ConfigError when the run would not fit in memory or time."""
+        flops = self.step_flops(cfg, engine) if cfg.integrator == "gd" else 0.0
+        check_fits(self.memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
 
-    warm_configs: dict[str, dict]  # the tiny run per integrator that warms every kernel up
+    def setup_key(self, cfg: Config) -> tuple:
+        """What a run's setup depends on (sweeps group points that share one)."""
+        return (cfg.seed, cfg.n, cfg.T, cfg.d)
+
+    def setup_threads(self, cfg: Config, engine: str) -> int | None:
+        """BLAS threads for the setup (None: all of them)."""
+        return 1
+
+    def check_data(self, cfg: Config, ds: Dataset) -> None:
+        """DataError for arrays of a data file this model cannot use; warnings into ``ds.warnings``."""
+        return None  # by default: nothing
 
     def warm_up(self) -> None:
         """Load (or compile) the model's kernels and tables."""
+        return None  # by default: nothing
 
-    def build(
-        self, cfg: Any, ds: Any, streams: Any, engine: str, reason: str, ws: Any
-    ) -> tuple[Problem, Any]:
-        """The problem and the dataset in the problem's coordinates."""
-
-    def population(self, cfg: Any, ds: Any, rng: np.random.Generator, ws: Any) -> Any:
-        """The population metrics of this data, or None when there are none."""
-
-    def prepare(self, cfg: Any, engine: str, user_data: bool, ws: Any) -> float:
+    def prepare(self, cfg: Config, engine: str, user_data: bool, ws: Workspace) -> float:
         """Once-per-process work before the setup; seconds (counted as start-up)."""
+        return 0.0
 
-    def memory_estimate(self, cfg: Any, engine: str, save_scores: bool = False) -> list:
-        """(keys, what, bytes) of the large arrays a run allocates."""
+    def population(self, cfg: Config, ds: Dataset, rng: np.random.Generator, ws: Workspace) -> Any:
+        """The population metrics of this data (an object whose ``evaluate`` takes the seven
+        scalars of :meth:`attnsim.models.attention.population.Population.evaluate`), or None."""
+        return None
 
-    def step_flops(self, cfg: Any, engine: str) -> float:
-        """Flops of one GD step (sweeps balance their workers by it)."""
-
-    def setup_key(self, cfg: Any) -> tuple:
-        """What a run's setup depends on (sweeps group points that share one)."""
+    def population_note(self, ds: Dataset, problem: Problem) -> str:
+        """What result.json's data section says of the population metrics."""
+        return f"none for model={self.name}: no closed form; test metrics come from a finite test set"
 
     def limit_watch(self, problem: Problem) -> Any:
         """The observer of the max-margin limit (config limit = true)."""
-
-    def population_note(self, ds: Any, problem: Problem) -> str:
-        """What result.json's data section says of the population metrics."""
-
-    def check_grad(self, cfg: Any, seed: int, h: float) -> tuple[str, dict[str, dict], int]:
-        """Heading, per-loss finite-difference errors (:func:`finite_difference_errors`), name width."""
+        raise ConfigError(f"limit: the max-margin limit is not defined for model={self.name}")
 
 
 def finite_difference_errors(

@@ -8,15 +8,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..._meta import SimulationError
-from ..base import Observation
+from ..base import Observation, Outcome, Stepper
 from .steppers import EvaluationBudgetExceeded
 
 if TYPE_CHECKING:  # names in annotations only
     from .steppers import FlowField
 
 
-class GradientFlow:
+class GradientFlow(Stepper):
     """A :class:`Stepper` that follows the gradient flow d theta/dt = -grad L
     of a vector field (t = lr * step) with scipy's explicit Runge-Kutta
     methods; ``advance`` integrates over the span of the requested steps, so
@@ -50,12 +49,15 @@ class GradientFlow:
     def S_acc(self) -> np.ndarray:
         return self.field.unpack(self.theta)[3]
 
-    def advance(self, step0: float, nsteps: float) -> tuple[int, float]:
+    def _advance(self, step0: float, nsteps: float) -> tuple[Outcome, float]:
         """Integrate from step0 over nsteps (real numbers of steps). A sample
         whose fit changes in the span gets the exact step of the change (a root
-        of its margin on the solver's dense output, from a second integration)."""
+        of its margin on the solver's dense output, from a second integration).
+        An integration that stalls or fails ends the span (``detail`` says why)."""
         theta0 = self.theta
         sol = self._integrate(step0, nsteps, theta0, dense=False)
+        if isinstance(sol, Outcome):
+            return sol, step0
         self.theta = sol.y[:, -1]
         end = step0 + nsteps
         y = self.field.data.y
@@ -64,10 +66,10 @@ class GradientFlow:
         changed = np.flatnonzero(fitted & ~was)
         self.fit_since = np.where(fitted, self.fit_since, -1.0)
         if changed.size:
-            dense = self._integrate(step0, nsteps, theta0, dense=True).sol
+            dense = self._integrate(step0, nsteps, theta0, dense=True).sol  # as the first: it succeeds
             for i in changed:
                 self.fit_since[i] = self._last_rise(dense, i, step0, end)
-        return 0, end
+        return Outcome.FINISHED, end
 
     def _integrate(self, step0: float, nsteps: float, theta0: np.ndarray, dense: bool):
         span = (self.lr * step0, self.lr * (step0 + nsteps))
@@ -83,15 +85,17 @@ class GradientFlow:
                     dense_output=dense,
                 )
         except EvaluationBudgetExceeded as exc:
-            raise SimulationError(
+            self.detail = (
                 f"gradient flow stalled between steps {step0:g} and {step0 + nsteps:g} (at step "
                 f"{exc.args[0] / self.lr:.4g}): {self.field.max_evals} evaluations of the vector field; the "
                 f"logits are too large for the step-size control (reduce lr={self.lr:g} or steps)"
-            ) from None
+            )
+            return Outcome.STALLED
         if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
-            raise SimulationError(
+            self.detail = (
                 f"diverged between steps {step0:g} and {step0 + nsteps:g}: the flow failed ({sol.message})"
             )
+            return Outcome.DIVERGED
         return sol
 
     def _last_rise(self, dense, i: int, a: float, b: float) -> float:
@@ -125,9 +129,6 @@ class GradientFlow:
     def state(self) -> dict[str, np.ndarray]:
         W, p, nu, _ = self.field.unpack(self.theta)
         return {"W": W, "p": p, "nu": nu}
-
-    def final_state(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.state().items()}
 
     def observe(self) -> Observation:
         return self.field.observe(**self.state())

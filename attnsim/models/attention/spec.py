@@ -10,6 +10,7 @@ import numpy as np
 from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...runtime.workspace import Workspace
+from ..base import GradCheck, ModelSpec
 from . import plan
 
 # The spec plans a run with the config alone (a sweep's parent does, for every point),
@@ -19,7 +20,7 @@ from . import plan
 POPULATION_METHOD = "importance sampling around the error's design points (README: 'Population metrics')"
 
 
-class AttentionSpec:
+class AttentionSpec(ModelSpec):
     name = "attention"
     warm_configs = {
         "gd": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "test_n": 2},
@@ -88,7 +89,7 @@ class AttentionSpec:
     def population_note(self, ds: Dataset, problem: Any) -> str:
         return ds.population_reason or POPULATION_METHOD
 
-    def check_grad(self, cfg: Config, seed: int, h: float) -> tuple[list[str], dict[str, dict], int]:
+    def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
         from ..base import finite_difference_errors  # lazy
         from .reference import random_instance  # lazy
         from .steppers import loss_and_grads  # lazy
@@ -105,7 +106,7 @@ class AttentionSpec:
             )
             for loss in ("logistic", "linear")
         }
-        return head, errors, 2
+        return GradCheck(head, errors)
 
 
 SPEC = AttentionSpec()

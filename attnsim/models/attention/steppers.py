@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from ..base import DIVERGED, OK, Observation
+from ..base import Observation, Outcome, Stepper
 from .kernels import (
     XW_MAX_COND,
     XW_MAX_TOKENS,
@@ -131,22 +131,18 @@ class AttentionModel:
         return out
 
 
-class Segment(AttentionModel):
-    """Gradient descent: repeated :func:`_gd_segment` calls; ``fit_since`` and
-    ``S_acc`` are the in-loop records (see the kernel's docstring)."""
-
-    whole_spans = False  # exact in any chunks of steps
-    progress = None
+class Segment(AttentionModel, Stepper):
+    """Gradient descent: repeated :func:`_gd_segment` calls; the kernel keeps the
+    in-loop records ``fit_since`` and ``S_acc`` (see its docstring)."""
 
     def __init__(self, *args: Any, optimizer: str = "gd") -> None:  # the arguments of AttentionModel
         super().__init__(*args)
         if optimizer not in ("gd", "normalized"):  # AdamSegment for adam
             raise ValueError(f"optimizer: {optimizer!r} (gd or normalized)")
         self.normalized = optimizer == "normalized"
-        self.fit_since = -np.ones(self.data.y.size, dtype=np.int64)
-        self.S_acc = np.zeros(self.data.y.size)
+        self._init_records(self.data.y.size)
 
-    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+    def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         """Apply ``nsteps`` updates starting at state ``step0``; (status, step)."""
         st, step = _gd_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, self.normalized,
                                step0, nsteps, self.work, self.fit_since, self.S_acc)  # fmt: skip
@@ -154,16 +150,6 @@ class Segment(AttentionModel):
 
     def state(self) -> dict[str, np.ndarray]:
         return {"W": self.W, "p": self.p, "nu": self.nu}
-
-    def final_state(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.state().items()}
-
-    def snapshot(self) -> tuple:
-        return self.W.copy(), self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
-
-    def restore(self, snap: tuple) -> None:
-        for dst, src in zip((self.W, self.p, self.nu, self.fit_since, self.S_acc), snap):
-            dst[...] = src
 
 
 class AdamSegment(Segment):
@@ -179,8 +165,8 @@ class AdamSegment(Segment):
         k, r = self.W.shape
         self.moments = tuple(np.zeros(shape) for shape in ((k, r), (k, r), r, r, k, k))
 
-    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
-        """As :func:`_gd_segment` (statuses OK and DIVERGED: the moments move a
+    def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        """As :func:`_gd_segment` (outcomes FINISHED and DIVERGED: the moments move a
         state whose gradient is zero, so it never freezes)."""
         train_W, train_p, train_nu = self.train
         b1, b2, eps, wd = self.hyper
@@ -189,7 +175,7 @@ class AdamSegment(Segment):
         for step in range(step0, step0 + nsteps):
             L = _forward_backward(self.data, self.W, self.p, self.nu, wk, train_nu or step == step0, train_nu)
             if not math.isfinite(L):
-                return DIVERGED, step
+                return Outcome.DIVERGED, step
             _in_loop_records(self.data, wk, step, self.fit_since, self.S_acc)
             t = step + 1  # the update's number, as torch counts it
             size, bc2 = self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
@@ -201,14 +187,13 @@ class AdamSegment(Segment):
                 _adamw(self.p, wk.gp, m_p, v_p, self.lr, b1, b2, eps, wd, size, bc2)
             if train_nu:
                 _adamw(self.nu, wk.gnu, m_nu, v_nu, self.lr, b1, b2, eps, wd, size, bc2)
-        return OK, step0 + nsteps
+        return Outcome.FINISHED, step0 + nsteps
 
-    def snapshot(self) -> tuple:
-        return super().snapshot() + tuple(m.copy() for m in self.moments)
+    def _snapshot_extra(self) -> tuple:
+        return tuple(m.copy() for m in self.moments)
 
-    def restore(self, snap: tuple) -> None:
-        super().restore(snap[:5])
-        for dst, src in zip(self.moments, snap[5:]):
+    def _restore_extra(self, extra: tuple) -> None:
+        for dst, src in zip(self.moments, extra):
             dst[...] = src
 
 
@@ -252,7 +237,7 @@ class SegmentXW(Segment):
         np.dot(X, self.nu, self.work.u)
         self._fresh = True  # self.W is the W of self.B
 
-    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+    def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         self._fresh = self.fixed_W
         st, step = _gd_segment_xw(self.data, self.B, self.K, self.p, self.train[:2], self.lr, self.normalized,
                                   step0, nsteps, self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip

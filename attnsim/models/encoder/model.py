@@ -15,17 +15,14 @@ from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...data.synthetic import clean_labels, draw_tokens
 from ...runtime.threads import _Done, blas, threads
-from ..base import DIVERGED, FROZEN, OK, Observation
+from ..base import Observation, Outcome, Stepper
 from . import kernels as K
 from . import linalg
 from .params import check_config, init_params
 
 
-class EncoderStepper:
+class EncoderStepper(Stepper):
     """Gradient descent on every parameter of the encoder (a driver stepper)."""
-
-    whole_spans = False
-    progress = None
 
     def __init__(
         self, X: np.ndarray, y: np.ndarray, P: dict, lr: float, skip: bool, loss: str, rel: np.ndarray
@@ -36,9 +33,7 @@ class EncoderStepper:
         self.y = np.asarray(y, dtype=np.float64)
         self.P = {k: np.array(v, dtype=np.float64) for k, v in P.items()}
         self.lr, self.skip, self.loss = lr, skip, loss
-        self.rel = np.asarray(rel, dtype=np.float64).reshape(n, T)
-        self.fit_since = -np.ones(n, dtype=np.int64)
-        self.S_acc = np.zeros(n)
+        self._init_records(n, rel, T)
         self.nx = K.normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
         self._cache = None  # the forward pass of the current parameters
         self.held = linalg.Held(d)  # the updates of W_q and W_k not yet in P
@@ -51,27 +46,27 @@ class EncoderStepper:
             self._cache = K.forward(self.X2, self.n, self.T, self.P, self.skip, self.nx, self.held)
         return self._cache
 
-    def advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+    def _advance(self, step0: int, nsteps: int) -> tuple[Outcome, int]:
         if self.blas_threads == 1:
-            return self._advance(step0, nsteps)
+            return self._steps(step0, nsteps)
         with blas().limit(limits=self.blas_threads, user_api="blas"):
-            return self._advance(step0, nsteps)
+            return self._steps(step0, nsteps)
 
-    def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+    def _steps(self, step0: int, nsteps: int) -> tuple[Outcome, int]:
         for k in range(nsteps):
             step = step0 + k
             cache = self._forward()
             L, df = K.loss_coefficients(cache["f"], self.y, self.loss)
             if not np.isfinite(L):
-                return DIVERGED, step
+                return Outcome.DIVERGED, step
             fitted = self.y * cache["f"] > 0
             self.fit_since = np.where(fitted, np.where(self.fit_since < 0, step, self.fit_since), -1)
             self.S_acc += self.relevant_increments(cache["a"][:, 1:])
             G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df, self.lr, self.held)
             self._cache = None
             if linalg.all_zero(G):  # the step just taken changed nothing
-                return FROZEN, step
-        return OK, step0 + nsteps
+                return Outcome.FROZEN, step
+        return Outcome.FINISHED, step0 + nsteps
 
     def observe(self) -> Observation:
         cache = self._forward()
@@ -82,24 +77,12 @@ class EncoderStepper:
         self.held.apply(self.P["W_qkv"])
         return self.P
 
-    def final_state(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.state().items()}
-
     def extra_metrics(self) -> dict[str, float]:
         return {"score_cls": float(self._forward()["a"][:, 0].mean())}  # the CLS query's attention on itself
 
-    def relevant_increments(self, s: np.ndarray) -> np.ndarray:
-        sr = (s * self.rel).sum(axis=1)
-        return sr * (1.0 - sr)
-
-    def snapshot(self) -> tuple:
-        return self.final_state(), self.fit_since.copy(), self.S_acc.copy()
-
-    def restore(self, snap: tuple) -> None:
-        P, fit, S = snap
-        self.P = {k: v.copy() for k, v in P.items()}
+    def _restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self.P = {k: v.copy() for k, v in arrays.items()}
         self.held = linalg.Held(self.X2.shape[1])  # the snapshot holds every update
-        self.fit_since, self.S_acc = fit.copy(), S.copy()
         self._cache = None
 
 

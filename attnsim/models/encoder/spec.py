@@ -3,21 +3,19 @@ the stepper, kernels and reference load with the methods that run the model, "la
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ...config import Config, ConfigError
+from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...registry import ENCODER_ARRAYS as PARAMS
-from ...runtime.resources import check_fits
+from ..base import GradCheck, ModelSpec
 from .params import check_config
 
 if TYPE_CHECKING:  # names in annotations only
     from ...runtime.workspace import Workspace
 
 
-class EncoderSpec:
+class EncoderSpec(ModelSpec):
     name = "encoder"
     warm_configs = {
         "gd": {"model": "encoder", "n": 4, "T": 4, "d": 12, "mlp_dim": 6, "steps": 2, "test_n": 2}
@@ -44,10 +42,6 @@ class EncoderSpec:
     def step_flops(self, cfg: Config, engine: str) -> float:
         return 12.0 * cfg.n * cfg.d * (cfg.d + cfg.mlp_dim)
 
-    def check_resources(self, cfg: Config, engine: str, save_scores: bool = False) -> None:
-        flops = self.step_flops(cfg, engine) if cfg.integrator == "gd" else 0.0
-        check_fits(self.memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
-
     def setup_key(self, cfg: Config) -> tuple:
         return (cfg.seed, cfg.n, cfg.T, cfg.d, cfg.mlp_dim)
 
@@ -55,9 +49,6 @@ class EncoderSpec:
         from . import kernels  # lazy
 
         kernels.warmup()
-
-    def prepare(self, cfg: Config, engine: str, user_data: bool, ws: Workspace) -> float:
-        return 0.0
 
     def build(
         self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str, ws: Workspace
@@ -69,19 +60,13 @@ class EncoderSpec:
             ds = generate(cfg, streams)
         return EncoderProblem(cfg, ds, streams, reason), ds
 
-    def population(self, cfg: Config, ds: Dataset, rng: np.random.Generator, ws: Workspace) -> None:
-        return None  # no closed form for the encoder
-
-    def limit_watch(self, problem: Any) -> NoReturn:
-        raise ConfigError("limit: the max-margin limit is defined for the attention model only")
-
     def population_note(self, ds: Dataset, problem: Any) -> str:
         return (
             "none for the encoder (no closed form): test metrics come from a finite test set of "
             f"{problem.info.get('test_n')} independent samples"
         )
 
-    def check_grad(self, cfg: Config, seed: int, h: float) -> tuple[list[str], dict[str, dict], int]:
+    def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
         from ..base import finite_difference_errors  # lazy
         from . import kernels as K  # lazy
         from .reference import encoder_loss, random_encoder  # lazy
@@ -105,7 +90,7 @@ class EncoderSpec:
             )
             for loss in ("logistic", "linear")
         }
-        return head, errors, 7
+        return GradCheck(head, errors)
 
 
 SPEC = EncoderSpec()
