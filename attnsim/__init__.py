@@ -11,11 +11,8 @@ below, so ``attnsim --version`` and ``--help`` start instantly.
 """
 
 import importlib
-import time as _time
 
 from ._meta import MAX_NUMBA, MIN_NUMBA, DependencyError, SimulationError, __version__, check_numba_version
-
-_t0 = _time.perf_counter()
 
 _LAZY = {
     "Config": "config",
@@ -37,8 +34,4 @@ def __getattr__(name: str):
         value = getattr(module, name)
         globals()[name] = value
         return value
-    if name == "IMPORT_S":  # interpreter-side import time of the package, for startup_s
-        importlib.import_module(".run", __name__)
-        globals()["IMPORT_S"] = _time.perf_counter() - _t0
-        return globals()["IMPORT_S"]
     raise AttributeError(f"module 'attnsim' has no attribute {name!r}")

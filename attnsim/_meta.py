@@ -1,7 +1,10 @@
 """What every layer of attnsim may need and that needs nothing: the version,
 the package's own error types and the Numba versions it runs with."""
 
+import time as _time
+
 __version__ = "0.1.0"
+PACKAGE_T0 = _time.perf_counter()  # when the package's import began (run.py measures its import time from it)
 
 
 class DependencyError(ImportError):

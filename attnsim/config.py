@@ -175,7 +175,7 @@ _CHOICES = {
     "init_W": ("kaiming_uniform", "gaussian", "identity"),
     "init_p": ("zeros", "gaussian"),
     "loss": ("logistic", "linear"),
-    "engine": ("auto", "dense", "reduced", "implicit"),
+    "engine": ("auto", *registry.engines()),
     "integrator": ("gd", "flow"),
     "optimizer": ("gd", "normalized", "adam"),
     "data_model": ("sakamoto2025", "magen2025"),

@@ -46,7 +46,7 @@ KEY_HELP = {
     "loss": ("logistic, linear", "training loss"),
     "seed": ("integer >= 0", "seed of every random stream"),
     "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),
-    "engine": ("auto, dense, reduced, implicit", "the exact coordinates the run uses"),
+    "engine": (", ".join(("auto", *registry.engines())), "the exact coordinates the run uses"),
     "integrator": ("gd, flow", "gradient descent, or gradient flow"),
     "flow_method": ("RK45, DOP853", "the flow's Runge-Kutta method"),
     "flow_rtol": ("> 0", "the flow's relative tolerance"),

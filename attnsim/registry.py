@@ -22,6 +22,7 @@ class Entry:
     defaults: dict[str, Any] = field(default_factory=dict)  # other keys' defaults under this model
     arrays: tuple[str, ...] = ()  # data-file arrays of this model (its parameters)
     decided: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (array, axis of its size)
+    engines: tuple[str, ...] = ("dense",)  # the coordinates it can run in (config engine = one, or auto)
 
 
 ENCODER_ARRAYS = (
@@ -42,7 +43,11 @@ ENCODER_ARRAYS = (
 )  # fmt: skip  (the encoder's parameters, in PyTorch's names; SPEC §12)
 
 MODELS: dict[str, Entry] = {
-    "attention": Entry("attnsim.models.attention", defaults={"test_n": 0, "clean_twin": True}),
+    "attention": Entry(
+        "attnsim.models.attention",
+        defaults={"test_n": 0, "clean_twin": True},
+        engines=("dense", "reduced", "implicit"),
+    ),
     "encoder": Entry(
         "attnsim.models.encoder",
         own_keys={"mlp_dim": 2000, "skip": True, "init_cls_scale": 1.0},
@@ -53,6 +58,11 @@ MODELS: dict[str, Entry] = {
         decided={"mlp_dim": ("W1", 0)},
     ),
 }
+
+
+def engines() -> tuple[str, ...]:
+    """Every engine some model runs in, in the registry's order."""
+    return tuple(dict.fromkeys(e for entry in MODELS.values() for e in entry.engines))
 
 
 def default(model: str, key: str) -> Any:

@@ -122,9 +122,14 @@ def test_imports_inside_functions_say_why():
     assert not bare, "\n".join(bare)
 
 
-def test_no_module_branches_on_a_model_name_outside_the_models():
+def test_no_module_branches_on_a_model_or_engine_name_outside_the_models():
+    """Model and engine knowledge lives in attnsim/models/ (and the registry's plain data):
+    no comparison with a model's or an engine's name, no tuple of engine names, elsewhere.
+    (A figure may still pin a config value, engine = "reduced", as a sweep file does.)"""
+    names = "encoder|attention|dense|reduced|implicit"
     pattern = re.compile(
-        r"""(?<!data_)model\s*[!=]=|["']encoder["']\s*(==|!=|in\b)|(==|!=)\s*["'](encoder|attention)["']"""
+        rf"""(?<!data_)model\s*[!=]=|engine\s*[!=]=|["']({names})["']\s*(==|!=|in\b)|(==|!=)\s*["']({names})["']"""
+        rf"""|\(["']auto["'],\s*["']dense["']"""
     )
     found = [
         f"{p.relative_to(ROOT.parent)}:{i}: {line.strip()}"

@@ -72,6 +72,12 @@ class Dataset:
     def n_noisy(self) -> int:
         return int(np.count_nonzero(self.noisy))
 
+    def relevant_indicator(self, T: int) -> np.ndarray:
+        """(n*T,) 1.0 at the relevant tokens, 0.0 elsewhere (all 0 without roles)."""
+        if self.roles is None:
+            return np.zeros(self.y.size * T)
+        return (self.roles == RELEVANT).astype(np.float64).ravel()
+
     @property
     def population_reason(self) -> str | None:
         """Why population metrics cannot be computed, or None if they can."""

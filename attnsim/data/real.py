@@ -182,6 +182,11 @@ class Source:
             keys["d"] = what
         return keys
 
+    def run_keys(self) -> set[str]:
+        """The keys a run of the protocol takes from this source, not the user (the pool
+        size n and the label noise it draws; d too for the built-in features)."""
+        return {"n", "noise_rate", "label_noise"} | ({"d"} if self.builtin else set())
+
     def check_memory(self, d: int) -> None:
         """Refuse, before the features are built, a d whose features cannot fit in memory
         (a built-in dataset's feature map holds about three (N, T, d) float arrays)."""

@@ -65,7 +65,7 @@ def run_sweep(
                 task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data, spec.data_id)
                 group = setup_group(cfg)
                 groups.setdefault(group, []).append(task)
-                setup.setdefault(group, _setup_flops(cfg.d, cfg.n * cfg.T, cfg.engine))
+                setup.setdefault(group, registry.spec(cfg.model).setup_flops(cfg, cfg.engine))
                 steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
         # costliest setup groups first, so the last tasks to finish are short ones
         order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
@@ -162,11 +162,6 @@ def _flops(cfg: Config, data: str | None) -> float:
 def _memory_estimate(cfg: Config) -> list:
     spec = registry.spec(cfg.model)
     return spec.memory_estimate(cfg, spec.plan(cfg, user_data=False)[0])
-
-
-def _setup_flops(d: int, tokens: int, engine: str) -> float:
-    """Flops of a reduced setup shared by a group: two d x d x k products, k about n T + 2."""
-    return 4.0 * d * d * (tokens + 2) if engine != "dense" else 0.0
 
 
 def _chunks(

@@ -6,6 +6,7 @@ from ...config import Config, ConfigError
 from ...runtime.resources import check_fits
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
+BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
 KEEP_W0_BYTES = 256 * 1024**2  # setups up to d = 5792 draw W(0) once into a reused array
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...config import Config
-from ...data.dataset import Dataset, Streams
+from ...data.dataset import DataError, Dataset, Streams
 from ...runtime.workspace import Workspace
 from ..base import GradCheck, ModelSpec
 from . import plan
@@ -44,6 +44,23 @@ class AttentionSpec(ModelSpec):
 
     def setup_key(self, cfg: Config) -> tuple:
         return plan.setup_key(cfg)
+
+    def setup_flops(self, cfg: Config, engine: str) -> float:
+        """A reduced setup shared by a sweep group: two d x d x k products, k about n T + 2."""
+        return 0.0 if engine == "dense" else 4.0 * cfg.d * cfg.d * (cfg.n * cfg.T + 2)
+
+    def setup_threads(self, cfg: Config, engine: str) -> int | None:
+        """Every BLAS thread for the d^2 k setup products at large d; elsewhere one (its threads
+        keep spinning after each call and slow Numba's)."""
+        return None if engine != "implicit" and cfg.d >= plan.BLAS_THREADS_FROM_D else 1
+
+    def check_data(self, cfg: Config, ds: Dataset) -> None:
+        """A zero head that is not trained: the output is 0 for every input."""
+        if ds.nu is not None and not np.any(ds.nu) and "nu" not in cfg.train_set:
+            raise DataError(
+                f"{ds.source}: nu is all zeros: the output is 0 for every input and no gradient reaches W or "
+                "p; give a nonzero nu or train it (train = W,p,nu)"
+            )
 
     def warm_up(self) -> None:
         from ...runtime.threads import blas  # lazy
