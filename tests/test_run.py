@@ -379,3 +379,24 @@ def test_refine_times_follows_the_flow_and_the_limit_unless_told():
     assert Config(refine_times="auto").hash() == Config().hash()  # a later key, neutral by default
     assert refines_times(Config(limit=True)) and not refines_times(Config(limit=True, refine_times="false"))
     assert refines_times(Config(refine_times="true")) and not refines_times(Config())
+
+
+def test_a_fresh_workspace_shares_no_cache_and_clear_keeps_the_sweep_switch():
+    """Runs in their own Workspace fill only its caches and give the same numbers;
+    clear() empties the caches but keeps whether W(0) draws are kept (a sweep
+    worker's switch); the threads belong to the process, not to a workspace."""
+    from attnsim.runtime.workspace import PROCESS, WORKSPACE, Workspace
+
+    cfg = {"n": 6, "T": 4, "d": 40, "steps": 20, "log_every": 10, "pop_points": 64, "seed": 77}
+    ws = Workspace()
+    before = (set(WORKSPACE.setups), set(WORKSPACE.populations), set(WORKSPACE.bayes))
+    a = attnsim.simulate(cfg, workspace=ws)
+    assert (set(WORKSPACE.setups), set(WORKSPACE.populations), set(WORKSPACE.bayes)) == before
+    assert ws.populations and ws.bayes and ws.warm
+    b = attnsim.simulate(cfg, workspace=Workspace())
+    for key in ("train_loss", "pop_error", "pop_loss"):
+        np.testing.assert_array_equal(a.trajectory[key], b.trajectory[key])
+    ws.kept_draws.enabled = True
+    ws.clear()
+    assert ws.kept_draws.enabled and not ws.populations and not ws.warm
+    assert not hasattr(ws, "executors") and isinstance(PROCESS.executors, dict)

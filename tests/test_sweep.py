@@ -12,7 +12,7 @@ import time
 import pytest
 
 from attnsim.config import ConfigError
-from attnsim.runtime.workspace import WORKSPACE
+from attnsim.runtime.workspace import PROCESS
 from attnsim.sweep.run import run_sweep
 from attnsim.sweep.spec import parse_sweep, record_key
 from attnsim.sweep.store import load_records
@@ -255,13 +255,13 @@ def test_worker_pool_serves_every_sweep_in_its_block(tmp_path):
 
     serial = run_sweep(_spec(seeds=1), tmp_path / "serial", workers=1, progress=False)
     with sweep.worker_pool():
-        assert WORKSPACE.idle_workers == []
+        assert PROCESS.idle_workers == []
         a = run_sweep(_spec(seeds=1), tmp_path / "a", workers=2, progress=False)
-        kept = [w.proc for w in WORKSPACE.idle_workers]
+        kept = [w.proc for w in PROCESS.idle_workers]
         assert len(kept) == 2 and all(p.is_alive() for p in kept)
         b = run_sweep(_spec(name="u", seeds=1), tmp_path / "b", workers=2, progress=False)
-        assert sorted(id(w.proc) for w in WORKSPACE.idle_workers) == sorted(id(p) for p in kept)
-    assert WORKSPACE.idle_workers is None
+        assert sorted(id(w.proc) for w in PROCESS.idle_workers) == sorted(id(p) for p in kept)
+    assert PROCESS.idle_workers is None
     for p in kept:
         p.join(10)
         assert not p.is_alive()
@@ -290,10 +290,10 @@ def test_worker_pool_can_start_its_workers_at_once(tmp_path):
     from attnsim.sweep import executors as sweep
 
     with sweep.worker_pool(start=2):
-        started = [w.proc for w in WORKSPACE.idle_workers]
+        started = [w.proc for w in PROCESS.idle_workers]
         assert len(started) == 2
         rep = run_sweep(_spec(seeds=1), tmp_path, workers=2, progress=False)
-        assert sorted(id(w.proc) for w in WORKSPACE.idle_workers) == sorted(id(p) for p in started)
+        assert sorted(id(w.proc) for w in PROCESS.idle_workers) == sorted(id(p) for p in started)
     assert rep.ok == 6 and rep.workers == 2
     for p in started:
         p.join(10)

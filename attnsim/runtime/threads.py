@@ -4,8 +4,8 @@ engine's setup products, the population metrics), and the BLAS thread limits.
 The work is always cut into the same fixed pieces and the pieces are combined
 in a fixed order, so results do not depend on how many cores run them; the
 pieces run on two threads unless ``NUMBA_NUM_THREADS`` is 1 (sweep workers set
-that, one process per core). The thread pools belong to the process's
-:class:`attnsim.runtime.workspace.Workspace`.
+that, one process per core). The thread pools belong to the process
+(:data:`attnsim.runtime.workspace.PROCESS`), not to a workspace.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .workspace import WORKSPACE
+from .workspace import PROCESS
 
 if TYPE_CHECKING:  # names in annotations only
     from concurrent.futures import Future
@@ -33,7 +33,7 @@ def _start(workers: int, fn: Callable, args: tuple):
     ``result()`` gives its value."""
     if threads() == 1:
         return _Done(fn(*args))
-    pools = WORKSPACE.executors
+    pools = PROCESS.executors
     if workers not in pools:
         # imported at the first pool, not with this module: concurrent.futures registers the
         # stop of its threads to run at interpreter exit, and registered after Numba's own

@@ -1,14 +1,15 @@
 """The process's caches, owned by one object.
 
-Everything attnsim keeps between runs of one process lives in a
+Everything attnsim caches between runs of one process lives in a
 :class:`Workspace`: the reduced engine's setups (a sweep's points that differ
 only in signal strength share one), the reused d x d buffer for W(0), the kept
-draws of W(0) (sweep workers turn them on), the population metrics' points,
-which kernels are warm, the thread pools, the threads' work arrays and the
-idle sweep workers kept between sweeps. A run
-takes the workspace it is given (``simulate(..., workspace=)``; default: the
-process's :data:`WORKSPACE`), so a caller can run in a fresh one or
-:meth:`Workspace.clear` it; nothing else in the package keeps state.
+draws of W(0) (sweep workers turn them on), the population metrics' points and
+populations, the Bayes errors, which kernels are warm. A run takes the
+workspace it is given (``simulate(..., workspace=)``; default: the process's
+:data:`WORKSPACE`), so a caller can run in a fresh one or
+:meth:`Workspace.clear` it. What belongs to the process itself, its threads
+(the pools, each thread's scratch arrays, the idle sweep workers), is the one
+:data:`PROCESS`; nothing else in the package keeps state.
 """
 
 from __future__ import annotations
@@ -83,25 +84,48 @@ class KeptDraws:
         self._values = values
 
 
-class Workspace:
-    """The caches of one process (see the module docstring); :meth:`clear` empties them."""
+class Process:
+    """What belongs to the process, not to a workspace: its threads and what they hold.
+
+    The thread pools (by size, made on first use), each thread's reused scratch
+    arrays of the population kernels (``work``: memory, never results), and the idle
+    sweep worker processes kept inside ``worker_pool()`` blocks. Two workspaces in
+    one process share these: they hold no results, so sharing cannot leak one
+    run's numbers into another's.
+    """
 
     def __init__(self) -> None:
-        self.executors: dict = {}  # thread pools by size, made on first use
-        self.idle_workers: list | None = None  # sweep worker processes kept inside worker_pool() blocks
+        self.executors: dict = {}
+        self.idle_workers: list | None = None
+        self.work = threading.local()
+
+
+PROCESS = Process()  # the process's threads and their scratch arrays
+
+
+class Workspace:
+    """The caches of one process (see the module docstring); :meth:`clear` empties them.
+
+    A fresh ``Workspace()`` shares nothing with another but the :data:`PROCESS`'s
+    threads; what each caches, a run in it fills and reads alone.
+    """
+
+    def __init__(self) -> None:
+        self.kept_draws = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the setup keeps it
         self.clear()
 
     def clear(self) -> None:
-        """Drop every cached setup, buffer and point set (thread pools and sweep workers stay:
-        they hold no results)."""
+        """Drop every cached setup, buffer and point set (whether W(0) draws are kept, a
+        switch sweep workers turn on, stays as it was; the draws themselves go)."""
         self.setups: OrderedDict = OrderedDict()  # reduced setups of generated data, by setup key
         self.w0 = np.empty(0)  # the reused d x d W(0) buffer (flat)
-        self.kept_draws = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the setup keeps it
+        enabled = self.kept_draws.enabled
+        self.kept_draws = KeptDraws(max_bytes=self.kept_draws.max_bytes)
+        self.kept_draws.enabled = enabled
         self.points: dict = {}  # population points by (seed, T, points)
         self.populations: dict = {}  # populations by their arguments
         self.bayes: dict = {}  # Bayes errors of data models, by their arguments
         self.warm: set[str] = set()  # integrators whose kernels are loaded and warmed up
-        self.work = threading.local()  # per-thread work arrays of the population kernels
 
     def remember(self, cache: dict, key: Hashable, value: Any, size: int = POINTS_CACHE_SIZE) -> Any:
         """``cache[key] = value``, emptying ``cache`` first when it holds more than ``size``."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..results import WriteError
 from ..runtime.signals import end_process, on_signal
-from ..runtime.workspace import WORKSPACE
+from ..runtime.workspace import PROCESS
 from .point import _failed_record, run_point
 from .spec import Task
 from .store import Store, SweepReport, stamped
@@ -91,24 +91,22 @@ def worker_pool(start: int = 0) -> Iterator[None]:
     whatever it does before its first sweep). Without this block each sweep
     stops its workers when it ends. Nested blocks share the outer one's workers.
     """
-    if WORKSPACE.idle_workers is not None:
+    if PROCESS.idle_workers is not None:
         yield
         return
-    WORKSPACE.idle_workers = (
-        [_spawn() for _ in range(start)] if start > 1 else []
-    )  # one alone: sweeps run here
+    PROCESS.idle_workers = [_spawn() for _ in range(start)] if start > 1 else []  # one alone: sweeps run here
     try:
         yield
     finally:
-        pool, WORKSPACE.idle_workers = WORKSPACE.idle_workers, None
+        pool, PROCESS.idle_workers = PROCESS.idle_workers, None
         _stop(pool, idle_exit=False)
 
 
 def _take_workers(n: int, report: SweepReport) -> list[_Worker]:
     """``n`` workers: the block's idle ones first (:func:`worker_pool`), new ones for the rest."""
     pool: list[_Worker] = []
-    while WORKSPACE.idle_workers and len(pool) < n:
-        w = WORKSPACE.idle_workers.pop(0)
+    while PROCESS.idle_workers and len(pool) < n:
+        w = PROCESS.idle_workers.pop(0)
         if w.proc.exitcode is None:
             pool.append(w)
         else:
@@ -120,8 +118,8 @@ def _take_workers(n: int, report: SweepReport) -> list[_Worker]:
 
 def _release(pool: list[_Worker]) -> None:
     """Idle workers back to the block's pool (:func:`worker_pool`), or stopped outside one."""
-    if WORKSPACE.idle_workers is not None:
-        WORKSPACE.idle_workers.extend(w for w in pool if w.proc.exitcode is None and not w.task)
+    if PROCESS.idle_workers is not None:
+        PROCESS.idle_workers.extend(w for w in pool if w.proc.exitcode is None and not w.task)
         _stop([w for w in pool if w.proc.exitcode is not None or w.task])
     else:
         _stop(pool)

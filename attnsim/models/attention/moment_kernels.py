@@ -15,7 +15,7 @@ from numba import njit
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, FASTMATH
-from ...runtime.workspace import WORKSPACE
+from ...runtime.workspace import PROCESS
 
 N_CVZ = 14  # terms of the accelerated series (error below 4 * 5.83^-14 = 7e-11 relative)
 _SQRT2 = math.sqrt(2.0)
@@ -188,10 +188,10 @@ def _work_array(name: str, rows: int, cols: int) -> np.ndarray:
     """A (rows, cols) work array of the caller ``name``, reused by this
     thread's later calls (a fresh one this size is mapped from the OS, and its
     page faults cost more than the math)."""
-    buf = getattr(WORKSPACE.work, name, None)
+    buf = getattr(PROCESS.work, name, None)
     if buf is None or buf.size < rows * cols:
         buf = np.empty(rows * cols)
-        setattr(WORKSPACE.work, name, buf)
+        setattr(PROCESS.work, name, buf)
     return buf[: rows * cols].reshape(rows, cols)
 
 
