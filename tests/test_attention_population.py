@@ -10,7 +10,7 @@ from attnsim.models.attention.population import (
     population_points,
     uniform_error,
 )
-from attnsim.models.attention.sobol import sobol_normals
+from attnsim.models.attention.population.sobol import sobol_normals
 
 ROLES = np.array([0, 1, 2, 3, 3, 3, 3, 3])
 
@@ -142,7 +142,7 @@ def test_expected_softplus_mixes_rules_within_one_call():
 def test_softplus_from_the_arithmetic_log1p_is_exact_to_a_few_ulp():
     """The Taylor kernel at sd = 0 is softplus itself, computed with the
     arithmetic-only log1p: within 4 ulp of NumPy's over 600 orders of magnitude."""
-    from attnsim.models.attention import pop_kernels
+    from attnsim.models.attention.population import pop_kernels
 
     xs = np.concatenate([np.linspace(-700, 700, 20001), [0.0, -1e-300, 1e-300]])
     got, want = pop_kernels.taylor(xs, np.zeros(xs.size)), np.logaddexp(0.0, xs)
@@ -155,7 +155,7 @@ def test_normal_tail_matches_scipy_to_its_own_rounding():
     beyond |t| = 40, and Phi(0) = 1/2."""
     from scipy.special import ndtr
 
-    from attnsim.models.attention import pop_kernels
+    from attnsim.models.attention.population import pop_kernels
 
     t = np.concatenate([np.linspace(-39.99, 39.99, 400001), [0.0, 0.66291, 5.65686, -5.65686]])
     got, want = pop_kernels.upper_tail(t), ndtr(-t)
@@ -173,7 +173,7 @@ def test_conditional_moments_kernel_equals_the_direct_softmax(T, n_zero):
     """The kernel's factored softmax sums against each point's softmax written
     out in NumPy: 1 / normalizer, y times the mean of f, its sd and t; with
     ``n_zero`` trailing tokens of mean zero (irrelevant tokens: summed once for both classes)."""
-    from attnsim.models.attention import moment_kernels
+    from attnsim.models.attention.population import moment_kernels
 
     rng = np.random.default_rng(4)
     N, sq, b, sdc = 64, 1.7, 0.3, 0.8
@@ -206,7 +206,7 @@ def test_expected_softplus_at_sd_zero_is_softplus():
 def test_sobol_points_equal_scipy_unscrambled():
     from scipy.stats import qmc
 
-    from attnsim.models.attention.sobol import SOBOL_BITS, sobol_direction_numbers, sobol_integers
+    from attnsim.models.attention.population.sobol import SOBOL_BITS, sobol_direction_numbers, sobol_integers
 
     for dim in (1, 8, 40):
         ours = sobol_integers(sobol_direction_numbers(dim), 9) * 2.0**-SOBOL_BITS
@@ -219,7 +219,7 @@ def test_scrambled_sobol_points_stay_a_net_and_are_uniform():
     each elementary interval: in particular every coordinate is stratified into
     2^m equal cells with one point each, and pairs of coordinates into 2^a x 2^b
     cells (a + b <= m - t, t small for the leading coordinates)."""
-    from attnsim.models.attention.sobol import SOBOL_BITS, sobol_direction_numbers, sobol_integers
+    from attnsim.models.attention.population.sobol import SOBOL_BITS, sobol_direction_numbers, sobol_integers
 
     rng = np.random.default_rng(5)
     v = sobol_direction_numbers(8)
@@ -266,7 +266,7 @@ def test_scrambled_sobol_points_equal_their_definition():
     in the same state."""
     from scipy.special import ndtri
 
-    from attnsim.models.attention.sobol import (
+    from attnsim.models.attention.population.sobol import (
         N_SCRAMBLES,
         SOBOL_BITS,
         sobol_direction_numbers,
@@ -358,7 +358,7 @@ def test_population_with_points_drawn_at_first_evaluation():
 def test_the_design_kernels_copy_of_erfcx_is_the_moment_kernels_own():
     """design_kernels keeps its own _erfcx (Numba's cache rule: a kernel and what it
     calls in one file); the copy must compute the same numbers bit for bit."""
-    from attnsim.models.attention import design_kernels, moment_kernels
+    from attnsim.models.attention.population import design_kernels, moment_kernels
 
     xs = np.concatenate([np.linspace(0.0, 30.0, 3001), np.geomspace(1e-8, 1e8, 500)])
     for a in xs:

@@ -10,9 +10,14 @@ import numpy as np
 import pytest
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from attnsim.models.attention import design_kernels, sample_kernels
-from attnsim.models.attention.population import Population, hard_limit_terms, population_points
-from attnsim.models.attention.tail import TailError, tail_points
+from attnsim.models.attention.population import (
+    Population,
+    design_kernels,
+    hard_limit_terms,
+    population_points,
+    sample_kernels,
+)
+from attnsim.models.attention.population.tail import TailError, tail_points
 
 # (q.mu+, |q|, |nu|^2) of states whose errors run from ~1e-2 down to ~1e-41; the
 # other scalars as in the default run: q.mu- = 1.05 q.mu+, q.nu = -4e-4, nu.mu+- = +-1/sqrt 2

@@ -14,7 +14,7 @@ from attnsim.cli import main
 from attnsim.config import Config, ConfigError, from_mapping
 from attnsim.data.dataset import make_streams
 from attnsim.data.synthetic import generate
-from attnsim.models.attention.magen import MagenPopulation
+from attnsim.models.attention.population.magen import MagenPopulation
 from attnsim.presets import PRESETS
 from attnsim.sweep.spec import record_key
 

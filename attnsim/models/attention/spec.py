@@ -89,7 +89,7 @@ class AttentionSpec(ModelSpec):
         if ds.population_reason is not None:
             return None
         if cfg.data_model == "magen2025":
-            from .magen import MagenPopulation  # lazy
+            from .population.magen import MagenPopulation  # lazy
 
             return MagenPopulation(ds.sigma, float(np.linalg.norm(ds.mu_pos)), cfg.loss)
         from .population import cached_population  # lazy

@@ -20,8 +20,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
+from ....runtime.numba_cache import CACHE, FASTMATH
 
 _INV_SQRTPI = 1.0 / math.sqrt(math.pi)
 _SQRT1_2 = math.sqrt(0.5)
@@ -303,7 +303,7 @@ def scramble_means(err: np.ndarray, loss: np.ndarray, R: int, M: int) -> tuple[n
 def _tail_finish(
     E, U, GU, zeta, an, b, sdc, y, keep, log_mass, factor, K, counts, starts, t, g, h, den, tail
 ):
-    """One class of :mod:`attnsim.tail` from the exponentials on: t per point
+    """One class of :mod:`.tail` from the exponentials on: t per point
     (:func:`_tail_t`), e^{-t^2/2}, and the estimate with its standard error
     (:func:`_tail_estimate`)."""
     _tail_t(E, zeta, an, b, sdc, y, t, g)

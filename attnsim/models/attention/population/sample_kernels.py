@@ -12,8 +12,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
+from ....runtime.numba_cache import CACHE, FASTMATH
 
 # Wichura's AS 241 (PPND16, Appl. Statist. 37, 477-484, 1988): the normal quantile to about
 # 1e-16 relative, by rational functions in q = p - 1/2 (|q| <= 0.425) or in

@@ -2,7 +2,7 @@
 
 Given the logit noises zeta ~ N(0, I_T) of a fresh sample of class y, the
 error is P_y = E[Phi(-t(zeta))] with t = y m / (sdc |s|) (see
-:mod:`attnsim.population`). When P_y is small its mass sits far out in zeta:
+:mod:`.metrics`). When P_y is small its mass sits far out in zeta:
 the tokens that carry the margin must fall and a competing token rise
 together (default run: zeta_rel ~ -3.7 with zeta_opp ~ +3.9), where plain
 quasi-Monte Carlo points never land. So P_y is estimated by multiple
@@ -16,7 +16,7 @@ importance sampling.
    the group sizes. So one group needs one set of design points, however
    many tokens it has.
 2. Design points (as in structural reliability, FORM;
-   :func:`attnsim.kernels.population._design_points`): the origin; the
+   :func:`.design_kernels._design_points`): the origin; the
    maximum of psi = -|zeta|^2/2 + log Phi(-t) along the *anchor group*'s
    direction (the group of the token carrying the margin, falling against
    all others); and for the first member j of every other group the maximum

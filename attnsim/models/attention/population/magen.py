@@ -27,7 +27,7 @@ import numpy as np
 from scipy.integrate import quad
 from scipy.special import expit, log_ndtr
 
-from .population import expected_softplus
+from .loss import expected_softplus
 from .tail import RESOLVED_REL
 
 SPAN = 40.0  # zeta in [-SPAN, SPAN]: the Gaussian's mass outside is below 1e-340

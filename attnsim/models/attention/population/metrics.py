@@ -10,7 +10,7 @@ independent. Writing z_t = a_t.q + sigma |q| zeta_t with zeta ~ N(0, I_T),
 
 so P(y f < 0) = E_zeta[Phi(-y mean / sd)]: a T-dimensional Gaussian integral
 whose mass, when it is small, sits far out in zeta; it is estimated by
-importance sampling around its design points (:mod:`attnsim.tail`). The bulk
+importance sampling around its design points (:mod:`.tail`). The bulk
 quantities are averages over randomized quasi-Monte Carlo points
 (``N_SCRAMBLES`` independent random linear scrambles with digital shifts of a
 Sobol sequence, drawn once per run): the expected loss adds the exact average
@@ -22,7 +22,7 @@ one-dimensional integrals, done by quadrature.
 Evaluation is vectorized over the points: the softmax weights factor into
 e^{a_t.q - max} (per class) times e^{sigma |q| zeta_t - max} (per point,
 shared by both classes), so one exponential per point and token (NumPy) and
-passes of multiply-adds (:func:`attnsim.kernels.population.conditional_moments`;
+passes of multiply-adds (:func:`.moment_kernels.conditional_moments`;
 the irrelevant tokens, of mean zero, through three sums shared by the classes)
 give every class's normalizer, mean and sum of squared scores; the expected
 loss per point follows in SIMD Numba loops (Gauss-Hermite with
@@ -39,23 +39,22 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr
+from scipy.special import ndtr
 
-from ...data.dataset import ROLE_NAMES
-from ...data.synthetic import role_coefficients
-from ...runtime.workspace import Workspace
+from ....data.dataset import ROLE_NAMES
+from ....data.synthetic import role_coefficients
+from ....runtime.workspace import Workspace
 from . import moment_kernels, pop_kernels
-from .moment_kernels import expected_softplus_series
+from .hard_limit import hard_limit_terms
+from .loss import TAYLOR_SD, expected_softplus
 from .sobol import sobol_normals
 from .tail import RESOLVED_REL, TailError, tail_points
 
-TAYLOR_SD = 0.15  # conditional sd up to which the expected loss uses a Taylor series (2.2e-11 relative)
-HERMITE_SD = 0.7  # ... then Gauss-Hermite up to this sd (5e-11 relative), then a closed-form series
 UNDERFLOW = 1e-140  # factored softmax sums below this are recomputed directly (their squares stay normal)
 
 
 def tail_count(points: int) -> int:
-    """Importance points per class of the error's tail estimator (:mod:`attnsim.tail`)
+    """Importance points per class of the error's tail estimator (:mod:`.tail`)
     for ``pop_points`` quasi-random points: a quarter of them, at least 64."""
     return max(points // 4, 64)
 
@@ -64,7 +63,7 @@ def population_points(T: int, points: int, rng: np.random.Generator) -> tuple:
     """Every random number of a run's population metrics, from its population
     stream ``rng`` in this order: the (N_SCRAMBLES, points / N_SCRAMBLES, T)
     scrambled Sobol normals of the bulk metrics (:func:`sobol_normals`), then
-    the tail estimator's normals and uniforms (:func:`attnsim.tail.tail_points`)."""
+    the tail estimator's normals and uniforms (:func:`.tail.tail_points`)."""
     zeta = sobol_normals(T, points, rng)
     return (zeta, *tail_points(T, tail_count(points), rng))
 
@@ -77,74 +76,6 @@ def cached_points(ws: Workspace, seed: int, T: int, points: int, rng: np.random.
     if key not in ws.points:
         ws.remember(ws.points, key, population_points(T, points, rng))
     return ws.points[key]
-
-
-# -- the expected loss given zeta ---------------------------------------------------
-
-
-@functools.lru_cache(maxsize=8)
-def hermite_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The n-node Gauss-Hermite rule for E g(Z), Z ~ N(0, 1): E g(Z) ~ sum_h w_h g(sqrt(2) x_h)."""
-    x, w = np.polynomial.hermite.hermgauss(n)
-    return x, w / math.sqrt(math.pi)
-
-
-# (largest sd, nodes) of Gauss-Hermite for E softplus(m + sd Z): relative error at
-# most 5e-11, measured against adaptive quadrature (tests/test_attention_population.py);
-# softplus is analytic in a strip of half-width pi, so the error falls like (sd / pi)^(2n)
-HERMITE_NODES = ((0.2, 5), (0.25, 6), (0.3, 7), (0.4, 8), (0.5, 10), (0.6, 12), (0.7, 14))
-
-
-@functools.lru_cache(maxsize=1)
-def hermite_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The bands of :data:`HERMITE_NODES` as :func:`attnsim.kernels.population.hermite`
-    takes them: their tops, node counts, and (bands, most nodes) node and weight rows."""
-    tops = np.array([top for top, _ in HERMITE_NODES])
-    counts = np.array([n for _, n in HERMITE_NODES], dtype=np.int64)
-    nodes, weights = np.zeros((tops.size, counts.max())), np.zeros((tops.size, counts.max()))
-    for b, n in enumerate(counts):
-        nodes[b, :n], weights[b, :n] = hermite_rule(int(n))
-    return tops, counts, nodes, weights
-
-
-def softplus(x: np.ndarray) -> np.ndarray:
-    """log(1 + e^x) elementwise, without overflow."""
-    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
-
-
-def expected_softplus(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """E softplus(x + sd Z), Z ~ N(0, 1), elementwise, to ~1e-10 relative for any sd >= 0.
-
-    sd <= TAYLOR_SD: the eighth-order Taylor series in sd^2
-    (:func:`attnsim.kernels.population._taylor`); sd <= HERMITE_SD:
-    Gauss-Hermite, each point with the nodes :data:`HERMITE_NODES` gives for
-    its sd; larger sd: the closed-form series of
-    :func:`attnsim.kernels.population._expected_softplus_series`
-    (a fixed rule would lose accuracy there: 1e-3 relative at sd = 5 with 32 nodes).
-    """
-    x, sd = np.asarray(x, dtype=np.float64), np.asarray(sd, dtype=np.float64)
-    if x.shape != sd.shape:
-        x, sd = np.broadcast_arrays(x, sd)
-    shape = x.shape
-    x, sd = x.ravel(), sd.ravel()
-    if x.size == 0:
-        return np.empty(shape)
-    out = np.empty(x.shape)
-    lo_sd, top_sd = float(sd.min()), float(sd.max())
-    bands = [
-        (-math.inf, TAYLOR_SD, pop_kernels.taylor),
-        (TAYLOR_SD, HERMITE_SD, lambda xs, ss: moment_kernels.hermite(xs, ss, *hermite_table())),
-        (HERMITE_SD, math.inf, expected_softplus_series),
-    ]
-    for lo, top, rule in bands:
-        if lo < lo_sd and top_sd <= top:  # every point in this band
-            return rule(x, sd).reshape(shape)
-        if top_sd <= lo or lo_sd > top:  # none
-            continue
-        sel = (sd > lo) & (sd <= top)
-        if sel.any():
-            out[sel] = rule(x[sel], sd[sel])
-    return out.reshape(shape)
 
 
 # -- the population metrics -----------------------------------------------------------
@@ -230,7 +161,7 @@ class Population:
         """Error (with standard error and whether it is resolved), loss and
         per-role scores from the scalars q.mu+, q.mu-, q.nu, |q|^2, nu.mu+,
         nu.mu-, |nu|^2. The error comes from the tail estimator
-        (:class:`attnsim.tail.TailError`), the loss and the scores from the
+        (:class:`.tail.TailError`), the loss and the scores from the
         quasi-random points."""
         self._points()
         sig = self.sigma
@@ -343,99 +274,6 @@ class Population:
         }
         out.update({f"prob_{name}": float(roles[code]) for code, name in enumerate(ROLE_NAMES)})
         return out
-
-
-def _log_integral(logf, dlogf, lo: float, hi: float, breaks: tuple[float, ...] = ()) -> tuple[float, float]:
-    """log of the integral of e^{logf} over (lo, hi) for a concave logf with
-    logf'' <= -1 (a log-concave density times a standard normal), and its
-    relative error bound: the integrand is scaled by its maximum over (lo, hi)
-    (bisection on dlogf), integrated by adaptive quadrature over 13 units either
-    side of it (beyond, it falls faster than e^{-x^2/2}: the rest is below
-    1e-37 of the whole), with ``breaks`` (kinks) passed to the quadrature."""
-    from scipy.integrate import quad  # lazy: start-up; only the hard-attention limit integrates
-
-    a, b = -60.0, 60.0
-    if dlogf(a) <= 0.0:
-        top = a
-    elif dlogf(b) >= 0.0:
-        top = b
-    else:
-        for _ in range(200):
-            mid = 0.5 * (a + b)
-            if dlogf(mid) > 0.0:
-                a = mid
-            else:
-                b = mid
-            if b - a < 1e-12:
-                break
-        top = 0.5 * (a + b)
-    top = min(max(top, lo), hi)  # the maximum over (lo, hi)
-    lo, hi = max(lo, top - 13.0), min(hi, top + 13.0)
-    if not lo < hi:
-        return -math.inf, 0.0
-    ref = logf(top)
-    pts = [x for x in breaks if lo < x < hi]
-    val, abserr = quad(lambda x: math.exp(logf(x) - ref), lo, hi, points=pts or None, epsabs=0.0,
-                       epsrel=1e-11, limit=200)  # fmt: skip
-    if not val > 0.0:
-        return -math.inf, 0.0
-    return ref + math.log(val), abserr / val + 1e-13
-
-
-def hard_limit_terms(delta: np.ndarray, anu: np.ndarray, b: float, sdc: float, y: float) -> tuple:
-    """For one class of the hard-attention limit, with standardized mean logits
-    delta (T,) (a_t . q / (sigma |q|)) and mean values anu (T,): per token j, the
-    probability that j has the largest logit,
-
-        P_j = int phi(x) prod_{t != j} Phi(x + delta_j - delta_t) dx
-
-    (condition on zeta_j = x; the other tokens are independent), and the
-    probability that j is selected and the sample misclassified, the same
-    integral with the factor Phi(-y (anu_j + b x) / sdc) (the value of token j
-    given zeta_j = x is Gaussian with that mean and sd sdc; a step when
-    sdc = 0). Every integrand is log-concave with log'' <= -1, so each is
-    integrated around its maximum to ~1e-11 relative however small it is.
-    Returns (P, its bound, error terms, their bound), each (T,)."""
-    T = delta.size
-    sel, sel_b, err, err_b = (np.zeros(T) for _ in range(4))
-    for j in range(T):
-        d = np.delete(delta[j] - delta, j)
-
-        def log_sel(x, d=d):
-            return -0.5 * x * x + float(np.sum(log_ndtr(x + d)))
-
-        def dlog_sel(x, d=d):
-            return -x + float(np.sum(_mills_neg(x + d)))
-
-        lp, rel = _log_integral(log_sel, dlog_sel, -math.inf, math.inf)
-        sel[j] = math.exp(lp - 0.5 * math.log(2.0 * math.pi))
-        sel_b[j] = sel[j] * rel
-        if sdc > 0.0:
-
-            def log_err(x, lj=log_sel, j=j):
-                return lj(x) + float(log_ndtr(-y * (anu[j] + b * x) / sdc))
-
-            def dlog_err(x, dj=dlog_sel, j=j):
-                return dj(x) - y * b / sdc * float(_mills_neg(-y * (anu[j] + b * x) / sdc))
-
-            le, rel = _log_integral(log_err, dlog_err, -math.inf, math.inf)
-        else:  # the value is exact: misclassified where y (anu_j + b x) < 0
-            if b == 0.0:
-                wrong = 1.0 if y * anu[j] < 0.0 else 0.5 if anu[j] == 0.0 else 0.0
-                le, rel = (lp + math.log(wrong), rel) if wrong > 0.0 else (-math.inf, 0.0)
-            else:
-                x0 = -anu[j] / b
-                lo, hi = (x0, math.inf) if -y * b > 0.0 else (-math.inf, x0)
-                le, rel = _log_integral(log_sel, dlog_sel, lo, hi, breaks=(x0,))
-        err[j] = math.exp(le - 0.5 * math.log(2.0 * math.pi))
-        err_b[j] = err[j] * rel
-    return sel, sel_b, err, err_b
-
-
-def _mills_neg(x):
-    """phi(x) / Phi(x), the derivative of log Phi(x), without overflow."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.exp(-0.5 * x * x - log_ndtr(x)) / math.sqrt(2.0 * math.pi)
 
 
 def cached_population(ws: Workspace, seed: int, roles: np.ndarray, rho: float, sigma: float, points: int,

@@ -15,8 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
+from ....runtime.numba_cache import CACHE, FASTMATH
 
 _SQRTPI = math.sqrt(math.pi)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -343,7 +343,7 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _tail_components(aq, an, kappa, b, sdc, y, N, defensive, floor, merge, max_beta, prune, members, offsets,
                      Z, G, t0, rep, off, beta, log_mass, A, counts, starts):  # fmt: skip
-    """The importance components of one class (:mod:`attnsim.tail`): the
+    """The importance components of one class (:mod:`.tail`): the
     design points (:func:`_design_points`), their linearizations t ~ off_k +
     G_k . zeta with indices beta_k = off_k / sqrt(1 + |G_k|^2) and FORM
     masses log Phi(-beta_k); merged (points closer than ``merge``: the one of

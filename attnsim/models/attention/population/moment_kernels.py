@@ -13,9 +13,9 @@ import math
 import numpy as np
 from numba import njit
 
-from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
-from ...runtime.workspace import PROCESS
+from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
+from ....runtime.numba_cache import CACHE, FASTMATH
+from ....runtime.workspace import PROCESS
 
 N_CVZ = 14  # terms of the accelerated series (error below 4 * 5.83^-14 = 7e-11 relative)
 _SQRT2 = math.sqrt(2.0)
@@ -347,4 +347,4 @@ def conditional_moments(
     return inv, ym, sd, t, bad
 
 
-# -- the tail of the error: design points and importance sampling (attnsim.tail) ------------------
+# -- the tail of the error: design points and importance sampling (.tail) ------------------
