@@ -24,17 +24,17 @@ from typing import Any
 
 from . import registry
 from ._meta import ConfigError
+from .config_rules import ADAM_KEYS, validate
 from .presets import PRESETS, resolve
 from .words import suggest
 
 TRAIN_BLOCKS = ("W", "p", "nu")
 MAX_INT = 2**53  # integers above this are not exact in float64 (chi-square degrees of freedom, steps)
-MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
 
 
 @dataclass(frozen=True)
-class Config:
-    """All settings of one run; ``attnsim keys`` and docs/usage.md give their meanings."""
+class CommonKeys:
+    """The keys of every model (the models' own keys are their ``keys.py`` dataclasses)."""
 
     n: int = 20
     T: int = 8
@@ -64,7 +64,7 @@ class Config:
     init_nu: str = "head"
     loss: str = "logistic"
     seed: int = 0
-    test_n: int | None = None  # 0 for the attention model (population metrics), 1000 for the encoder
+    test_n: int | None = None  # the model's default (registry)
     engine: str = "auto"
     integrator: str = "gd"
     flow_method: str = "RK45"
@@ -77,14 +77,14 @@ class Config:
     pop_points: int = 4096
     benign_error: float = 0.05
     gen_score: float = 0.5
-    clean_twin: bool | None = None  # on for the attention model (cheap), off for the encoder
+    clean_twin: bool | None = None  # the model's default (registry)
     model: str = "attention"
-    mlp_dim: int = 2000
-    skip: bool = True
-    init_cls_scale: float = 1.0
-    limit: bool = False
     refine_times: str = "auto"  # locate the times between log points: auto = with the flow or the limit
     preset: str = ""  # the preset the other keys started from ("": none); a label, never hashed
+
+
+class _ConfigMethods:
+    """What a Config does beyond holding its keys (the base of the assembled class)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -93,7 +93,7 @@ class Config:
             object.__setattr__(self, "test_n", _default_test_n(self.model))
         if self.clean_twin is None:
             object.__setattr__(self, "clean_twin", _default_clean_twin(self.model))
-        _validate(self)
+        validate(self)
 
     # -- derived quantities -------------------------------------------------
     @property
@@ -115,7 +115,7 @@ class Config:
         used = self.n_relevant + self.n_weak_aligned + self.n_weak_opposite
         return (self.n_relevant, self.n_weak_aligned, self.n_weak_opposite, self.T - used)
 
-    def replace(self, **changes: Any) -> Config:
+    def replace(self, **changes: Any) -> Any:
         """A copy with ``changes``; a defaulted ``test_n`` or ``clean_twin`` follows a change of model."""
         if "model" in changes and "test_n" not in changes and self.test_n == _default_test_n(self.model):
             changes["test_n"] = None
@@ -141,13 +141,29 @@ class Config:
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
+def _assemble() -> type:
+    """Config: the common keys, with every registered model's keys after ``model``
+    (their dataclasses, :func:`attnsim.registry.key_fields`), as one frozen dataclass."""
+    common = fields(CommonKeys)
+    at = [f.name for f in common].index("model") + 1
+    models = [f for name in registry.MODELS for f in registry.key_fields(name)]
+    spec = [
+        (f.name, f.type, dataclasses.field(default=f.default)) for f in (*common[:at], *models, *common[at:])
+    ]
+    doc = "All settings of one run; ``attnsim keys`` and docs/usage.md give their meanings."
+    return dataclasses.make_dataclass("Config", spec, bases=(_ConfigMethods,), frozen=True,
+                                      namespace={"__doc__": doc, "__module__": __name__})  # fmt: skip
+
+
+Config = _assemble()
+
+
 def _default_test_n(model: str) -> int:
     return registry.default(model, "test_n")
 
 
 # keys added after records existed: at these values they hash as if absent, so every
 # record and run folder written before them keeps its key
-ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
 LATER_KEYS = {
     "optimizer": "gd",
     **ADAM_KEYS,
@@ -158,10 +174,24 @@ LATER_KEYS = {
 }
 
 
+# the models' own keys that hashes have always included; any other model key at its default
+# is left out of the hash, so registering a model (or adding a key to one) moves no record key
+HASHED_MODEL_KEYS = ("limit", "mlp_dim", "skip", "init_cls_scale")
+
+
+@functools.cache
+def _neutral() -> dict[str, Any]:
+    """Every key that hashes as if absent at its value here: the LATER_KEYS and the models' own keys."""
+    own = {
+        k: v for m in registry.MODELS for k, v in registry.own_keys(m).items() if k not in HASHED_MODEL_KEYS
+    }
+    return {**own, **LATER_KEYS}
+
+
 def hashed(config: dict) -> dict:
-    """The config as hashes see it: the LATER_KEYS at their neutral values left out."""
-    return {k: v for k, v in config.items()
-            if k != "preset" and not (k in LATER_KEYS and v == LATER_KEYS[k])}  # fmt: skip
+    """The config as hashes see it: the neutral keys at their neutral values left out."""
+    neutral = _neutral()
+    return {k: v for k, v in config.items() if k != "preset" and not (k in neutral and v == neutral[k])}
 
 
 def _default_clean_twin(model: str) -> bool:
@@ -282,98 +312,6 @@ def normalize_train(text: str) -> str:
     if not found:
         raise ConfigError("train: must name at least one of W, p, nu")
     return ",".join(b for b in TRAIN_BLOCKS if b in found)
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def _validate(c: Config) -> None:
-    _require(c.n >= 2, f"n: must be an integer >= 2, got {c.n}")
-    _require(c.d >= 2, f"d: must be an integer >= 2, got {c.d}")
-    for key in ("n_relevant", "n_weak_aligned", "n_weak_opposite"):
-        _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
-    _require(c.n_relevant >= 1, f"n_relevant: must be >= 1, got {c.n_relevant}")
-    used = c.n_relevant + c.n_weak_aligned + c.n_weak_opposite
-    _require(c.T >= max(used, 1), f"T: must be >= the number of role tokens ({used}), got {c.T}")
-    for key in ("signal_norm", "sigma", "lr", "flow_rtol", "flow_atol"):
-        _require(getattr(c, key) > 0, f"{key}: must be > 0, got {getattr(c, key)}")
-    _require(0 <= c.noise_rate < 1, f"noise_rate: must be in [0, 1), got {c.noise_rate}")
-    for key in ("steps", "seed", "test_n"):
-        _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
-    _require(c.log_every >= 1, f"log_every: must be an integer >= 1, got {c.log_every}")
-    for key in ("log_points", "pop_log_points"):
-        _require(getattr(c, key) >= 2, f"{key}: must be an integer >= 2, got {getattr(c, key)}")
-    pp = c.pop_points
-    _require(pp >= 16 and pp & (pp - 1) == 0, f"pop_points: must be a power of two >= 16, got {pp}")
-    for key in ("benign_error", "gen_score"):
-        _require(0 < getattr(c, key) < 1, f"{key}: must be in (0, 1), got {getattr(c, key)}")
-    for key in ("init_W_scale", "init_p_scale"):
-        v = getattr(c, key)
-        _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
-    _check_scales(c)
-    _require(c.mlp_dim >= 1, f"mlp_dim: must be an integer >= 1, got {c.mlp_dim}")
-    _require(c.init_cls_scale > 0, f"init_cls_scale: must be > 0, got {c.init_cls_scale}")
-    for key, default in registry.foreign_keys(c.model).items():
-        _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
-    _require(
-        not c.limit or c.train_set & {"W", "p"},
-        "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)",
-    )
-    for key in ("adam_beta1", "adam_beta2"):
-        _require(0 <= getattr(c, key) < 1, f"{key}: must be in [0, 1), got {getattr(c, key)}")
-    _require(c.adam_eps > 0, f"adam_eps: must be > 0, got {c.adam_eps}")
-    _require(c.weight_decay >= 0, f"weight_decay: must be >= 0, got {c.weight_decay}")
-    for key, default in ADAM_KEYS.items():
-        _require(c.optimizer == "adam" or getattr(c, key) == default, f"{key}: applies to optimizer=adam")
-    _require(
-        c.optimizer == "gd" or c.integrator == "gd",
-        f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
-    )
-    if c.data_model == "magen2025":
-        _require(c.role_counts == (1, 0, 0, 1), f"data_model: magen2025 has T = 2 tokens, one signal and one "
-                 f"noise token (n_weak_* = 0), got role counts {c.role_counts}")  # fmt: skip
-        _require(not c.limit, "limit: the max-margin limit is built for data_model=sakamoto2025")
-    _require(
-        not (c.train == "W" and c.init_p == "zeros"),
-        "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
-    )
-
-
-def _check_scales(c: Config) -> None:
-    """Refuse settings whose initial tokens, W(0), p(0) or logits overflow float64.
-
-    Norms: tokens |rho mu|, |mu| and sigma sqrt(d); W(0) about its entry scale
-    times sqrt(d) (1 for identity); p(0) its scale times sqrt(d) when drawn.
-    Each must stay below MAX_NORM and their product (the logits) and |W p|
-    below MAX_NORM^1.5, so that squares and Gram matrices stay finite.
-    """
-    root_d = math.sqrt(c.d)
-    parts = {
-        "signal_norm": c.signal_norm,
-        "rho": abs(c.rho) * c.signal_norm,
-        "sigma": c.sigma * root_d,
-        "init_W_scale": c.W_scale * root_d,  # checked even when unused: a value that cannot work
-        "init_p_scale": c.p_scale * root_d,
-    }
-    what = {"signal_norm": "|mu|", "rho": "|rho mu|", "sigma": "sigma sqrt(d)",
-            "init_W_scale": "the scale of W(0) (init_W_scale sqrt(d))",
-            "init_p_scale": "|p(0)| (init_p_scale sqrt(d))"}  # fmt: skip
-    for key, v in parts.items():
-        _require(
-            v <= MAX_NORM,
-            f"{key}: {getattr(c, key)!r} makes {what[key]} = {v:.3g}, which overflows float64 "
-            f"in products; keep it below {MAX_NORM:.0e}",
-        )
-    token = max(parts["signal_norm"], parts["rho"], parts["sigma"])
-    w = 1.0 if c.init_W == "identity" else parts["init_W_scale"]
-    p = parts["init_p_scale"] if c.init_p == "gaussian" else 0.0
-    if token * w * p > MAX_NORM**1.5 or w * p > MAX_NORM**1.5:
-        key = "init_p_scale" if p >= w else "init_W_scale"
-        raise ConfigError(
-            f"{key}: initial logits x . W(0) p(0) of about {token * w * p:.3g} overflow float64"
-        )
 
 
 def _parse_scalar(text: str) -> Any:

@@ -60,16 +60,17 @@ KEY_HELP = {
     "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
     "clean_twin": ("true, false (default true; false for the encoder)", "train the clean-label twin"),
     "model": (", ".join(registry.MODELS), "the model"),
-    "mlp_dim": ("integer >= 1 (encoder only)", "the encoder's MLP width"),
-    "skip": ("true, false (encoder only)", "the encoder's residual connections"),
-    "init_cls_scale": ("> 0 (encoder only)", "standard deviation of the CLS token"),
-    "limit": ("true, false", "compute the max-margin limit of the selection"),
     "refine_times": (
         "auto, true, false",
         "locate t_generalize and t_pop_loss_settled between log points by stepping again (auto: with the "
         "flow or the limit; false: read them off the log grid, at its resolution, for cheap sweeps)",
     ),
 }
+
+
+# the models' own keys: their help is in their keys dataclasses
+KEY_HELP.update({f.name: (f.metadata["allowed"], f.metadata["help"]) for m in registry.MODELS
+                 for f in registry.key_fields(m)})  # fmt: skip
 
 
 def describe_keys() -> str:

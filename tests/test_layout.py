@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent / "attnsim"
 LAYERS = [
     ["_meta", "registry", "presets", "words", "runtime", "runtime.workspace", "runtime.resources",
      "runtime.environment", "runtime.signals"],
-    ["runtime.threads", "runtime.numba_cache", "config", "keys"],
+    ["runtime.threads", "runtime.numba_cache", "config", "config_rules", "keys"],
     ["data", "init", "results", "metrics", "theory"],
     ["models"],
     ["driver", "observers"],

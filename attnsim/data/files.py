@@ -11,7 +11,8 @@ from typing import NoReturn
 import numpy as np
 
 from .. import registry
-from ..config import MAX_NORM, Config, ConfigError, regular_file
+from ..config import Config, ConfigError, regular_file
+from ..config_rules import MAX_NORM
 from ..runtime.resources import physical_memory
 from .dataset import DataError, Dataset
 from .synthetic import head

@@ -1,2 +1,2 @@
-"""One folder per model, each exposing ``SPEC`` (:class:`attnsim.models.base.ModelSpec`);
-the list of models is :mod:`attnsim.registry`."""
+"""One folder per model: ``spec.py`` exposes ``SPEC`` (:class:`attnsim.models.base.ModelSpec`),
+``keys.py`` its config keys; the list of models is :mod:`attnsim.registry`."""

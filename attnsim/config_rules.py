@@ -1,0 +1,101 @@
+"""The rules a run's config obeys across its keys (SPEC §8): ranges, the scales
+float64 can carry, the combinations no model can run. :class:`attnsim.config.Config`
+checks them on construction; each model's own rules are in its ``keys.py``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import registry
+from ._meta import ConfigError
+
+MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
+ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(c: Any) -> None:
+    """ConfigError naming the key of the first rule ``c`` breaks."""
+    _require(c.n >= 2, f"n: must be an integer >= 2, got {c.n}")
+    _require(c.d >= 2, f"d: must be an integer >= 2, got {c.d}")
+    for key in ("n_relevant", "n_weak_aligned", "n_weak_opposite"):
+        _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
+    _require(c.n_relevant >= 1, f"n_relevant: must be >= 1, got {c.n_relevant}")
+    used = c.n_relevant + c.n_weak_aligned + c.n_weak_opposite
+    _require(c.T >= max(used, 1), f"T: must be >= the number of role tokens ({used}), got {c.T}")
+    for key in ("signal_norm", "sigma", "lr", "flow_rtol", "flow_atol"):
+        _require(getattr(c, key) > 0, f"{key}: must be > 0, got {getattr(c, key)}")
+    _require(0 <= c.noise_rate < 1, f"noise_rate: must be in [0, 1), got {c.noise_rate}")
+    for key in ("steps", "seed", "test_n"):
+        _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
+    _require(c.log_every >= 1, f"log_every: must be an integer >= 1, got {c.log_every}")
+    for key in ("log_points", "pop_log_points"):
+        _require(getattr(c, key) >= 2, f"{key}: must be an integer >= 2, got {getattr(c, key)}")
+    pp = c.pop_points
+    _require(pp >= 16 and pp & (pp - 1) == 0, f"pop_points: must be a power of two >= 16, got {pp}")
+    for key in ("benign_error", "gen_score"):
+        _require(0 < getattr(c, key) < 1, f"{key}: must be in (0, 1), got {getattr(c, key)}")
+    for key in ("init_W_scale", "init_p_scale"):
+        v = getattr(c, key)
+        _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
+    _check_scales(c)
+    for key, default in registry.foreign_keys(c.model).items():
+        _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
+    registry.keys_module(c.model).check(c)
+    for key in ("adam_beta1", "adam_beta2"):
+        _require(0 <= getattr(c, key) < 1, f"{key}: must be in [0, 1), got {getattr(c, key)}")
+    _require(c.adam_eps > 0, f"adam_eps: must be > 0, got {c.adam_eps}")
+    _require(c.weight_decay >= 0, f"weight_decay: must be >= 0, got {c.weight_decay}")
+    for key, default in ADAM_KEYS.items():
+        _require(c.optimizer == "adam" or getattr(c, key) == default, f"{key}: applies to optimizer=adam")
+    _require(
+        c.optimizer == "gd" or c.integrator == "gd",
+        f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
+    )
+    if c.data_model == "magen2025":
+        _require(c.role_counts == (1, 0, 0, 1), f"data_model: magen2025 has T = 2 tokens, one signal and one "
+                 f"noise token (n_weak_* = 0), got role counts {c.role_counts}")  # fmt: skip
+    _require(
+        not (c.train == "W" and c.init_p == "zeros"),
+        "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
+    )
+
+
+def _check_scales(c: Any) -> None:
+    """Refuse settings whose initial tokens, W(0), p(0) or logits overflow float64.
+
+    Norms: tokens |rho mu|, |mu| and sigma sqrt(d); W(0) about its entry scale
+    times sqrt(d) (1 for identity); p(0) its scale times sqrt(d) when drawn.
+    Each must stay below MAX_NORM and their product (the logits) and |W p|
+    below MAX_NORM^1.5, so that squares and Gram matrices stay finite.
+    """
+    root_d = math.sqrt(c.d)
+    parts = {
+        "signal_norm": c.signal_norm,
+        "rho": abs(c.rho) * c.signal_norm,
+        "sigma": c.sigma * root_d,
+        "init_W_scale": c.W_scale * root_d,  # checked even when unused: a value that cannot work
+        "init_p_scale": c.p_scale * root_d,
+    }
+    what = {"signal_norm": "|mu|", "rho": "|rho mu|", "sigma": "sigma sqrt(d)",
+            "init_W_scale": "the scale of W(0) (init_W_scale sqrt(d))",
+            "init_p_scale": "|p(0)| (init_p_scale sqrt(d))"}  # fmt: skip
+    for key, v in parts.items():
+        _require(
+            v <= MAX_NORM,
+            f"{key}: {getattr(c, key)!r} makes {what[key]} = {v:.3g}, which overflows float64 "
+            f"in products; keep it below {MAX_NORM:.0e}",
+        )
+    token = max(parts["signal_norm"], parts["rho"], parts["sigma"])
+    w = 1.0 if c.init_W == "identity" else parts["init_W_scale"]
+    p = parts["init_p_scale"] if c.init_p == "gaussian" else 0.0
+    if token * w * p > MAX_NORM**1.5 or w * p > MAX_NORM**1.5:
+        key = "init_p_scale" if p >= w else "init_W_scale"
+        raise ConfigError(
+            f"{key}: initial logits x . W(0) p(0) of about {token * w * p:.3g} overflow float64"
+        )
