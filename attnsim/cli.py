@@ -93,10 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("folder", help="a run's folder (result.json) or a sweep's (sweep.json, records/)")
     pl.add_argument("--metric", help="sweeps: the recorded metric on the y axis (default pop_error)")
     pl.add_argument(
-        "--x", dest="x_key", metavar="KEY",
+        "--x",
+        dest="x_key",
+        metavar="KEY",
         help="sweeps: the config key on the x axis (default: the first grid key with several values); "
         "one line per value of the others",
-    )  # fmt: skip
+    )
     pl.add_argument("--logy", action="store_true", help="sweeps: logarithmic y axis")
     pl.add_argument(
         "--out", help="the PNG to write (default: FOLDER/plot.png, or FOLDER/<metric>-vs-<key>.png)"
@@ -420,8 +422,10 @@ def _grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:
                 worst, where = e["rel"], f"{block} ({loss} loss)"
     ok = worst <= tol
     if not ok:
-        print(f"attnsim: check-grad failed: block {where} has relative error {worst:.3g} > --tol {tol:g}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"attnsim: check-grad failed: block {where} has relative error {worst:.3g} > --tol {tol:g}",
+            file=sys.stderr,
+        )
     print(
         f"{'passed' if ok else 'FAILED'} at --tol {tol:g}; "
         f"worst per-block relative error (max |fd - analytic| / max |analytic|): {worst:.3e}"

@@ -151,8 +151,13 @@ def _assemble() -> type:
         (f.name, f.type, dataclasses.field(default=f.default)) for f in (*common[:at], *models, *common[at:])
     ]
     doc = "All settings of one run; ``attnsim keys`` and docs/usage.md give their meanings."
-    return dataclasses.make_dataclass("Config", spec, bases=(_ConfigMethods,), frozen=True,
-                                      namespace={"__doc__": doc, "__module__": __name__})  # fmt: skip
+    return dataclasses.make_dataclass(
+        "Config",
+        spec,
+        bases=(_ConfigMethods,),
+        frozen=True,
+        namespace={"__doc__": doc, "__module__": __name__},
+    )
 
 
 Config = _assemble()

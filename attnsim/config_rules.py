@@ -58,8 +58,11 @@ def validate(c: Any) -> None:
         f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
     )
     if c.data_model == "magen2025":
-        _require(c.role_counts == (1, 0, 0, 1), f"data_model: magen2025 has T = 2 tokens, one signal and one "
-                 f"noise token (n_weak_* = 0), got role counts {c.role_counts}")  # fmt: skip
+        _require(
+            c.role_counts == (1, 0, 0, 1),
+            f"data_model: magen2025 has T = 2 tokens, one signal and one "
+            f"noise token (n_weak_* = 0), got role counts {c.role_counts}",
+        )
     _require(
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
@@ -82,9 +85,13 @@ def _check_scales(c: Any) -> None:
         "init_W_scale": c.W_scale * root_d,  # checked even when unused: a value that cannot work
         "init_p_scale": c.p_scale * root_d,
     }
-    what = {"signal_norm": "|mu|", "rho": "|rho mu|", "sigma": "sigma sqrt(d)",
-            "init_W_scale": "the scale of W(0) (init_W_scale sqrt(d))",
-            "init_p_scale": "|p(0)| (init_p_scale sqrt(d))"}  # fmt: skip
+    what = {
+        "signal_norm": "|mu|",
+        "rho": "|rho mu|",
+        "sigma": "sigma sqrt(d)",
+        "init_W_scale": "the scale of W(0) (init_W_scale sqrt(d))",
+        "init_p_scale": "|p(0)| (init_p_scale sqrt(d))",
+    }
     for key, v in parts.items():
         _require(
             v <= MAX_NORM,

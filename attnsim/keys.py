@@ -69,8 +69,13 @@ KEY_HELP = {
 
 
 # the models' own keys: their help is in their keys dataclasses
-KEY_HELP.update({f.name: (f.metadata["allowed"], f.metadata["help"]) for m in registry.MODELS
-                 for f in registry.key_fields(m)})  # fmt: skip
+KEY_HELP.update(
+    {
+        f.name: (f.metadata["allowed"], f.metadata["help"])
+        for m in registry.MODELS
+        for f in registry.key_fields(m)
+    }
+)
 
 
 def describe_keys() -> str:

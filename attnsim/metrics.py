@@ -98,15 +98,17 @@ class StateMetrics:
         """
         fitted = self.y * f > 0
         by_group = fitted @ self.group_avg.T
-        return _scalars({
-            "train_acc": fitted.mean(axis=-1),
-            "train_acc_clean": by_group[..., 0],
-            "train_acc_noisy": by_group[..., 1],
-            "train_acc_noisy_true": (self.y_clean * f > 0) @ self.group_avg[1],
-            "n_fitted": np.count_nonzero(fitted, axis=-1),
-            "n_fitted_clean": np.count_nonzero(fitted & ~self.noisy, axis=-1),
-            "n_fitted_noisy": np.count_nonzero(fitted & self.noisy, axis=-1),
-        })  # fmt: skip
+        return _scalars(
+            {
+                "train_acc": fitted.mean(axis=-1),
+                "train_acc_clean": by_group[..., 0],
+                "train_acc_noisy": by_group[..., 1],
+                "train_acc_noisy_true": (self.y_clean * f > 0) @ self.group_avg[1],
+                "n_fitted": np.count_nonzero(fitted, axis=-1),
+                "n_fitted_clean": np.count_nonzero(fitted & ~self.noisy, axis=-1),
+                "n_fitted_noisy": np.count_nonzero(fitted & self.noisy, axis=-1),
+            }
+        )
 
     def max_score(self, s: np.ndarray) -> dict[str, float]:
         """``score_max``: the mean over training samples of the largest token
@@ -147,8 +149,14 @@ def _avg_row(mask: np.ndarray) -> np.ndarray:
     return mask / mask.sum()
 
 
-def regime(n_clean: int, fitted_clean: int, n_noisy: int, fitted_noisy: int, excess: float | None,
-           benign_error: float) -> str:  # fmt: skip
+def regime(
+    n_clean: int,
+    fitted_clean: int,
+    n_noisy: int,
+    fitted_noisy: int,
+    excess: float | None,
+    benign_error: float,
+) -> str:
     """Classify the end of a run (SPEC §3) from integer counts of fitted samples.
 
     underfit: some clean sample is not fitted; clean_labels: every sample
@@ -283,9 +291,13 @@ def final_metrics(
         "excess over the Bayes error" if known else "the error itself (no Bayes error: no data model)"
     )
     final["regime"] = regime(
-        n - n_noisy, final["n_fitted_clean"], n_noisy, final["n_fitted_noisy"],
-        excess.value if measured else None, benign_error,
-    )  # fmt: skip
+        n - n_noisy,
+        final["n_fitted_clean"],
+        n_noisy,
+        final["n_fitted_noisy"],
+        excess.value if measured else None,
+        benign_error,
+    )
     lo, hi = excess.interval()
     final["regime_borderline"] = (
         bool(measured and lo <= benign_error < hi) if final["regime"] in ("benign", "harmful") else False

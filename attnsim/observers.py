@@ -106,8 +106,12 @@ class Recorder:
         s, f, S_acc = (np.asarray(v) for v in zip(*self._buffer))  # (m, n, T), (m, n), (m, n)
         first = len(self.rows) - len(self._buffer)
         self._buffer = []
-        vals = {**self.metrics.accuracy(f), **self.metrics.role_scores(s), **self.metrics.max_score(s),
-                **self.metrics.frak_s(S_acc)}  # fmt: skip
+        vals = {
+            **self.metrics.accuracy(f),
+            **self.metrics.role_scores(s),
+            **self.metrics.max_score(s),
+            **self.metrics.frak_s(S_acc),
+        }
         for key, v in vals.items():
             bad = _overflowed(key, v)
             if bad.any():
@@ -184,15 +188,21 @@ class Recorder:
         out = []
         if self._frozen_at is None and self.saturated_at is not None:
             n_hot = int(np.sum(_one_hot(self.last.s, self.normalized)))
-            head = (f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
-                    f"in float64 by step {self.saturated_at}")  # fmt: skip
+            head = (
+                f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
+                f"in float64 by step {self.saturated_at}"
+            )
             if self.normalized:  # the steps keep their length: what is lost is the gradient's direction
-                msg = (f"{head} (every other score below exp(-745)), so their gradients are zero and "
-                       "normalized steps follow the other samples alone from there on: read the "
-                       "trajectory up to that step")  # fmt: skip
+                msg = (
+                    f"{head} (every other score below exp(-745)), so their gradients are zero and "
+                    "normalized steps follow the other samples alone from there on: read the "
+                    "trajectory up to that step"
+                )
             else:
-                msg = (f"{head}, so their gradients vanish; the first logit step grows like lr*sigma^2*d: "
-                       f"reduce lr (lr={self.lr:g}, d={self.d})")  # fmt: skip
+                msg = (
+                    f"{head}, so their gradients vanish; the first logit step grows like lr*sigma^2*d: "
+                    f"reduce lr (lr={self.lr:g}, d={self.d})"
+                )
             out.append(msg)
             warnings.warn(msg, stacklevel=3)
         return self.arrays(), fit, out
@@ -222,8 +232,9 @@ def _overflow(step: int, key: str, v) -> SimulationError:
     return SimulationError(f"diverged by step {step}: {key} = {v} overflows float64 (reduce lr)")
 
 
-def refine_times(stepper: Any, snaps: dict, arrays: dict, evaluate: Callable[[dict], dict], gen_score: float,
-                 integer: bool) -> dict:  # fmt: skip
+def refine_times(
+    stepper: Any, snaps: dict, arrays: dict, evaluate: Callable[[dict], dict], gen_score: float, integer: bool
+) -> dict:
     """t_generalize (the fresh relevant score reaches ``gen_score`` for good)
     and t_pop_loss_settled (the population loss stays within 1% of its final
     value) between the population log points that bracket them."""
@@ -234,9 +245,11 @@ def refine_times(stepper: Any, snaps: dict, arrays: dict, evaluate: Callable[[di
     final_loss = loss[-1]
     checks = {
         "t_generalize": (score - gen_score, lambda s: evaluate(s)["pop_score_relevant"] - gen_score),
-        "t_pop_loss_settled": (0.01 * abs(final_loss) - np.abs(loss - final_loss),
-                               lambda s: 0.01 * abs(final_loss) - abs(evaluate(s)["pop_loss"] - final_loss)),
-    }  # fmt: skip
+        "t_pop_loss_settled": (
+            0.01 * abs(final_loss) - np.abs(loss - final_loss),
+            lambda s: 0.01 * abs(final_loss) - abs(evaluate(s)["pop_loss"] - final_loss),
+        ),
+    }
     for name, (vals, g) in checks.items():
         if vals[-1] < 0:
             out[name] = None  # not within the horizon

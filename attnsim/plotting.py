@@ -42,9 +42,16 @@ def log_steps(steps: ArrayLike) -> np.ndarray:
     return np.where(steps > 0, steps, np.nan)
 
 
-def plot_sample_scores(ax: Axes, steps: ArrayLike, scores: np.ndarray, roles: np.ndarray | None = None,
-                       title: str = "", logx: bool = False, legend: bool = True,
-                       headroom: float = 0.0) -> None:  # fmt: skip
+def plot_sample_scores(
+    ax: Axes,
+    steps: ArrayLike,
+    scores: np.ndarray,
+    roles: np.ndarray | None = None,
+    title: str = "",
+    logx: bool = False,
+    legend: bool = True,
+    headroom: float = 0.0,
+) -> None:
     """Every token's score of one sample against step.
 
     steps : (L,); scores : (L, T); roles : (T,) role codes or None.
@@ -134,8 +141,11 @@ def plot_gaps(ax: Axes, result: Result) -> None:
             ax.plot(tau, law, color="k", lw=1, ls=":")
             ax.annotate(
                 f"g-law c={fit['rate']:.3g}/step, max dev {fit['max_dev']:.2g}",
-                (tau[-1], law[-1]), fontsize=7, ha="right", va="bottom",
-            )  # fmt: skip
+                (tau[-1], law[-1]),
+                fontsize=7,
+                ha="right",
+                va="bottom",
+            )
     ax.axhline(np.log(m), color="0.7", lw=0.8)
     ax.set_xscale("symlog", linthresh=max(1, steps[1] if steps.size > 1 else 1))
     ax.set_xlim(left=0)
@@ -231,8 +241,9 @@ def plot_sweep(
 # -- theory boundaries on phase diagrams ---------------------------------------------
 
 
-def boundary_points(boundary: Callable[[np.ndarray], np.ndarray] | str | Path, along: ArrayLike,
-                    independent: str = "x") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def boundary_points(
+    boundary: Callable[[np.ndarray], np.ndarray] | str | Path, along: ArrayLike, independent: str = "x"
+) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) points of a boundary: a function of one axis evaluated ``along``
     it (``independent``: which axis ``along`` is on; the function returns the
     other), or a CSV file of x, y points (a header line allowed), as groups
@@ -260,8 +271,13 @@ def _header_rows(path: str | Path) -> int:
     return 0
 
 
-def draw_boundary(ax: Axes, boundary: Callable[[np.ndarray], np.ndarray] | str | Path, along: ArrayLike = (),
-                  independent: str = "x", **style: Any) -> None:  # fmt: skip
+def draw_boundary(
+    ax: Axes,
+    boundary: Callable[[np.ndarray], np.ndarray] | str | Path,
+    along: ArrayLike = (),
+    independent: str = "x",
+    **style: Any,
+) -> None:
     """Draw a theory boundary (see :func:`boundary_points`) on a phase diagram,
     keeping the axes' limits; ``style`` goes to ``ax.plot`` (label, colour, ...)."""
     x, y = boundary_points(boundary, along, independent)
@@ -278,8 +294,9 @@ def cell_edges(v: ArrayLike) -> np.ndarray:
     return np.exp(np.concatenate([[2 * lv[0] - mid[0]], mid, [2 * lv[-1] - mid[-1]]]))
 
 
-def boundary_crossings(ns: ArrayLike, snr: ArrayLike, good: np.ndarray,
-                       edge: str = "lower") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def boundary_crossings(
+    ns: ArrayLike, snr: ArrayLike, good: np.ndarray, edge: str = "lower"
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a phase diagram (one n, SNR increasing) the crossing into the
     ``good`` cells (``edge = "upper"``: out of them, after the last good cell),
     half-way (geometrically) between the cells on either side: (the n values
@@ -297,8 +314,9 @@ def boundary_crossings(ns: ArrayLike, snr: ArrayLike, good: np.ndarray,
     return np.array(rows), np.array(cross)
 
 
-def fit_power_boundary(ns: ArrayLike, snr: ArrayLike, good: np.ndarray, power: float,
-                       edge: str = "lower") -> float:  # fmt: skip
+def fit_power_boundary(
+    ns: ArrayLike, snr: ArrayLike, good: np.ndarray, power: float, edge: str = "lower"
+) -> float:
     """c of the boundary SNR = c n^power fitted to a phase diagram: the median
     of crossing * n^-power over the rows' crossings (:func:`boundary_crossings`;
     NaN without any). n SNR^2 = c and SNR sqrt(n) = c are one family (power -1/2)."""
@@ -306,8 +324,9 @@ def fit_power_boundary(ns: ArrayLike, snr: ArrayLike, good: np.ndarray, power: f
     return float(np.median(cross * rows ** (-power))) if rows.size else float("nan")
 
 
-def interpolated_crossings(rows: ArrayLike, x: ArrayLike, score: np.ndarray,
-                           edge: str = "lower") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def interpolated_crossings(
+    rows: ArrayLike, x: ArrayLike, score: np.ndarray, edge: str = "lower"
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a phase diagram (x increasing) where ``score`` (rows, x)
     crosses 0 at the edge of its good cells (score >= 0): ``lower``, into the
     first good cell; ``upper``, out of the last one. The crossing is

@@ -290,8 +290,13 @@ def _versions() -> dict[str, str]:
     }
 
 
-THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                    "MKL_NUM_THREADS")  # fmt: skip
+THREAD_VARIABLES = (
+    "NUMBA_NUM_THREADS",
+    "NUMBA_THREADING_LAYER",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 
 
 def thread_settings() -> dict[str, Any]:

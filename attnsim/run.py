@@ -32,8 +32,12 @@ from .runtime.threads import blas
 from .runtime.workspace import WORKSPACE, Workspace
 
 
-def ensure_compiled(integrator: str = "gd", announce: Callable[[], None] | None = None,
-                    model: str = Config.model, workspace: Workspace | None = None) -> float:  # fmt: skip
+def ensure_compiled(
+    integrator: str = "gd",
+    announce: Callable[[], None] | None = None,
+    model: str = Config.model,
+    workspace: Workspace | None = None,
+) -> float:
     """Load (or compile, the first time ever) the kernels a run needs, and pay
     every other once-per-process cost (BLAS discovery, quadrature tables,
     first LAPACK calls) here rather than inside the simulation; seconds spent.
@@ -180,14 +184,35 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
     # matrices are small, and the encoder's rank-n products are bound by memory
     # bandwidth (measured: 70 ms per step at d = mlp_dim = 2000 on one thread, 80-140 on two)
     with blas().limit(limits=1, user_api="blas"):
-        traj = _train(problem, ds, cfg, pop, rel, save_scores=save_scores, progress=progress, watch=watch,
-                      refine=refines_times(cfg), meanwhile=meanwhile)  # fmt: skip
+        traj = _train(
+            problem,
+            ds,
+            cfg,
+            pop,
+            rel,
+            save_scores=save_scores,
+            progress=progress,
+            watch=watch,
+            refine=refines_times(cfg),
+            meanwhile=meanwhile,
+        )
         limit_section = watch.finish(cfg, traj, pop) if watch is not None else None
     return _Trained(traj, twin, limit_section)
 
 
-def _assemble(cfg: Config, data, spec, problem, ds: Dataset, pop, trained: _Trained, ws: Workspace,
-              t0: float, setup: float, startup: float) -> results.Result:  # fmt: skip
+def _assemble(
+    cfg: Config,
+    data,
+    spec,
+    problem,
+    ds: Dataset,
+    pop,
+    trained: _Trained,
+    ws: Workspace,
+    t0: float,
+    setup: float,
+    startup: float,
+) -> results.Result:
     """The Result: trajectory arrays, final metrics and verdicts, theory, provenance."""
     traj = trained.traj
     arrays = traj.arrays
@@ -197,8 +222,15 @@ def _assemble(cfg: Config, data, spec, problem, ds: Dataset, pop, trained: _Trai
         arrays["roles"] = ds.roles
     bayes = bayes_of(ds, cfg.data_model, cfg.shuffle_roles, ws.bayes)
     uniform = uniform_attention(pop, ds)
-    final = metrics.final_metrics(arrays, ds.n_noisy, cfg.benign_error, trained.twin or None, bayes, uniform,
-                                  test_n=problem.info.get("test_n", 0))  # fmt: skip
+    final = metrics.final_metrics(
+        arrays,
+        ds.n_noisy,
+        cfg.benign_error,
+        trained.twin or None,
+        bayes,
+        uniform,
+        test_n=problem.info.get("test_n", 0),
+    )
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if trained.limit is not None:
         theory_section["gen_never"] = trained.limit.get("gen_never")
@@ -243,8 +275,18 @@ def refines_times(cfg: Config) -> bool:
     return cfg.integrator == "flow" or cfg.limit
 
 
-def _train(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray, save_scores: bool = False,
-           progress: bool | None = False, watch=None, refine: bool = False, meanwhile=None):  # fmt: skip
+def _train(
+    problem,
+    ds: Dataset,
+    cfg: Config,
+    pop,
+    rel: np.ndarray,
+    save_scores: bool = False,
+    progress: bool | None = False,
+    watch=None,
+    refine: bool = False,
+    meanwhile=None,
+):
     """The driver on ``problem``'s stepper along the run's log grid, recording the
     paper's metrics; with ``refine`` the times of generalization and of the settled
     population loss are located between log points."""
@@ -252,13 +294,24 @@ def _train(problem, ds: Dataset, cfg: Config, pop, rel: np.ndarray, save_scores:
     stepper = problem.stepper(cfg, rel, y=ds.y)
     evaluate = problem.evaluator(cfg, pop)
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, normalized=cfg.optimizer == "normalized")
-    traj = run(stepper, recorder, grid, cfg.lr, evaluate, at=pop_indices(len(grid), cfg.pop_log_points),
-               progress=progress, log_bar=cfg.log_scale == "log", watch=watch, snapshots=refine,
-               meanwhile=meanwhile)  # fmt: skip
+    traj = run(
+        stepper,
+        recorder,
+        grid,
+        cfg.lr,
+        evaluate,
+        at=pop_indices(len(grid), cfg.pop_log_points),
+        progress=progress,
+        log_bar=cfg.log_scale == "log",
+        watch=watch,
+        snapshots=refine,
+        meanwhile=meanwhile,
+    )
     arrays = traj.arrays
     if refine and evaluate is not None and traj.frozen_at is None and "pop_score_relevant" in arrays:
-        traj.refined = refine_times(stepper, traj.snapshots, arrays, evaluate, cfg.gen_score,
-                                    integer=cfg.integrator == "gd")  # fmt: skip
+        traj.refined = refine_times(
+            stepper, traj.snapshots, arrays, evaluate, cfg.gen_score, integer=cfg.integrator == "gd"
+        )
     traj.snapshots = {}
     return traj
 

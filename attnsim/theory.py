@@ -139,8 +139,13 @@ def fit_rate(steps: ArrayLike, x: ArrayLike, m: float, min_points: int = 3) -> d
     # then least squares in x itself (g-space residuals overweight the largest gaps)
     a, c = _gauss_newton(tau, x[ok], m, a, c)
     pred = g_inv(a + c * tau, m)
-    return {"rate": float(c), "intercept": float(a), "max_dev": float(np.max(np.abs(pred - x[ok]))),
-            "from_step": int(tau[0]), "points": int(ok.sum())}  # fmt: skip
+    return {
+        "rate": float(c),
+        "intercept": float(a),
+        "max_dev": float(np.max(np.abs(pred - x[ok]))),
+        "from_step": int(tau[0]),
+        "points": int(ok.sum()),
+    }
 
 
 def _gauss_newton(tau, x, m: float, a: float, c: float, iters: int = 100) -> tuple[float, float]:

@@ -11,7 +11,8 @@ import pytest
 
 import attnsim
 from attnsim.config import ADAM_KEYS, Config, ConfigError
-from attnsim.models.attention.kernels import Data, _block_coeffs, work_for
+from attnsim.models.attention.buffers import Data, work_for
+from attnsim.models.attention.kernels import _block_coeffs
 from attnsim.models.attention.steppers import Segment
 from attnsim.sweep.spec import _key_of, record_key
 

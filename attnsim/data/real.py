@@ -143,8 +143,15 @@ def flip(y: np.ndarray, eta: float, rng: np.random.Generator, iid: bool = False)
     return y
 
 
-def protocol_dataset(X: np.ndarray, labels: np.ndarray, cfg: Config, rng: np.random.Generator, source: str,
-                     n_pretrain: int = DIGITS_PRETRAIN, n_test: int = DIGITS_TEST) -> Dataset:  # fmt: skip
+def protocol_dataset(
+    X: np.ndarray,
+    labels: np.ndarray,
+    cfg: Config,
+    rng: np.random.Generator,
+    source: str,
+    n_pretrain: int = DIGITS_PRETRAIN,
+    n_test: int = DIGITS_TEST,
+) -> Dataset:
     """Phase 1 and the training set of phase 2 for one run: n = cfg.n training
     samples from the pool with cfg.noise_rate of their labels flipped, the
     fitted head and the clean test split (``rng``: the run's data stream)."""
@@ -155,8 +162,19 @@ def protocol_dataset(X: np.ndarray, labels: np.ndarray, cfg: Config, rng: np.ran
     train = rng.choice(parts.pool, size=cfg.n, replace=False)
     y_clean = labels[train]
     y = flip(y_clean, cfg.noise_rate, rng, iid=cfg.label_noise == "iid")
-    return Dataset(X=X[train], y=y, y_clean=y_clean, roles=None, mu_pos=None, mu_neg=None, sigma=None, nu=nu,
-                   X_test=X[parts.test], y_test=labels[parts.test], source=source)  # fmt: skip
+    return Dataset(
+        X=X[train],
+        y=y,
+        y_clean=y_clean,
+        roles=None,
+        mu_pos=None,
+        mu_neg=None,
+        sigma=None,
+        nu=nu,
+        X_test=X[parts.test],
+        y_test=labels[parts.test],
+        source=source,
+    )
 
 
 BUILTIN = {"digits": load_digits_tokens}
@@ -229,8 +247,9 @@ def features_source(path: Path, arrays: dict[str, np.ndarray]) -> Source:
     unknown = sorted(set(arrays) - {"features", "labels", "n_pretrain", "n_test"})
     if unknown:
         v.fail(f"a features file holds only features, labels, n_pretrain and n_test; got also {unknown}")
-    return Source(f"{path} (token features, attnsim.realdata protocol)", lambda d: (X, labels), *sizes,
-                  shape=X.shape)  # fmt: skip
+    return Source(
+        f"{path} (token features, attnsim.realdata protocol)", lambda d: (X, labels), *sizes, shape=X.shape
+    )
 
 
 def open_data(data: str | Path | Dataset) -> Source | Dataset:

@@ -22,9 +22,20 @@ if TYPE_CHECKING:  # names in annotations only
 
 PROTOCOL_SAVE = ["train_loss", "train_acc_noisy", "test_acc", "test_loss", "score_max"]
 TABLE_COLUMNS = (
-    "n", "eta", "noise", "seeds", "train_loss", "train_acc", "noisy_fitted", "test_acc", "test_acc_sd",
-    "test_loss", "baseline_acc", "baseline_acc_sd", "score_max",
-)  # fmt: skip
+    "n",
+    "eta",
+    "noise",
+    "seeds",
+    "train_loss",
+    "train_acc",
+    "noisy_fitted",
+    "test_acc",
+    "test_acc_sd",
+    "test_loss",
+    "baseline_acc",
+    "baseline_acc_sd",
+    "score_max",
+)
 
 
 def noise_model(config: dict) -> str:
@@ -35,8 +46,9 @@ def noise_model(config: dict) -> str:
     return "iid" if config["label_noise"] == "iid" else "count"
 
 
-def protocol_sweep(data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict,
-                   name: str | None = None) -> tuple[dict, list[str]]:  # fmt: skip
+def protocol_sweep(
+    data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict, name: str | None = None
+) -> tuple[dict, list[str]]:
     """The sweep mapping of the protocol (n x eta x seeds on ``data``) and
     messages about n values the pool cannot give (those are capped to the pool).
     Logging on a log grid, so delayed generalization shows at any horizon."""
@@ -90,18 +102,25 @@ def protocol_table(records: list[dict]) -> list[dict]:
         f = [r["final"] for r in recs]
         base = [r["trajectory"]["test_acc"][0] for r in recs]
         noisy = [x["train_acc_noisy"] for x in f if x["n_noisy"]]
-        rows.append({
-            "n": n, "eta": eta, "noise": noise, "seeds": len(recs),
-            "train_loss": float(np.mean([x["train_loss"] for x in f])),
-            "train_acc": float(np.mean([x["train_acc"] for x in f])),
-            "noisy_fitted": float(np.mean(noisy)) if noisy else float("nan"),
-            "test_acc": float(np.mean([x["test_acc"] for x in f])),
-            "test_acc_sd": float(np.std([x["test_acc"] for x in f], ddof=1)) if len(f) > 1 else float("nan"),
-            "test_loss": float(np.mean([x["test_loss"] for x in f])),
-            "baseline_acc": float(np.mean(base)),
-            "baseline_acc_sd": float(np.std(base, ddof=1)) if len(base) > 1 else float("nan"),
-            "score_max": float(np.mean([x.get("score_max", float("nan")) for x in f])),
-        })  # fmt: skip
+        rows.append(
+            {
+                "n": n,
+                "eta": eta,
+                "noise": noise,
+                "seeds": len(recs),
+                "train_loss": float(np.mean([x["train_loss"] for x in f])),
+                "train_acc": float(np.mean([x["train_acc"] for x in f])),
+                "noisy_fitted": float(np.mean(noisy)) if noisy else float("nan"),
+                "test_acc": float(np.mean([x["test_acc"] for x in f])),
+                "test_acc_sd": float(np.std([x["test_acc"] for x in f], ddof=1))
+                if len(f) > 1
+                else float("nan"),
+                "test_loss": float(np.mean([x["test_loss"] for x in f])),
+                "baseline_acc": float(np.mean(base)),
+                "baseline_acc_sd": float(np.std(base, ddof=1)) if len(base) > 1 else float("nan"),
+                "score_max": float(np.mean([x.get("score_max", float("nan")) for x in f])),
+            }
+        )
     return rows
 
 
@@ -134,9 +153,17 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_protocol(data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict,
-                 out: str | Path, workers: int | None = None, progress: bool | None = None,
-                 name: str | None = None) -> tuple[SweepReport, list[dict], list[str]]:  # fmt: skip
+def run_protocol(
+    data: str,
+    ns: list[int],
+    etas: list[float],
+    seeds: list[int],
+    base: dict,
+    out: str | Path,
+    workers: int | None = None,
+    progress: bool | None = None,
+    name: str | None = None,
+) -> tuple[SweepReport, list[dict], list[str]]:
     """The protocol on ``data`` as a resumable sweep under ``out``: returns
     (sweep report, table rows, messages) and writes ``table.csv`` beside the records."""
     mapping, messages = protocol_sweep(data, ns, etas, seeds, base, name)

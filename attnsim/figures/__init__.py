@@ -35,8 +35,19 @@ NAMES = {
     "magen": "fig16_magen",
     "neighbours": "fig13_neighbours",  # last: it reads figures 6 and 16's sweeps and reruns 15's runs
 }
-SWEEPS = {"heatmaps", "frak_s", "delayed", "phase", "noise", "generalization_time", "encoder_dynamics",
-          "encoder_heatmaps", "real", "magen", "collapse"}  # fmt: skip
+SWEEPS = {
+    "heatmaps",
+    "frak_s",
+    "delayed",
+    "phase",
+    "noise",
+    "generalization_time",
+    "encoder_dynamics",
+    "encoder_heatmaps",
+    "real",
+    "magen",
+    "collapse",
+}
 
 
 def make(

@@ -76,8 +76,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             f"weakly relevant token {opp[-1]:.3f} at step {steps[-1]}; mean scores of the noisy samples on "
             f"each role: {roles_end}; the CLS self-attention {tr['score_cls'][-1]:.3f} (mean over samples)"
         )
-    fig.suptitle("one-layer Transformer encoder: CLS attention on the data tokens (every parameter trained)",
-                 fontsize=10)  # fmt: skip
+    fig.suptitle(
+        "one-layer Transformer encoder: CLS attention on the data tokens (every parameter trained)",
+        fontsize=10,
+    )
     fig.tight_layout(rect=role_legend(fig, axes[0, 0]))
     return [
         save(fig, outdir / "fig10_encoder_dynamics.png"),

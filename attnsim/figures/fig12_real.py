@@ -37,8 +37,11 @@ ETAS = [0.0, 0.2]
 SEEDS = [0, 1, 2]
 
 
-VARIANTS = (("eta = 0", 0.0, None), ("eta = 0.2, round(n eta) flips", 0.2, "count"),
-            ("eta = 0.2, iid flips", 0.2, "iid"))  # fmt: skip
+VARIANTS = (
+    ("eta = 0", 0.0, None),
+    ("eta = 0.2, round(n eta) flips", 0.2, "count"),
+    ("eta = 0.2, iid flips", 0.2, "iid"),
+)
 
 
 def records(quick: bool, cache: Path) -> tuple[list[dict], list[str]]:
@@ -98,12 +101,16 @@ def judged_against_clean(recs: list[dict]) -> list[str]:
                 else "never back above it"
             )
             low = f"lowest {mean[i]:.3f} at step {steps[i]:g}"
-            line = (f"n={n}, {label}: mean test accuracy {mean[0]:.3f} at step 0, {low}, {back}, "
-                    f"{mean[-1]:.3f} at step {steps[-1]:g}")  # fmt: skip
+            line = (
+                f"n={n}, {label}: mean test accuracy {mean[0]:.3f} at step 0, {low}, {back}, "
+                f"{mean[-1]:.3f} at step {steps[-1]:g}"
+            )
             if label != VARIANTS[0][0] and clean is not None and np.array_equal(steps, clean_steps):
                 cost = (clean - v).mean(axis=0)
-                line += (f"; label noise costs {cost[-1]:.3f} at the end (most {cost.max():.3f}, at step "
-                         f"{steps[int(np.argmax(cost))]:g})")  # fmt: skip
+                line += (
+                    f"; label noise costs {cost[-1]:.3f} at the end (most {cost.max():.3f}, at step "
+                    f"{steps[int(np.argmax(cost))]:g})"
+                )
             out.append(line)
     return out
 

@@ -44,16 +44,26 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     for k, (name, ls) in enumerate((("clean", "-"), ("noisy", "--"))):  # tokens: the default roles' order
         for t, role in ((0, "relevant"), (1, "weak_aligned"), (2, "weak_opposite")):
             axes[0].plot(tr["step"], ex[:, k, t], color=ROLE_COLORS[role], ls=ls, label=f"{name}: {role}")
-        axes[0].plot(tr["step"], ex[:, k, 3:].max(axis=1), color=ROLE_COLORS["irrelevant"], ls=ls,
-                     label=f"{name}: largest irrelevant")  # fmt: skip
+        axes[0].plot(
+            tr["step"],
+            ex[:, k, 3:].max(axis=1),
+            color=ROLE_COLORS["irrelevant"],
+            ls=ls,
+            label=f"{name}: largest irrelevant",
+        )
     axes[0].set_xlabel("steps")
     axes[0].set_ylabel("softmax score")
     axes[0].legend(fontsize=6, ncol=2)
-    axes[0].set_title(f"(a) Sakamoto & Sato 2025: {f['regime']}, population error {err}\n"
-                      "(their run at these settings: train acc 1.0, test acc 0.996)", fontsize=9)  # fmt: skip
-    lines.append(f"(a) default run: regime {f['regime']}, population error {err}, train "
-                 f"accuracy {f['train_acc']:.3f}, noisy fitted {f['n_fitted_noisy']} of {f['n_noisy']}; the "
-                 "authors' notebook: train 1.0, test 0.996 (d = 2000, |mu| = 20, 1000 steps)")  # fmt: skip
+    axes[0].set_title(
+        f"(a) Sakamoto & Sato 2025: {f['regime']}, population error {err}\n"
+        "(their run at these settings: train acc 1.0, test acc 0.996)",
+        fontsize=9,
+    )
+    lines.append(
+        f"(a) default run: regime {f['regime']}, population error {err}, train "
+        f"accuracy {f['train_acc']:.3f}, noisy fitted {f['n_fitted_noisy']} of {f['n_noisy']}; the "
+        "authors' notebook: train 1.0, test 0.996 (d = 2000, |mu| = 20, 1000 steps)"
+    )
     # (b) Magen et al.
     magen_lines, _ = fig16_magen.draw(axes[1], fig16_magen.records(quick, cache))
     axes[1].set_title(
@@ -70,8 +80,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     mus = sorted({r["config"]["signal_norm"] for r in recs})
     snr = np.array(mus) / np.sqrt(2000)
     frac = fig6_phase.benign_fraction(recs, ns, mus)
-    im = axes[3].pcolormesh(cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="magma",
-                            vmin=0, vmax=1)  # fmt: skip
+    im = axes[3].pcolormesh(
+        cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="magma", vmin=0, vmax=1
+    )
     fig.colorbar(im, ax=axes[3], label="fraction of seeds benign")
     found = fig6_phase.edges(recs)
     for edge, fit in found.items():

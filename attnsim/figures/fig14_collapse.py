@@ -20,20 +20,45 @@ import numpy as np
 from ..metrics import format_error
 from .common import save, sweep_records, write_numbers
 
-BASE = {"T": 32, "n_relevant": 2, "n_weak_aligned": 2, "n_weak_opposite": 2, "rho": 0.1, "n": 100,
-        "train": "p", "init_W": "identity", "label_noise": "balanced", "lr": 5e-3, "steps": 1000,
-        "log_every": 100, "pop_log_points": 2, "clean_twin": False}  # fmt: skip
+BASE = {
+    "T": 32,
+    "n_relevant": 2,
+    "n_weak_aligned": 2,
+    "n_weak_opposite": 2,
+    "rho": 0.1,
+    "n": 100,
+    "train": "p",
+    "init_W": "identity",
+    "label_noise": "balanced",
+    "lr": 5e-3,
+    "steps": 1000,
+    "log_every": 100,
+    "pop_log_points": 2,
+    "clean_twin": False,
+}
 ETAS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.6, 0.65, 0.7, 0.8, 0.9)
 # The notebook's printout (first version, d = 12000, |mu| = 120, seed 0): eta -> (frakS ratio of
 # clean class-1 to noisy class-2 sums, train accuracy, test accuracy on 1000 samples)
 NOTEBOOK = {
-    0.05: (21.51, 0.96, 1.0), 0.1: (7.740, 0.90, 1.0), 0.15: (4.891, 0.86, 1.0), 0.2: (1.659, 0.86, 0.999),
-    0.25: (1.622, 0.88, 0.995), 0.3: (1.573, 0.84, 0.995), 0.35: (1.544, 0.81, 0.994),
-    0.4: (1.507, 0.80, 0.992), 0.45: (1.487, 0.78, 0.99), 0.5: (1.451, 0.74, 0.989),
-    0.55: (1.412, 0.75, 0.986), 0.6: (1.388, 0.71, 0.986), 0.65: (0.783, 0.87, 0.579),
-    0.7: (0.505, 0.84, 0.505), 0.75: (0.399, 0.83, 0.499), 0.8: (0.273, 0.80, 0.495),
-    0.85: (0.205, 0.79, 0.493), 0.9: (0.118, 0.81, 0.486),
-}  # fmt: skip
+    0.05: (21.51, 0.96, 1.0),
+    0.1: (7.740, 0.90, 1.0),
+    0.15: (4.891, 0.86, 1.0),
+    0.2: (1.659, 0.86, 0.999),
+    0.25: (1.622, 0.88, 0.995),
+    0.3: (1.573, 0.84, 0.995),
+    0.35: (1.544, 0.81, 0.994),
+    0.4: (1.507, 0.80, 0.992),
+    0.45: (1.487, 0.78, 0.99),
+    0.5: (1.451, 0.74, 0.989),
+    0.55: (1.412, 0.75, 0.986),
+    0.6: (1.388, 0.71, 0.986),
+    0.65: (0.783, 0.87, 0.579),
+    0.7: (0.505, 0.84, 0.505),
+    0.75: (0.399, 0.83, 0.499),
+    0.8: (0.273, 0.80, 0.495),
+    0.85: (0.205, 0.79, 0.493),
+    0.9: (0.118, 0.81, 0.486),
+}
 FOCUS = (12000, 120.0)
 CASES = ((12000, 120.0), (6000, 100.0))  # the notebook's printed cases (one seed, like its runs)
 EDGE = (0.6, 0.65, 0.7)  # where the collapse sits: two more seeds
@@ -41,8 +66,13 @@ EDGE = (0.6, 0.65, 0.7)  # where the collapse sits: two more seeds
 
 def records(quick: bool, cache: Path) -> list[dict]:
     if quick:
-        return sweep_records(cache, "fig14_collapse", {**BASE, "T": 16, "d": 1000},
-                             {"signal_norm": [60.0], "noise_rate": [0.05, 0.6, 0.7]}, [0])  # fmt: skip
+        return sweep_records(
+            cache,
+            "fig14_collapse",
+            {**BASE, "T": 16, "d": 1000},
+            {"signal_norm": [60.0], "noise_rate": [0.05, 0.6, 0.7]},
+            [0],
+        )
     grid = {"noise_rate": list(ETAS)}
     recs = []
     for d, mu in CASES:
@@ -66,27 +96,39 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     recs = records(quick, cache)
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
     combos = sorted({(r["config"]["d"], r["config"]["signal_norm"]) for r in recs})
-    lines = ["the paper's first version (its notebook): frakS ratio ~20 at eta 0.05, 1.3-1.7 at 0.2-0.6, "
-             "below 1 beyond; test accuracy at d = 12000, |mu| = 120: 0.986 at 0.6, 0.579 at 0.65, "
-             "0.505 at 0.7"]  # fmt: skip
+    lines = [
+        "the paper's first version (its notebook): frakS ratio ~20 at eta 0.05, 1.3-1.7 at 0.2-0.6, "
+        "below 1 beyond; test accuracy at d = 12000, |mu| = 120: 0.986 at 0.6, 0.579 at 0.65, "
+        "0.505 at 0.7"
+    ]
     for i, (d, mu) in enumerate(combos):
-        rows = sorted((r for r in recs if (r["config"]["d"], r["config"]["signal_norm"]) == (d, mu)),
-                      key=lambda r: (r["config"]["seed"], r["config"]["noise_rate"]))  # fmt: skip
+        rows = sorted(
+            (r for r in recs if (r["config"]["d"], r["config"]["signal_norm"]) == (d, mu)),
+            key=lambda r: (r["config"]["seed"], r["config"]["noise_rate"]),
+        )
         for seed in sorted({r["config"]["seed"] for r in rows}):
             run = [r for r in rows if r["config"]["seed"] == seed]
             eta = np.array([r["config"]["noise_rate"] for r in run])
             fin = [r["final"] for r in run]
             first = seed == 0
-            style = {"color": f"C{i}", "marker": "o" if first else None, "ms": 3, "lw": 1.5 if first else 0.6,
-                     "label": f"d={d}, |mu|={mu:g}" if first else None}  # fmt: skip
+            style = {
+                "color": f"C{i}",
+                "marker": "o" if first else None,
+                "ms": 3,
+                "lw": 1.5 if first else 0.6,
+                "label": f"d={d}, |mu|={mu:g}" if first else None,
+            }
             axes[0].plot(eta, [f["pop_error"] for f in fin], **style)
             axes[1].plot(eta, [_ratio(f) for f in fin], **style)
             axes[2].plot(eta, [f["train_acc"] for f in fin], **style)
             lines.append(f"attnsim d={d}, |mu|={mu:g}, seed {seed}: " + "; ".join(map(_summary, eta, fin)))
     nb = np.array(sorted(NOTEBOOK))
     vals = np.array([NOTEBOOK[e] for e in nb])
-    for ax, col, what in ((axes[0], 1.0 - vals[:, 2], "test error"), (axes[1], vals[:, 0], "frakS ratio"),
-                          (axes[2], vals[:, 1], "train accuracy")):  # fmt: skip
+    for ax, col, what in (
+        (axes[0], 1.0 - vals[:, 2], "test error"),
+        (axes[1], vals[:, 0], "frakS ratio"),
+        (axes[2], vals[:, 1], "train accuracy"),
+    ):
         ax.plot(nb, col, "k*", ms=7, label=f"notebook, d=12000, |mu|=120 ({what})")
         ax.set_xlabel("label noise eta")
     axes[0].set_ylabel("population error (clean labels)")

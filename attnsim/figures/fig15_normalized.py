@@ -40,8 +40,15 @@ def runs(quick: bool) -> dict:
             grid = {"log_points": 60} if quick else {"log_scale": "linear", "log_every": 1}
             cfg = {**BASE, "optimizer": "normalized", "lr": lr, "steps": steps, **grid}
             out[("normalized", lr)] = simulate(cfg)
-        out[("gd", 0.05)] = simulate({**BASE, "integrator": "flow", "lr": 0.05,
-                                      "steps": 10**9 if quick else FLOW_STEPS, "log_points": 80})  # fmt: skip
+        out[("gd", 0.05)] = simulate(
+            {
+                **BASE,
+                "integrator": "flow",
+                "lr": 0.05,
+                "steps": 10**9 if quick else FLOW_STEPS,
+                "log_points": 80,
+            }
+        )
     return out
 
 
@@ -76,14 +83,18 @@ def draw(ax, res: dict) -> list[str]:
         every = len(tr["step"]) == int(tr["step"][-1]) + 1
         first = "first at step" if every else "first at logged step"
         where = f"{first} {hit}" if hit is not None else f"not by step {int(tr['step'][-1]):.3g}"
-        lines.append(f"{label}: cos {tr['mm_cos'][-1]:.5f} at step {int(tr['step'][-1])} (|p| "
-                     f"{tr['p_norm'][-1]:.3g}); cos >= {TARGET} {where}; limit selection "
-                     f"{'feasible' if r.limit.get('feasible') else 'infeasible'}; warnings: "
-                     f"{'; '.join(r.warnings) or 'none'}")  # fmt: skip
+        lines.append(
+            f"{label}: cos {tr['mm_cos'][-1]:.5f} at step {int(tr['step'][-1])} (|p| "
+            f"{tr['p_norm'][-1]:.3g}); cos >= {TARGET} {where}; limit selection "
+            f"{'feasible' if r.limit.get('feasible') else 'infeasible'}; warnings: "
+            f"{'; '.join(r.warnings) or 'none'}"
+        )
         if opt == "gd":
             t_need, a, c = gd_extrapolation(tr)
-            lines.append(f"GD extrapolated: 1 - cos = {a:.3f} / |p|^2 and |p| grows {c:.3f} per decade of "
-                         f"steps, so cos >= {TARGET} near step {t_need:.1e}")  # fmt: skip
+            lines.append(
+                f"GD extrapolated: 1 - cos = {a:.3f} / |p|^2 and |p| grows {c:.3f} per decade of "
+                f"steps, so cos >= {TARGET} near step {t_need:.1e}"
+            )
     ax.axhline(TARGET, color="k", ls=":", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("steps")
@@ -100,8 +111,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[0].set_title("q = W p against the p-SVM (train = p, W = I, d = 200, 20% flips)", fontsize=9)
     for i, ((opt, lr), r) in enumerate(sorted(res.items())):
         tr = r.trajectory
-        axes[1].plot(log_steps(tr["step"]), 1.0 - np.asarray(tr["mm_cos"]), color=f"C{i}",
-                     label=f"{opt}, lr={lr:g}")  # fmt: skip
+        axes[1].plot(
+            log_steps(tr["step"]), 1.0 - np.asarray(tr["mm_cos"]), color=f"C{i}", label=f"{opt}, lr={lr:g}"
+        )
     gd = res[("gd", 0.05)].trajectory
     t_need, a, c = gd_extrapolation(gd)
     t_ext = np.geomspace(gd["step"][-1], max(t_need, gd["step"][-1]) * 10, 30)

@@ -31,8 +31,14 @@ def _scatter(ax, coords, roles_sel, correct, title):
     for code, name in enumerate(ROLE_NAMES):
         m = roles_sel == code
         if m.any():
-            ax.scatter(coords[m, 0], coords[m, 1], s=12, color=ROLE_COLORS[name],
-                       marker="o", edgecolors=np.where(correct[m], "none", "k"))  # fmt: skip
+            ax.scatter(
+                coords[m, 0],
+                coords[m, 1],
+                s=12,
+                color=ROLE_COLORS[name],
+                marker="o",
+                edgecolors=np.where(correct[m], "none", "k"),
+            )
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("x . mu+ / |mu|")
     ax.set_ylabel("x . mu- / |mu|")
@@ -77,8 +83,13 @@ def trained(quick: bool) -> dict:
         sel = z.argmax(axis=1)
         tok = pb.X2.reshape(-1, T, pb.k)[np.arange(sel.size), sel]
         f = res.trajectory["y"]
-        rows.append((np.stack([tok @ e1, tok @ e2], 1), res.trajectory["roles"][np.arange(sel.size), sel],
-                     np.sign(tok @ st["nu"]) == f))  # fmt: skip
+        rows.append(
+            (
+                np.stack([tok @ e1, tok @ e2], 1),
+                res.trajectory["roles"][np.arange(sel.size), sel],
+                np.sign(tok @ st["nu"]) == f,
+            )
+        )
         zt = (pb.X2_test @ q + (pb.O_test @ st["p"] if pb.O_test is not None else 0)).reshape(-1, T)
         selt = zt.argmax(axis=1)
         tokt = pb.X2_test.reshape(-1, T, pb.k)[np.arange(selt.size), selt]
@@ -120,5 +131,8 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
         for kind, data in (("hand-built", hand), ("trained", fit))
         for label, rows in data.items()
     ]
-    return [save(a, outdir / "fig1_selection_hand.png"), save(b, outdir / "fig1_selection_trained.png"),
-            write_numbers(outdir, "fig1_selection", lines)]  # fmt: skip
+    return [
+        save(a, outdir / "fig1_selection_hand.png"),
+        save(b, outdir / "fig1_selection_trained.png"),
+        write_numbers(outdir, "fig1_selection", lines),
+    ]

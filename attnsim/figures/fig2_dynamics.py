@@ -48,14 +48,18 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
             i = tr["example_index"][row]
             title = f"{label} (d={over['d']}, |mu|={over['signal_norm']:g}): {kind} sample {i}"
             ex = tr["example_scores"][:, row]
-            plot_sample_scores(axes[row, col], tr["step"], ex, tr["roles"][i], title, legend=False,
-                               headroom=0.42)  # fmt: skip
+            plot_sample_scores(
+                axes[row, col], tr["step"], ex, tr["roles"][i], title, legend=False, headroom=0.42
+            )
         axes[1, col].text(
-            0.02, 0.98,
+            0.02,
+            0.98,
             f"train acc {f['train_acc']:.3f}, test acc {f['test_acc']:.3f}\n"
             f"population error {error}\nclean-label twin {twin}\n"
             f"regime: {f['regime']}",
-            transform=axes[1, col].transAxes, va="top", fontsize=8,
-        )  # fmt: skip
+            transform=axes[1, col].transAxes,
+            va="top",
+            fontsize=8,
+        )
     fig.tight_layout(rect=role_legend(fig, axes[0, 0]))
     return [save(fig, outdir / "fig2_dynamics.png"), write_numbers(outdir, "fig2_dynamics", lines)]

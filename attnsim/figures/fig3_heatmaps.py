@@ -23,9 +23,15 @@ from .common import grid_of, save, sweep_records, write_numbers
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.axes import Axes
 
-REGIME_COLORS = {"not_overfitting": "tab:blue", "partial": "tab:cyan", "benign": "tab:green",
-                 "harmful": "tab:red", "underfit": "0.5", "fitted": "0.8",
-                 "clean_labels": "tab:olive"}  # fmt: skip
+REGIME_COLORS = {
+    "not_overfitting": "tab:blue",
+    "partial": "tab:cyan",
+    "benign": "tab:green",
+    "harmful": "tab:red",
+    "underfit": "0.5",
+    "fitted": "0.8",
+    "clean_labels": "tab:olive",
+}
 
 
 def records(quick: bool, cache: Path) -> list[dict]:
@@ -79,8 +85,9 @@ def plot_panels(
     axes[2].legend(fontsize=7, loc="upper right")
     if len(axes) > 3:
         xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["label_noise_cost"])
-        im = axes[3].pcolormesh(xs, ys, np.log10(np.maximum(E, 1e-12)), shading="nearest", cmap="magma",
-                                vmin=-12, vmax=0)  # fmt: skip
+        im = axes[3].pcolormesh(
+            xs, ys, np.log10(np.maximum(E, 1e-12)), shading="nearest", cmap="magma", vmin=-12, vmax=0
+        )
         plt.colorbar(im, ax=axes[3])
         axes[3].contour(xs, ys, E, levels=[recs[0]["config"]["benign_error"]], colors="c", linewidths=1.2)
         axes[3].set_title(
@@ -129,8 +136,11 @@ def numbers(recs: list[dict]) -> list[str]:
             f"train loss {min(tl):.3f}-{max(tl):.3f}"
         )
     for lo, hi in ((5, 10), (10, 15), (15, 100)):
-        pl = [r["final"]["pop_loss"] for r in recs if lo <= r["config"]["signal_norm"] < hi or hi == 100 and
-              r["config"]["signal_norm"] == 100]  # fmt: skip
+        pl = [
+            r["final"]["pop_loss"]
+            for r in recs
+            if lo <= r["config"]["signal_norm"] < hi or hi == 100 and r["config"]["signal_norm"] == 100
+        ]
         if pl:
             lines.append(f"test (population) loss for {lo} <= |mu| < {hi}: {min(pl):.3f}-{max(pl):.3f}")
     harmful = [r["config"]["signal_norm"] for r in recs if r["final"]["regime"] == "harmful"]

@@ -39,9 +39,18 @@ def records(quick: bool, cache: Path) -> list[dict]:
             "signal_norm": {"start": 5, "stop": 100, "step": 5},
         }
         steps = 10_000
-    base = {"train": "p", "init_W": "identity", "lr": 1e-4, "steps": steps, "log_every": 1,
-            "log_scale": "log", "log_points": 3, "pop_log_points": 2, "engine": "reduced",
-            "clean_twin": False}  # fmt: skip
+    base = {
+        "train": "p",
+        "init_W": "identity",
+        "lr": 1e-4,
+        "steps": steps,
+        "log_every": 1,
+        "log_scale": "log",
+        "log_points": 3,
+        "pop_log_points": 2,
+        "engine": "reduced",
+        "clean_twin": False,
+    }
     return sweep_records(cache, "fig4_frak_s", base, grid, seeds=[0], save=SAVE)
 
 
@@ -64,9 +73,11 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
     for ax, (num, den, title) in zip(
         axes,
-        (("frakS_clean", "frakS_noisy", "clean / noisy (per sample)"),
-         ("frakS_pos", "frakS_neg", "class +1 / class -1 (clean samples)")),
-    ):  # fmt: skip
+        (
+            ("frakS_clean", "frakS_noisy", "clean / noisy (per sample)"),
+            ("frakS_pos", "frakS_neg", "class +1 / class -1 (clean samples)"),
+        ),
+    ):
 
         def value(r, num=num, den=den):
             n, k = r["config"]["n"], r["final"]["n_noisy"]
@@ -82,10 +93,12 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         _, _, Zsum = grid_of(recs, "signal_norm", "d", lambda r, num=num, den=den: _sums_ratio(r, num, den))
         for cols, where in ((xs <= xs[len(xs) // 4], "small |mu|"), (xs >= xs[-len(xs) // 4], "large |mu|")):
             part, sums = Z[:, cols], Zsum[:, cols]
-            lines.append(f"{title}, {where}: normalized ratio {np.nanmin(part):.3g}-{np.nanmax(part):.3g} "
-                         f"(median {np.nanmedian(part):.3g}); ratio of the groups' sums, unnormalized "
-                         f"(as the paper plots it) {np.nanmin(sums):.3g}-{np.nanmax(sums):.3g} "
-                         f"(median {np.nanmedian(sums):.3g})")  # fmt: skip
+            lines.append(
+                f"{title}, {where}: normalized ratio {np.nanmin(part):.3g}-{np.nanmax(part):.3g} "
+                f"(median {np.nanmedian(part):.3g}); ratio of the groups' sums, unnormalized "
+                f"(as the paper plots it) {np.nanmin(sums):.3g}-{np.nanmax(sums):.3g} "
+                f"(median {np.nanmedian(sums):.3g})"
+            )
     fig.suptitle(
         "train p only, W = I, lr = 1e-4, 10^4 steps, rho = 0.1, 4 of 20 labels flipped; per-sample "
         "ratios normalized by step 1 (the paper's unnormalized ratio of sums is 4x these)",

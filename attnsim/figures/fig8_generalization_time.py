@@ -31,8 +31,16 @@ def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
     dims = (1000, 2000) if quick else DIMS
     snrs = SNRS[::3] if quick else SNRS
     seeds = [0] if quick else [0, 1, 2]
-    base = {"integrator": "flow", "steps": 10**9 if quick else HORIZON, "log_scale": "log", "log_points": 60,
-            "pop_log_points": 60, "limit": True, "engine": "reduced", "clean_twin": False}  # fmt: skip
+    base = {
+        "integrator": "flow",
+        "steps": 10**9 if quick else HORIZON,
+        "log_scale": "log",
+        "log_points": 60,
+        "pop_log_points": 60,
+        "limit": True,
+        "engine": "reduced",
+        "clean_twin": False,
+    }
     return {
         d: sweep_records(
             cache,
@@ -41,7 +49,7 @@ def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
             {"signal_norm": [round(s * math.sqrt(d), 3) for s in snrs]},
             seeds,
             SAVE,
-        )  # fmt: skip
+        )
         for d in dims
     }
 
@@ -78,8 +86,12 @@ def fit_laws(recs: list[dict]) -> dict[str, dict]:
     for name, var in LAWS.items():
         x = np.array([var(r) for r in runs])
         b, a = np.polyfit(x, y, 1)
-        out[name] = {"a": float(a), "b": float(b), "rms": float(np.sqrt(np.mean((a + b * x - y) ** 2))),
-                     "points": len(runs)}  # fmt: skip
+        out[name] = {
+            "a": float(a),
+            "b": float(b),
+            "rms": float(np.sqrt(np.mean((a + b * x - y) ** 2))),
+            "points": len(runs),
+        }
     return out
 
 
@@ -94,8 +106,10 @@ def per_seed(recs: list[dict]) -> list[str]:
             what = (
                 "gen_never" if r["limit"].get("gen_never") else f"generalized at {t:.3g}" if t else "not yet"
             )
-            cells.append(f"seed {r['config']['seed']}: p_lim {r['limit']['relevant_prob']:.3f}, "
-                         f"limit error {r['limit']['pop_error']:.3g}, {what}")  # fmt: skip
+            cells.append(
+                f"seed {r['config']['seed']}: p_lim {r['limit']['relevant_prob']:.3f}, "
+                f"limit error {r['limit']['pop_error']:.3g}, {what}"
+            )
         lines.append(f"  |mu| = {m:g}: " + "; ".join(cells))
     return lines
 
@@ -110,8 +124,12 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         mus = np.array(sorted({r["config"]["signal_norm"] for r in recs}))
         for key, marker, ls in (("t_generalize", "o", "-"), ("t_memorize", "s", ":")):
             per = [[r["theory"][key] for r in recs if r["config"]["signal_norm"] == m] for m in mus]
-            mean = [np.exp(np.mean(np.log([t for t in v if t is not None]))) if all(t is not None for t in v)
-                    else np.nan for v in per]  # fmt: skip
+            mean = [
+                np.exp(np.mean(np.log([t for t in v if t is not None])))
+                if all(t is not None for t in v)
+                else np.nan
+                for v in per
+            ]
             for m, v in zip(mus, per):
                 ts = [t for t in v if t is not None]
                 axes[0].plot([m] * len(ts), ts, marker, color=color, ms=3, alpha=0.5)
@@ -120,17 +138,21 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         snr = np.array([r["theory"]["snr"] for r in recs])
         axes[1].plot(snr, [r["limit"]["pop_error"] for r in recs], "o", color=color, ms=3, label=f"d={d}")
         crit = {lv: critical_norm(recs, lv) for lv in (0.3, 0.5, 0.7)}
-        lines.append(f"d={d}: |mu| where the seeds' mean p_lim crosses 0.3 / 0.5 / 0.7: "
-                     + " / ".join("none" if v is None else f"{v:.2f}" for v in crit.values())
-                     + " (a convention: it moves with gen_score)")  # fmt: skip
+        lines.append(
+            f"d={d}: |mu| where the seeds' mean p_lim crosses 0.3 / 0.5 / 0.7: "
+            + " / ".join("none" if v is None else f"{v:.2f}" for v in crit.values())
+            + " (a convention: it moves with gen_score)"
+        )
         lines += per_seed(recs)
         fits = fit_laws(recs)
         if fits:
             best = min(fits, key=lambda k: fits[k]["rms"])
             wins[best] = wins.get(best, 0) + 1
             rms = "; ".join(f"{k} {v['rms']:.3f}" for k, v in fits.items())
-            lines.append(f"d={d}: fits of log10 t_generalize over {fits[best]['points']} runs, "
-                         f"rms in decades: {rms} (best: {best})")  # fmt: skip
+            lines.append(
+                f"d={d}: fits of log10 t_generalize over {fits[best]['points']} runs, "
+                f"rms in decades: {rms} (best: {best})"
+            )
             runs = [
                 r
                 for r in recs
@@ -154,8 +176,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             axes[3].plot(xs, 10 ** (f["a"] + f["b"] * xs), "--", color=color, lw=0.8)
     if wins:
         every = [k for k, v in wins.items() if v == len(data)]
-        lines.append("law: " + (f"{every[0]} wins at every d" if every else
-                                "no law wins at every d: none is claimed"))  # fmt: skip
+        lines.append(
+            "law: " + (f"{every[0]} wins at every d" if every else "no law wins at every d: none is claimed")
+        )
     axes[0].set_xlabel("|mu|")
     axes[0].set_title("memorization (squares) and generalization (dots), per seed", fontsize=10)
     axes[1].set_xlabel("SNR = |mu| / sqrt(d)")

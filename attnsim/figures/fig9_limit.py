@@ -17,8 +17,17 @@ from ..run import simulate
 from .common import save, write_numbers
 from .fig8_generalization_time import HORIZON, records
 
-P_ONLY = {"train": "p", "init_W": "identity", "d": 200, "lr": 0.05, "integrator": "flow", "log_scale": "log",
-          "log_points": 80, "pop_log_points": 80, "limit": True}  # fmt: skip
+P_ONLY = {
+    "train": "p",
+    "init_W": "identity",
+    "d": 200,
+    "lr": 0.05,
+    "integrator": "flow",
+    "log_scale": "log",
+    "log_points": 80,
+    "pop_log_points": 80,
+    "limit": True,
+}
 
 
 def _arr(tr: dict, key: str) -> np.ndarray:
@@ -34,9 +43,14 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     tr = p_only.trajectory
     st = log_steps(tr["step"])
     axes[0].plot(st, tr["mm_cos"], "k-", label="p trained, W = I (d=200, lr=0.05)")
-    lines = ["p trained, W = I, d=200: mm_cos " + ", ".join(
-        f"{tr['mm_cos'][np.searchsorted(tr['step'], t)]:.4f} at 1e{int(np.log10(t))}"
-        for t in (10**4, 10**6, 10**9, 10**12, 10**14) if t <= tr["step"][-1])]  # fmt: skip
+    lines = [
+        "p trained, W = I, d=200: mm_cos "
+        + ", ".join(
+            f"{tr['mm_cos'][np.searchsorted(tr['step'], t)]:.4f} at 1e{int(np.log10(t))}"
+            for t in (10**4, 10**6, 10**9, 10**12, 10**14)
+            if t <= tr["step"][-1]
+        )
+    ]
     for i, r in enumerate(pick):
         t, L, color = r["trajectory"], r["limit"], f"C{i}"
         steps = log_steps(t["step"])
@@ -63,8 +77,11 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             f"{in_limit} benign_error = {bound:g}"
         )
     axes[2].axhline(0.5, color="0.5", lw=0.7)
-    titles = ("cos(q(tau), q_mm)", "population error (dashed: hard-attention limit)",
-              "fresh relevant score (dashed: limit probability of selecting it)")  # fmt: skip
+    titles = (
+        "cos(q(tau), q_mm)",
+        "population error (dashed: hard-attention limit)",
+        "fresh relevant score (dashed: limit probability of selecting it)",
+    )
     for ax, title in zip(axes, titles):
         ax.set_xscale("log")
         ax.set_xlabel("step")

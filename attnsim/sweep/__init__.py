@@ -41,5 +41,15 @@ from .run import run_sweep
 from .spec import SweepSpec, parse_sweep, read_spec, record_key
 from .store import Store, load_records, load_spec, load_sweep, write_csv
 
-__all__ = ["Store", "SweepSpec", "load_records", "load_spec", "load_sweep", "parse_sweep", "read_spec",
-           "record_key", "run_sweep", "write_csv"]  # fmt: skip
+__all__ = [
+    "Store",
+    "SweepSpec",
+    "load_records",
+    "load_spec",
+    "load_sweep",
+    "parse_sweep",
+    "read_spec",
+    "record_key",
+    "run_sweep",
+    "write_csv",
+]

@@ -138,8 +138,9 @@ def _spawn() -> _Worker:
                 os.environ[k] = v
 
 
-def _run_local(tasks: list[list], store: Store, bar, workers: int, report: SweepReport,
-               started: list[_Worker]) -> None:  # fmt: skip
+def _run_local(
+    tasks: list[list], store: Store, bar, workers: int, report: SweepReport, started: list[_Worker]
+) -> None:
     """Run ``tasks`` here (``workers`` <= 1) or on ``workers`` worker processes,
     those ``started`` (already loading) first; the workers are released after."""
     pool = started[:workers] if workers > 1 else []

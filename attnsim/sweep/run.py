@@ -74,8 +74,12 @@ def run_sweep(
         ]
         report.scheduled = sum(len(t) for t in tasks)
         report.final = {}  # filled as points finish (SweepReport.finished)
-        bar = tqdm(total=report.scheduled, unit="run", desc=spec.name,
-                   disable=None if progress is None else not progress)  # fmt: skip
+        bar = tqdm(
+            total=report.scheduled,
+            unit="run",
+            desc=spec.name,
+            disable=None if progress is None else not progress,
+        )
         try:
             if client is not None:
                 _run_dask(tasks, store, bar, client, report)

@@ -155,8 +155,11 @@ class Store:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                print(f"attnsim: waiting for {path}: another process (pid {holder}) is computing this point",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"attnsim: waiting for {path}: another process (pid {holder}) is computing this point",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 fcntl.flock(fd, fcntl.LOCK_EX)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
@@ -206,8 +209,9 @@ def _flat(rec: dict) -> dict:
     return row
 
 
-def write_csv(store: Store, keys: list[str] | None = None, path: Path | None = None,
-              records: list[dict] | None = None) -> Path:  # fmt: skip
+def write_csv(
+    store: Store, keys: list[str] | None = None, path: Path | None = None, records: list[dict] | None = None
+) -> Path:
     """A tidy table of the records of ``keys`` (one row per run; ``records``:
     those records, already read)."""
     rows = [_flat(r) for r in (store.records(keys) if records is None else records)]

@@ -133,8 +133,17 @@ def _build_reduced_generated(
     X = noise_Q.reshape(cfg.n, cfg.T, -1).copy()
     # the tokens (their means added in place by assemble) live in the problem, in Q coordinates
     ds = dataclasses.replace(assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg), X=None)
-    pb = Problem(engine="reduced", reason=reason, X2=X.reshape(cfg.n * cfg.T, -1), y=ds.y, T=cfg.T, nu0=ds.nu,
-                 mu_pos=ds.mu_pos, mu_neg=ds.mu_neg, **setup)  # fmt: skip
+    pb = Problem(
+        engine="reduced",
+        reason=reason,
+        X2=X.reshape(cfg.n * cfg.T, -1),
+        y=ds.y,
+        T=cfg.T,
+        nu0=ds.nu,
+        mu_pos=ds.mu_pos,
+        mu_neg=ds.mu_neg,
+        **setup,
+    )
     return pb, ds
 
 
@@ -146,9 +155,16 @@ def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str, ws: 
     proj = lambda v: None if v is None else Q.T @ v
     X2 = setup.pop("tokens_Q")
     return Problem(
-        engine="reduced", reason=reason, X2=X2, y=ds.y, T=T, nu0=Q.T @ ds.nu, mu_pos=proj(ds.mu_pos),
-        mu_neg=proj(ds.mu_neg), **setup,
-    )  # fmt: skip
+        engine="reduced",
+        reason=reason,
+        X2=X2,
+        y=ds.y,
+        T=T,
+        nu0=Q.T @ ds.nu,
+        mu_pos=proj(ds.mu_pos),
+        mu_neg=proj(ds.mu_neg),
+        **setup,
+    )
 
 
 def _start_W0(cfg: Config, streams: Streams, d: int, ws: Workspace) -> tuple:
@@ -163,8 +179,19 @@ def _start_W0(cfg: Config, streams: Streams, d: int, ws: Workspace) -> tuple:
     return replay, None, np.empty((W0_block_rows(d), d))
 
 
-def _reduced_setup(cfg: Config, X, mu_pos, mu_neg, nu, W0, p0, streams: Streams, ws: Workspace,
-                   generated: bool, w0: tuple | None = None) -> dict:  # fmt: skip
+def _reduced_setup(
+    cfg: Config,
+    X,
+    mu_pos,
+    mu_neg,
+    nu,
+    W0,
+    p0,
+    streams: Streams,
+    ws: Workspace,
+    generated: bool,
+    w0: tuple | None = None,
+) -> dict:
     """Q, R, W~(0) = Q^T W(0) R, p~(0), the factor U of the part of W(0)R outside
     span(Q), and how to redraw W(0); ``tokens_Q``, X in Q coordinates (for the
     builder, not the :class:`Problem`). X (n, T, d): the tokens (generated: their noise).
@@ -303,12 +330,32 @@ def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem,
     k = cfg.n * cfg.T + 2
     X = draw_implicit_noise(cfg, streams.data)
     mu_pos, mu_neg = signals(k, cfg.signal_norm)
-    ds = dataclasses.replace(assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg,
-                                      source="generated (implicit engine coordinates)"), X=None)  # fmt: skip
+    ds = dataclasses.replace(
+        assemble(
+            cfg,
+            X,
+            *draw_labels(cfg, streams.data),
+            mu_pos,
+            mu_neg,
+            source="generated (implicit engine coordinates)",
+        ),
+        X=None,
+    )
     W0, U_perp = draw_implicit_init(cfg.W_scale, cfg.d, streams.init, k)
-    pb = Problem(engine="implicit", reason=reason, X2=np.ascontiguousarray(X.reshape(-1, k)), y=ds.y, T=cfg.T,
-                 W0=W0, p0=np.zeros(k), nu0=ds.nu, mu_pos=mu_pos, mu_neg=mu_neg, U_perp=U_perp,
-                 info={"k": k, "r": k})  # fmt: skip
+    pb = Problem(
+        engine="implicit",
+        reason=reason,
+        X2=np.ascontiguousarray(X.reshape(-1, k)),
+        y=ds.y,
+        T=cfg.T,
+        W0=W0,
+        p0=np.zeros(k),
+        nu0=ds.nu,
+        mu_pos=mu_pos,
+        mu_neg=mu_neg,
+        U_perp=U_perp,
+        info={"k": k, "r": k},
+    )
     if cfg.test_n > 0:
         pb.X2_test, pb.O_test, pb.y_test = draw_test_set(cfg, streams.test, k, mu_pos, mu_neg, U_perp)
     pb.info["test_n"] = cfg.test_n

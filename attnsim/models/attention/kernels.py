@@ -2,9 +2,9 @@
 the many-step gradient-descent kernels and the gradient-flow vector field.
 
 Every ``@njit`` function here calls only functions of this file (numba's
-on-disk cache does not notice edits to callees in other files). The Python
-classes at the bottom validate and coerce input; the ``_kernels`` work on
-contiguous float64 arrays and write into preallocated buffers.
+on-disk cache does not notice edits to callees in other files). The buffers
+they read and write, and the wrappers that coerce their input, are in
+:mod:`.buffers`; the ``_kernels`` work on contiguous float64 arrays.
 
 The model, the hand-derived gradients (c = dL/dz, g = dL/dq = X^T c, dL/dW =
 g p^T, dL/dp = W^T g), the X W form (B = X W updated in place of W when nu is
@@ -15,56 +15,18 @@ out in docs/engines.md ("How the kernels compute").
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
-from numpy.typing import ArrayLike
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, FASTMATH
 from ..base import DIVERGED, FROZEN, OK  # noqa: F401  (compile-time constants of the kernels)
 
-XW_MAX_TOKENS = 4096  # the X W form keeps K = X X^T (n*T squared floats): at most 128 MB
-XW_MAX_COND = 1e6  # ... and is used when K's condition number is at most this (W rebuilt to ~1e-10)
-XW_MIN_LOG_GAP = 200  # ... and when log points are at least this many steps apart on average
-
 N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
 PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
 CHUNK_FLOATS = 1 << 16  # token block of the forward-backward pass (512 kB: stays in a core's L2 cache)
 LOGISTIC, LINEAR = 0, 1
-
-
-class Data(NamedTuple):
-    """One training problem in engine coordinates (read only in the kernels)."""
-
-    X2: np.ndarray  # (n*T, k) tokens
-    y: np.ndarray  # (n,) observed labels
-    rel: np.ndarray  # (n*T,) 1 on relevant tokens (for the cumulative frakS), else 0
-    T: int
-    loss_kind: int
-
-
-class Work(NamedTuple):
-    """Buffers every step overwrites (see :func:`work_for`)."""
-
-    q: np.ndarray  # (k,) W p
-    z: np.ndarray  # (n*T,) logits
-    u: np.ndarray  # (n*T,) token values x . nu
-    s: np.ndarray  # (n*T,) scores
-    f: np.ndarray  # (n,) outputs
-    c: np.ndarray  # (n*T,) dL/dz
-    w: np.ndarray  # (n*T,) a_i s_it
-    g: np.ndarray  # (k,) dL/dq
-    gnu: np.ndarray  # (k,) dL/dnu
-    gp: np.ndarray  # (r,) W^T g
-    part: np.ndarray  # (N_CHUNKS, r) per-chunk partial sums of the parallel W pass
-    tmp: np.ndarray  # (k,) one block's gradient terms
-
-
-def work_for(nT: int, n: int, k: int, r: int) -> Work:
-    e = np.empty
-    return Work(e(k), e(nT), e(nT), e(nT), e(n), e(nT), e(nT), e(k), e(k), e(r), e((N_CHUNKS, r)), e(k))
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -486,15 +448,3 @@ def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
 def _relevant_increments(s, rel, T, out):
     for i in range(out.size):
         out[i] = _relevant_increment(s, rel, T, i)
-
-
-# -- public wrappers ---------------------------------------------------------
-
-
-def f64(a: ArrayLike) -> np.ndarray:
-    """``a`` as a contiguous float64 array (no copy when it already is one)."""
-    return np.ascontiguousarray(a, dtype=np.float64)
-
-
-def loss_kind_code(loss: str) -> int:
-    return {"logistic": LOGISTIC, "linear": LINEAR}[loss]

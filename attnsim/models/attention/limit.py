@@ -223,8 +223,12 @@ class LimitWatch:
             sol = w_svm(X, alpha, st["p"])
         else:
             sol = att_svm(X, alpha) if q_only else att_svm(X, alpha, M=st["W"])
-        out = {"selection": alpha.tolist(), "variable": variable, "feasible": sol.feasible,
-               "message": sol.message}  # fmt: skip
+        out = {
+            "selection": alpha.tolist(),
+            "variable": variable,
+            "feasible": sol.feasible,
+            "message": sol.message,
+        }
         if not sol.feasible:
             traj.arrays["mm_cos"] = np.full(len(self.q), np.nan)
             return out

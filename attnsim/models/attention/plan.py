@@ -84,8 +84,13 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
     if engine != "dense":
         what = f"the reduced W, W(0), factors, X W, X W(0) and X X^T (8 k^2 floats, k = {k:.3g})"
         items.append(("n, T", what, 8 * f * k * r))
-    items.append(("test_n, T", f"the test set (test_n*T*(k+r) = {cfg.test_n:.3g}*{T}*{k + r:.3g} floats)",
-                  f * cfg.test_n * T * (k + r)))  # fmt: skip
+    items.append(
+        (
+            "test_n, T",
+            f"the test set (test_n*T*(k+r) = {cfg.test_n:.3g}*{T}*{k + r:.3g} floats)",
+            f * cfg.test_n * T * (k + r),
+        )
+    )
     items.append(
         ("pop_points", f"the population points ({cfg.pop_points:.3g}*T floats)", f * cfg.pop_points * T)
     )
@@ -108,20 +113,26 @@ def _adam_engine(cfg: Config, dense_bytes: float) -> tuple[str, str]:
     """AdamW scales each coordinate of d by its own second moment, so neither the
     reduced subspace nor the implicit factors keep its steps: dense or nothing."""
     if cfg.engine not in ("auto", "dense"):
-        raise ConfigError(f"engine: {cfg.engine} is not exact for optimizer=adam (its per-coordinate "
-                          "steps leave the reduced coordinates); use engine=dense or auto")  # fmt: skip
+        raise ConfigError(
+            f"engine: {cfg.engine} is not exact for optimizer=adam (its per-coordinate "
+            "steps leave the reduced coordinates); use engine=dense or auto"
+        )
     if dense_bytes > DENSE_MAX_BYTES:
         gb, most = dense_bytes / 1e9, DENSE_MAX_BYTES / 1e9
-        raise ConfigError(f"d: optimizer=adam runs in the dense engine, and a {cfg.d} x {cfg.d} W "
-                          f"would need {gb:.3g} GB (at most {most:.3g})")  # fmt: skip
+        raise ConfigError(
+            f"d: optimizer=adam runs in the dense engine, and a {cfg.d} x {cfg.d} W "
+            f"would need {gb:.3g} GB (at most {most:.3g})"
+        )
     why = "auto: optimizer=adam is exact in d coordinates only"
     return "dense", "requested" if cfg.engine == "dense" else why
 
 
 def _check_implicit(cfg: Config, user_data: bool) -> None:
     if cfg.data_model != "sakamoto2025":
-        raise ConfigError(f"engine: implicit draws data_model=sakamoto2025 only; {cfg.data_model} runs in "
-                          "engine dense or reduced")  # fmt: skip
+        raise ConfigError(
+            f"engine: implicit draws data_model=sakamoto2025 only; {cfg.data_model} runs in "
+            "engine dense or reduced"
+        )
     if user_data:
         raise ConfigError("engine: implicit draws its own data; --data needs engine dense or reduced")
     if cfg.init_W != "gaussian":

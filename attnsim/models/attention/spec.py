@@ -79,8 +79,9 @@ class AttentionSpec(ModelSpec):
 
         return reserve_w0(cfg.d, ws) if engine == "reduced" and not user_data else 0.0
 
-    def build(self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str,
-              ws: Workspace) -> tuple[Any, Dataset]:  # fmt: skip
+    def build(
+        self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str, ws: Workspace
+    ) -> tuple[Any, Dataset]:
         from .engines import build  # lazy
 
         return build(cfg, ds, streams, engine, reason, ws)

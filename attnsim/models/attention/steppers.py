@@ -13,11 +13,8 @@ from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
 from ..base import Observation, Outcome, Stepper
+from .buffers import XW_MAX_COND, XW_MAX_TOKENS, XW_MIN_LOG_GAP, Data, f64, loss_kind_code, work_for
 from .kernels import (
-    XW_MAX_COND,
-    XW_MAX_TOKENS,
-    XW_MIN_LOG_GAP,
-    Data,
     _flow_rhs,
     _forward,
     _forward_backward,
@@ -27,10 +24,7 @@ from .kernels import (
     _outputs,
     _relevant_increments,
     _sq_dist,
-    f64,
-    loss_kind_code,
-    work_for,
-)  # fmt: skip
+)
 from .optim_kernels import _adamw, _adamw_outer
 
 
@@ -113,8 +107,13 @@ class AttentionModel:
     def _observation(self, L: float) -> Observation:
         """The Observation of the outputs the last forward pass left in ``work`` (copies)."""
         n, T, wk = self.data.y.size, self.T, self.work
-        return Observation(wk.z.reshape(n, T).copy(), wk.u.reshape(n, T).copy(), wk.s.reshape(n, T).copy(),
-                           wk.f.copy(), float(L))  # fmt: skip
+        return Observation(
+            wk.z.reshape(n, T).copy(),
+            wk.u.reshape(n, T).copy(),
+            wk.s.reshape(n, T).copy(),
+            wk.f.copy(),
+            float(L),
+        )
 
     def extra_metrics(
         self, W: np.ndarray | None = None, p: np.ndarray | None = None, nu: np.ndarray | None = None
@@ -144,8 +143,20 @@ class Segment(AttentionModel, Stepper):
 
     def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         """Apply ``nsteps`` updates starting at state ``step0``; (status, step)."""
-        st, step = _gd_segment(self.data, self.W, self.p, self.nu, self.train, self.lr, self.normalized,
-                               step0, nsteps, self.work, self.fit_since, self.S_acc)  # fmt: skip
+        st, step = _gd_segment(
+            self.data,
+            self.W,
+            self.p,
+            self.nu,
+            self.train,
+            self.lr,
+            self.normalized,
+            step0,
+            nsteps,
+            self.work,
+            self.fit_since,
+            self.S_acc,
+        )
         return int(st), int(step)
 
     def state(self) -> dict[str, np.ndarray]:
@@ -239,8 +250,21 @@ class SegmentXW(Segment):
 
     def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
         self._fresh = self.fixed_W
-        st, step = _gd_segment_xw(self.data, self.B, self.K, self.p, self.train[:2], self.lr, self.normalized,
-                                  step0, nsteps, self.work, self.v, self.fit_since, self.S_acc)  # fmt: skip
+        st, step = _gd_segment_xw(
+            self.data,
+            self.B,
+            self.K,
+            self.p,
+            self.train[:2],
+            self.lr,
+            self.normalized,
+            step0,
+            nsteps,
+            self.work,
+            self.v,
+            self.fit_since,
+            self.S_acc,
+        )
         return int(st), int(step)
 
     def _back(self, dB: np.ndarray) -> np.ndarray:

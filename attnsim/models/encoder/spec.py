@@ -32,12 +32,18 @@ class EncoderSpec(ModelSpec):
         n, T, d = cfg.n, cfg.T, cfg.d
         params = 3.0 * d * d + 2.0 * d * cfg.mlp_dim
         return [
-            ("d, mlp_dim", f"the encoder's parameters, gradients and a copy (3 x {params:.3g} floats)",
-             24 * params),
+            (
+                "d, mlp_dim",
+                f"the encoder's parameters, gradients and a copy (3 x {params:.3g} floats)",
+                24 * params,
+            ),
             ("n, T, d", "the training tokens and their LayerNorm (3 n*T*d floats)", 24.0 * n * T * d),
-            ("test_n, T, d", f"the test set (test_n*T*d = {cfg.test_n:.3g}*{T}*{d} floats)",
-             8.0 * cfg.test_n * T * d),
-        ]  # fmt: skip
+            (
+                "test_n, T, d",
+                f"the test set (test_n*T*d = {cfg.test_n:.3g}*{T}*{d} floats)",
+                8.0 * cfg.test_n * T * d,
+            ),
+        ]
 
     def step_flops(self, cfg: Config, engine: str) -> float:
         return 12.0 * cfg.n * cfg.d * (cfg.d + cfg.mlp_dim)

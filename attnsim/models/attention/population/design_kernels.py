@@ -178,8 +178,14 @@ def _psi_plane(u, w, d1, d2, aq, an, kappa, b, sdc, y, zeta, s):
         n11 += d1[i] * d1[i]
         n12 += d1[i] * d2[i]
         n22 += d2[i] * d2[i]
-    return (psi - 0.5 * zz, -z1 - lam * t1, -z2 - lam * t2, -n11 - curv * t1 * t1 - lam * t11,
-            -n12 - curv * t1 * t2 - lam * t12, -n22 - curv * t2 * t2 - lam * t22)  # fmt: skip
+    return (
+        psi - 0.5 * zz,
+        -z1 - lam * t1,
+        -z2 - lam * t2,
+        -n11 - curv * t1 * t1 - lam * t11,
+        -n12 - curv * t1 * t2 - lam * t12,
+        -n22 - curv * t2 * t2 - lam * t22,
+    )
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
@@ -341,8 +347,32 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _tail_components(aq, an, kappa, b, sdc, y, N, defensive, floor, merge, max_beta, prune, members, offsets,
-                     Z, G, t0, rep, off, beta, log_mass, A, counts, starts):  # fmt: skip
+def _tail_components(
+    aq,
+    an,
+    kappa,
+    b,
+    sdc,
+    y,
+    N,
+    defensive,
+    floor,
+    merge,
+    max_beta,
+    prune,
+    members,
+    offsets,
+    Z,
+    G,
+    t0,
+    rep,
+    off,
+    beta,
+    log_mass,
+    A,
+    counts,
+    starts,
+):
     """The importance components of one class (:mod:`.tail`): the
     design points (:func:`_design_points`), their linearizations t ~ off_k +
     G_k . zeta with indices beta_k = off_k / sqrt(1 + |G_k|^2) and FORM

@@ -40,8 +40,9 @@ def _log_integral(logf, dlogf, lo: float, hi: float, breaks: tuple[float, ...] =
         return -math.inf, 0.0
     ref = logf(top)
     pts = [x for x in breaks if lo < x < hi]
-    val, abserr = quad(lambda x: math.exp(logf(x) - ref), lo, hi, points=pts or None, epsabs=0.0,
-                       epsrel=1e-11, limit=200)  # fmt: skip
+    val, abserr = quad(
+        lambda x: math.exp(logf(x) - ref), lo, hi, points=pts or None, epsabs=0.0, epsrel=1e-11, limit=200
+    )
     if not val > 0.0:
         return -math.inf, 0.0
     return ref + math.log(val), abserr / val + 1e-13

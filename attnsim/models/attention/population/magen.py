@@ -66,9 +66,16 @@ class MagenPopulation:
         resolved = err > 0.0 and err_abs <= RESOLVED_REL * err or err == 0.0 and err_abs == 0.0
         if not resolved:  # underflowed (below float64's range) or too uncertain: an upper bound, flagged
             err, err_abs = max(err + 3.0 * err_abs, UNDERFLOW_BOUND), math.nan
-        return {"pop_error": err, "pop_error_se": err_abs, "pop_error_resolved": float(resolved),
-                "pop_loss": loss, "pop_score_relevant": s1, "pop_score_weak_aligned": 0.0,
-                "pop_score_weak_opposite": 0.0, "pop_score_irrelevant": 1.0 - s1}  # fmt: skip
+        return {
+            "pop_error": err,
+            "pop_error_se": err_abs,
+            "pop_error_resolved": float(resolved),
+            "pop_loss": loss,
+            "pop_score_relevant": s1,
+            "pop_score_weak_aligned": 0.0,
+            "pop_score_weak_opposite": 0.0,
+            "pop_score_irrelevant": 1.0 - s1,
+        }
 
     def _loss(self, ya, e, yb, c, sA, z):
         """E[loss | zeta = z] of one class (y folded into ya, yb)."""

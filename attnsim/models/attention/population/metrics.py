@@ -182,8 +182,9 @@ class Population:
         out.update(zip(self._score_keys, (self._role_sum @ score).tolist()))
         return out
 
-    def _scrambles(self, r0: int, r1: int, aq, anu, sq, b, sdc, points: int | None = None,
-                   error: bool = True):  # fmt: skip
+    def _scrambles(
+        self, r0: int, r1: int, aq, anu, sq, b, sdc, points: int | None = None, error: bool = True
+    ):
         """Scrambles r0..r1-1 (the first ``points`` points when given): per
         scramble (error, loss) means (the error only with ``error``), and the
         token scores summed over scrambles (each a mean over its points and
@@ -276,8 +277,16 @@ class Population:
         return out
 
 
-def cached_population(ws: Workspace, seed: int, roles: np.ndarray, rho: float, sigma: float, points: int,
-                      loss: str, rng: np.random.Generator) -> Population:  # fmt: skip
+def cached_population(
+    ws: Workspace,
+    seed: int,
+    roles: np.ndarray,
+    rho: float,
+    sigma: float,
+    points: int,
+    loss: str,
+    rng: np.random.Generator,
+) -> Population:
     """The :class:`Population` of a run (its points from :func:`cached_points`,
     drawn at its first evaluation: ``rng`` serves nothing else), shared by the
     runs of a process that ask for the same one: a sweep's points differ in
@@ -291,13 +300,21 @@ def cached_population(ws: Workspace, seed: int, roles: np.ndarray, rho: float, s
     return ws.populations[key]
 
 
-def state_scalars(problem: Any, W: np.ndarray | None, p: np.ndarray, nu: np.ndarray,
-                  q: np.ndarray | None = None) -> tuple[float, ...]:  # fmt: skip
+def state_scalars(
+    problem: Any, W: np.ndarray | None, p: np.ndarray, nu: np.ndarray, q: np.ndarray | None = None
+) -> tuple[float, ...]:
     """The seven scalars :meth:`Population.evaluate` takes, of an engine-coordinate
     state of ``problem`` (q = W p when given): q.mu+, q.mu-, q.nu, |q|^2, nu.mu+, nu.mu-, |nu|^2."""
     qk, qq = problem.q_norm2(W, p, q)
-    vals = (qk @ problem.mu_pos, qk @ problem.mu_neg, qk @ nu, qq, nu @ problem.mu_pos, nu @ problem.mu_neg,
-            nu @ nu)  # fmt: skip
+    vals = (
+        qk @ problem.mu_pos,
+        qk @ problem.mu_neg,
+        qk @ nu,
+        qq,
+        nu @ problem.mu_pos,
+        nu @ problem.mu_neg,
+        nu @ nu,
+    )
     return tuple(float(v) for v in vals)
 
 

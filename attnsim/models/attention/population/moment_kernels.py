@@ -195,8 +195,14 @@ def _work_array(name: str, rows: int, cols: int) -> np.ndarray:
     return buf[: rows * cols].reshape(rows, cols)
 
 
-def hermite(x: np.ndarray, sd: np.ndarray, tops: np.ndarray, n_nodes: np.ndarray, nodes: np.ndarray,
-            weights: np.ndarray) -> np.ndarray:  # fmt: skip
+def hermite(
+    x: np.ndarray,
+    sd: np.ndarray,
+    tops: np.ndarray,
+    n_nodes: np.ndarray,
+    nodes: np.ndarray,
+    weights: np.ndarray,
+) -> np.ndarray:
     """sum_h w_h softplus(x - sqrt(2) sd x_h) elementwise on 1-d arrays, with
     each point's Gauss-Hermite rule (nodes x_h, weights w_h of E g(Z) = sum_h
     w_h g(sqrt(2) x_h)) chosen by its sd: band b (sd <= tops[b], the bands in
@@ -342,8 +348,20 @@ def conditional_moments(
     buf = np.empty((4, 2, N)) if out is None else out
     inv, ym, sd, t = buf
     shared = _work_array("moments", 3, N)
-    bad = _conditional_moments(E, zeta, np.ascontiguousarray(wa), np.ascontiguousarray(anu), float(b),
-                               float(sdc), float(underflow), shared, inv, ym, sd, t)  # fmt: skip
+    bad = _conditional_moments(
+        E,
+        zeta,
+        np.ascontiguousarray(wa),
+        np.ascontiguousarray(anu),
+        float(b),
+        float(sdc),
+        float(underflow),
+        shared,
+        inv,
+        ym,
+        sd,
+        t,
+    )
     return inv, ym, sd, t, bad
 
 

@@ -18,24 +18,66 @@ from ....runtime.numba_cache import CACHE, FASTMATH
 # Wichura's AS 241 (PPND16, Appl. Statist. 37, 477-484, 1988): the normal quantile to about
 # 1e-16 relative, by rational functions in q = p - 1/2 (|q| <= 0.425) or in
 # r = sqrt(-log(min(p, 1 - p))) (r <= 5, and beyond). Highest power first.
-_AS241_A = (2.5090809287301226727e3, 3.3430575583588128105e4, 6.7265770927008700853e4,
-            4.5921953931549871457e4, 1.3731693765509461125e4, 1.9715909503065514427e3,
-            1.3314166789178437745e2, 3.3871328727963666080e0)  # fmt: skip
-_AS241_B = (5.2264952788528545610e3, 2.8729085735721942674e4, 3.9307895800092710610e4,
-            2.1213794301586595867e4, 5.3941960214247511077e3, 6.8718700749205790830e2,
-            4.2313330701600911252e1, 1.0)  # fmt: skip
-_AS241_C = (7.74545014278341407640e-4, 2.27238449892691845833e-2, 2.41780725177450611770e-1,
-            1.27045825245236838258e0, 3.64784832476320460504e0, 5.76949722146069140550e0,
-            4.63033784615654529590e0, 1.42343711074968357734e0)  # fmt: skip
-_AS241_D = (1.05075007164441684324e-9, 5.47593808499534494600e-4, 1.51986665636164571966e-2,
-            1.48103976427480074590e-1, 6.89767334985100004550e-1, 1.67638483018380384940e0,
-            2.05319162663775882187e0, 1.0)  # fmt: skip
-_AS241_E = (2.01033439929228813265e-7, 2.71155556874348757815e-5, 1.24266094738807843860e-3,
-            2.65321895265761230930e-2, 2.96560571828504891230e-1, 1.78482653991729133580e0,
-            5.46378491116411436990e0, 6.65790464350110377720e0)  # fmt: skip
-_AS241_F = (2.04426310338993978564e-15, 1.42151175831644588870e-7, 1.84631831751005468180e-5,
-            7.86869131145613259100e-4, 1.48753612908506148525e-2, 1.36929880922735805310e-1,
-            5.99832206555887937690e-1, 1.0)  # fmt: skip
+_AS241_A = (
+    2.5090809287301226727e3,
+    3.3430575583588128105e4,
+    6.7265770927008700853e4,
+    4.5921953931549871457e4,
+    1.3731693765509461125e4,
+    1.9715909503065514427e3,
+    1.3314166789178437745e2,
+    3.3871328727963666080e0,
+)
+_AS241_B = (
+    5.2264952788528545610e3,
+    2.8729085735721942674e4,
+    3.9307895800092710610e4,
+    2.1213794301586595867e4,
+    5.3941960214247511077e3,
+    6.8718700749205790830e2,
+    4.2313330701600911252e1,
+    1.0,
+)
+_AS241_C = (
+    7.74545014278341407640e-4,
+    2.27238449892691845833e-2,
+    2.41780725177450611770e-1,
+    1.27045825245236838258e0,
+    3.64784832476320460504e0,
+    5.76949722146069140550e0,
+    4.63033784615654529590e0,
+    1.42343711074968357734e0,
+)
+_AS241_D = (
+    1.05075007164441684324e-9,
+    5.47593808499534494600e-4,
+    1.51986665636164571966e-2,
+    1.48103976427480074590e-1,
+    6.89767334985100004550e-1,
+    1.67638483018380384940e0,
+    2.05319162663775882187e0,
+    1.0,
+)
+_AS241_E = (
+    2.01033439929228813265e-7,
+    2.71155556874348757815e-5,
+    1.24266094738807843860e-3,
+    2.65321895265761230930e-2,
+    2.96560571828504891230e-1,
+    1.78482653991729133580e0,
+    5.46378491116411436990e0,
+    6.65790464350110377720e0,
+)
+_AS241_F = (
+    2.04426310338993978564e-15,
+    1.42151175831644588870e-7,
+    1.84631831751005468180e-5,
+    7.86869131145613259100e-4,
+    1.48753612908506148525e-2,
+    1.36929880922735805310e-1,
+    5.99832206555887937690e-1,
+    1.0,
+)
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
@@ -87,8 +129,9 @@ def normal_quantile(p: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _tail_arguments(X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U,
-                    GU, c, s_work):  # fmt: skip
+def _tail_arguments(
+    X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U, GU, c, s_work
+):
     """The importance points, folded into the fundamental domain D (each
     group's largest coordinate in its representative's place: the integrand
     is symmetric within groups), into zeta (T, N); keep (N,): 0 for a point of
@@ -177,8 +220,32 @@ def _tail_arguments(X, s, starts, A, rep, members, offsets, n_groups, aq, kappa,
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _tail_sample(K, n_groups, aq, kappa, u, log_u, X, members, offsets, G, rep, off, log_mass, A, starts, s,
-                 zeta, keep, E, U, GU, c, s_work, factor):  # fmt: skip
+def _tail_sample(
+    K,
+    n_groups,
+    aq,
+    kappa,
+    u,
+    log_u,
+    X,
+    members,
+    offsets,
+    G,
+    rep,
+    off,
+    log_mass,
+    A,
+    starts,
+    s,
+    zeta,
+    keep,
+    E,
+    U,
+    GU,
+    c,
+    s_work,
+    factor,
+):
     """One class of :mod:`.tail` up to the exponentials, after its ``K``
     components (:func:`.design_kernels._tail_components`): their points' truncated
     coordinates (:func:`_truncated_normals`), the
@@ -187,8 +254,28 @@ def _tail_sample(K, n_groups, aq, kappa, u, log_u, X, members, offsets, G, rep, 
     domain (1, or 1/|g| for one favouring group g's first member). Returns
     ``K``."""
     _truncated_normals(u, log_u, starts, K, log_mass, s)
-    _tail_arguments(X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U,
-                    GU, c, s_work)  # fmt: skip
+    _tail_arguments(
+        X,
+        s,
+        starts,
+        A,
+        rep,
+        members,
+        offsets,
+        n_groups,
+        aq,
+        kappa,
+        G,
+        off,
+        K,
+        zeta,
+        keep,
+        E,
+        U,
+        GU,
+        c,
+        s_work,
+    )
     for m in range(K):
         g = rep[m]
         factor[m] = 1.0 / (offsets[g + 1] - offsets[g]) if g >= 0 else 1.0

@@ -97,14 +97,26 @@ class TailError:
         # work arrays, reused: at most K = 2 T components per class
         K = 2 * T
         self._w = {
-            "Z": np.empty((K, T)), "G": np.empty((K, T)), "t0": np.empty(K),
-            "rep": np.empty(K, dtype=np.int64), "members": np.empty(T, dtype=np.int64),
+            "Z": np.empty((K, T)),
+            "G": np.empty((K, T)),
+            "t0": np.empty(K),
+            "rep": np.empty(K, dtype=np.int64),
+            "members": np.empty(T, dtype=np.int64),
             "offsets": np.empty(T + 1, dtype=np.int64),
-            "off": np.empty(K), "beta": np.empty(K), "log_mass": np.empty(K), "A": np.zeros((K + 1, T + 1)),
-            "counts": np.zeros(K + 1, dtype=np.int64), "starts": np.zeros(K + 2, dtype=np.int64),
-            "s": np.zeros(N), "zeta": np.empty((T, N)), "E": np.empty((T, N)), "U": np.empty((K, N)),
-            "GU": np.empty((K, N)), "vectors": np.empty((6, N)), "factor": np.ones(K),
-        }  # fmt: skip
+            "off": np.empty(K),
+            "beta": np.empty(K),
+            "log_mass": np.empty(K),
+            "A": np.zeros((K + 1, T + 1)),
+            "counts": np.zeros(K + 1, dtype=np.int64),
+            "starts": np.zeros(K + 2, dtype=np.int64),
+            "s": np.zeros(N),
+            "zeta": np.empty((T, N)),
+            "E": np.empty((T, N)),
+            "U": np.empty((K, N)),
+            "GU": np.empty((K, N)),
+            "vectors": np.empty((6, N)),
+            "factor": np.ones(K),
+        }
 
     def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
         """The error of the state with mean logits aq (2, T) and mean values
@@ -144,22 +156,82 @@ class TailError:
         sdc_design = sdc if sdc > 0.0 else 1e-3 * (float(np.abs(anu).max()) + abs(b)) + 1e-300
         t, g, h, den, tail, keep = w["vectors"]
         K, n_groups = design_kernels._tail_components(
-            aq, anu, kappa, b, sdc_design, y, self.X[c].shape[1], DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE,
-            w["members"], w["offsets"], w["Z"], w["G"], w["t0"], w["rep"], w["off"], w["beta"], w["log_mass"],
-            w["A"], w["counts"], w["starts"],
-        )  # fmt: skip
+            aq,
+            anu,
+            kappa,
+            b,
+            sdc_design,
+            y,
+            self.X[c].shape[1],
+            DEFENSIVE,
+            FLOOR,
+            MERGE,
+            MAX_BETA,
+            PRUNE,
+            w["members"],
+            w["offsets"],
+            w["Z"],
+            w["G"],
+            w["t0"],
+            w["rep"],
+            w["off"],
+            w["beta"],
+            w["log_mass"],
+            w["A"],
+            w["counts"],
+            w["starts"],
+        )
         if K == 0:  # every design point beyond MAX_BETA
             return 0.0, 0.0, FLOOR_BOUND
         sample_kernels._tail_sample(
-            K, n_groups, aq, kappa, self.u[c], self.log_u[c], self.X[c], w["members"], w["offsets"], w["G"],
-            w["rep"], w["off"], w["log_mass"], w["A"], w["starts"], w["s"], w["zeta"], keep, w["E"], w["U"],
-            w["GU"], g, h, w["factor"],
-        )  # fmt: skip
+            K,
+            n_groups,
+            aq,
+            kappa,
+            self.u[c],
+            self.log_u[c],
+            self.X[c],
+            w["members"],
+            w["offsets"],
+            w["G"],
+            w["rep"],
+            w["off"],
+            w["log_mass"],
+            w["A"],
+            w["starts"],
+            w["s"],
+            w["zeta"],
+            keep,
+            w["E"],
+            w["U"],
+            w["GU"],
+            g,
+            h,
+            w["factor"],
+        )
         E, U, GU = w["E"], w["U"][:K], w["GU"][:K]
         np.exp(E, out=E)
         np.exp(GU, out=GU)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            p, se = pop_kernels._tail_finish(E, U, GU, w["zeta"], anu, b, sdc, y, keep, w["log_mass"],
-                                             w["factor"], K, w["counts"][: K + 1], w["starts"][: K + 2], t, g,
-                                             h, den, tail)  # fmt: skip
+            p, se = pop_kernels._tail_finish(
+                E,
+                U,
+                GU,
+                w["zeta"],
+                anu,
+                b,
+                sdc,
+                y,
+                keep,
+                w["log_mass"],
+                w["factor"],
+                K,
+                w["counts"][: K + 1],
+                w["starts"][: K + 2],
+                t,
+                g,
+                h,
+                den,
+                tail,
+            )
         return p, se, 0.0
