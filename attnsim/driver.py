@@ -71,57 +71,51 @@ class Trajectory:
     snapshots: dict[int, Any] = field(default_factory=dict)  # states at the evaluated log points (in memory)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """When a run does what: the log grid (steps, 0 and the last included), the log
+    points with evaluations (indices into it), the step size (named in a divergence
+    message), whether a progress bar is shown (None: on a terminal) and whether it
+    counts decades (a log grid)."""
+
+    grid: np.ndarray
+    evaluate_at: Sequence[int] = ()
+    lr: float | None = None
+    progress: bool | None = None
+    log_bar: bool = False
+
+
 def run(
     stepper: Stepper,
     recorder: Recorder,
-    grid: np.ndarray,
-    lr: float,
+    schedule: Schedule,
     evaluate: Evaluator | None = None,
-    at: Sequence[int] = (),
-    progress: bool | None = None,
-    log_bar: bool = False,
     watch: Callable[[dict], None] | None = None,
     snapshots: bool = False,
     meanwhile: Callable[[], None] | None = None,
 ) -> Trajectory:
-    """Advance ``stepper`` along ``grid``, handing every log point to ``recorder``;
-    ``evaluate`` runs at the log points ``at`` (through its ``defer`` on a second
-    thread while the steps go on, unless ``snapshots`` are kept), ``watch`` (if
-    given) sees the parameters at every log point. With ``snapshots`` the state
-    at each evaluated log point is kept for :func:`refine_crossing`. ``meanwhile``
-    (if given) is called once the steps are done, while the deferred evaluations
-    finish on the other thread (the run's clean-label twin). ``lr`` only names
-    the step size in a divergence message; ``log_bar``: the progress bar counts decades."""
+    """Advance ``stepper`` along ``schedule.grid``, handing every log point to
+    ``recorder``; ``evaluate`` runs at ``schedule.evaluate_at`` (through its ``defer``
+    on a second thread while the steps go on, unless ``snapshots`` are kept),
+    ``watch`` (if given) sees the parameters at every log point. With ``snapshots``
+    the state at each evaluated log point is kept for :func:`refine_crossing`.
+    ``meanwhile`` (if given) is called once the steps are done, while the deferred
+    evaluations finish on the other thread (the run's clean-label twin)."""
+    grid = schedule.grid
     steps = int(grid[-1])
-    at = set(at) if evaluate is not None else set()
+    at = set(schedule.evaluate_at) if evaluate is not None else set()
     defer = None if snapshots or evaluate is None else evaluate.defer
     pending: list[tuple[int, object]] = []  # (log point, job) of deferred evaluations
     snaps: dict[int, object] = {}
-    bar = _progress_bar(steps, progress, log_bar)
+    bar = _progress_bar(steps, schedule.progress, schedule.log_bar)
     # GD steps are exact in any chunks, so a bar may cut them; a flow is integrated
     # whole between log points and reports its progress from the solver's own steps
-    whole = stepper.whole_spans
-    if whole and bar is not None:
+    if stepper.whole_spans and bar is not None:
         stepper.progress = bar.to
-    traj_warnings: list[str] = []
-    frozen_at = None
-    step = 0
+    walk = _Walk(stepper, recorder, bar, schedule.lr)
     try:
         for j, target in enumerate(grid):
-            while frozen_at is None and step < target:
-                chunk = min(target - step, PROGRESS_CHUNK if bar is not None and not whole else target - step)
-                status, reached = stepper.advance(step, chunk)
-                if status in (Outcome.DIVERGED, Outcome.STALLED):
-                    raise SimulationError(status.message(reached, lr=lr, detail=stepper.detail))
-                if status is Outcome.FROZEN:
-                    frozen_at = reached
-                    msg = recorder.frozen(stepper, reached)
-                    traj_warnings.append(msg)
-                    warnings.warn(msg, stacklevel=2)
-                    break
-                if bar is not None:
-                    bar.to(reached)
-                step = reached
+            walk.to(int(target))
             evaluated, job = {}, None
             if j in at and defer is not None:
                 job = defer(stepper.state())
@@ -146,20 +140,46 @@ def run(
             job.cancel()
         if bar is not None:
             bar.close()
-        if whole:
+        if stepper.whole_spans:
             stepper.progress = None
     arrays, fit, recorded_warnings = recorder.finish(stepper, steps)
-    if frozen_at is None:
-        traj_warnings += recorded_warnings
     return Trajectory(
         arrays=arrays,
         fit_step=fit,
-        status="frozen" if frozen_at is not None else "ok",
-        frozen_at=frozen_at,
-        warnings=traj_warnings,
+        status="frozen" if walk.frozen_at is not None else "ok",
+        frozen_at=walk.frozen_at,
+        warnings=walk.warnings + (recorded_warnings if walk.frozen_at is None else []),
         state=stepper.final_state(),
         snapshots=snaps,
     )
+
+
+class _Walk:
+    """The stepper's way along the grid: advancing to each log point (in chunks while a
+    progress bar exists), stopping with the run's message at an outcome that ends it."""
+
+    def __init__(self, stepper: Stepper, recorder: Recorder, bar: _Bar | None, lr: float | None):
+        self.stepper, self.recorder, self.bar, self.lr = stepper, recorder, bar, lr
+        self.step = 0
+        self.frozen_at: int | None = None
+        self.warnings: list[str] = []
+        self.chunk = PROGRESS_CHUNK if bar is not None and not stepper.whole_spans else None
+
+    def to(self, target: int) -> None:
+        while self.frozen_at is None and self.step < target:
+            chunk = target - self.step if self.chunk is None else min(target - self.step, self.chunk)
+            status, reached = self.stepper.advance(self.step, chunk)
+            if status in (Outcome.DIVERGED, Outcome.STALLED):
+                raise SimulationError(status.message(reached, lr=self.lr, detail=self.stepper.detail))
+            if status is Outcome.FROZEN:
+                self.frozen_at = reached
+                msg = self.recorder.frozen(self.stepper, reached)
+                self.warnings.append(msg)
+                warnings.warn(msg, stacklevel=4)
+                return
+            if self.bar is not None:
+                self.bar.to(reached)
+            self.step = reached
 
 
 def _collect(rec: Recorder, pending: list) -> None:
@@ -244,4 +264,13 @@ def _progress_bar(steps: int, progress: bool | None, log: bool) -> _Bar | None:
     return _Bar(steps, progress, log)
 
 
-__all__ = ["Recorder", "SimulationError", "Trajectory", "log_grid", "pop_indices", "refine_crossing", "run"]
+__all__ = [
+    "Recorder",
+    "Schedule",
+    "SimulationError",
+    "Trajectory",
+    "log_grid",
+    "pop_indices",
+    "refine_crossing",
+    "run",
+]

@@ -26,7 +26,7 @@ from ._meta import PACKAGE_T0, SimulationError
 from .config import Config, as_config
 from .data.bayes import of_dataset as bayes_of
 from .data.dataset import Dataset, make_streams
-from .driver import log_grid, pop_indices, run
+from .driver import Schedule, log_grid, pop_indices, run
 from .observers import Recorder, refine_times
 from .runtime.threads import blas
 from .runtime.workspace import WORKSPACE, Workspace
@@ -294,19 +294,10 @@ def _train(
     stepper = problem.stepper(cfg, rel, y=ds.y)
     evaluate = problem.evaluator(cfg, pop)
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, normalized=cfg.optimizer == "normalized")
-    traj = run(
-        stepper,
-        recorder,
-        grid,
-        cfg.lr,
-        evaluate,
-        at=pop_indices(len(grid), cfg.pop_log_points),
-        progress=progress,
-        log_bar=cfg.log_scale == "log",
-        watch=watch,
-        snapshots=refine,
-        meanwhile=meanwhile,
+    schedule = Schedule(
+        grid, pop_indices(len(grid), cfg.pop_log_points), cfg.lr, progress, cfg.log_scale == "log"
     )
+    traj = run(stepper, recorder, schedule, evaluate, watch=watch, snapshots=refine, meanwhile=meanwhile)
     arrays = traj.arrays
     if refine and evaluate is not None and traj.frozen_at is None and "pop_score_relevant" in arrays:
         traj.refined = refine_times(

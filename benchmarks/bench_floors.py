@@ -83,8 +83,8 @@ def main() -> int:
 
     cfg = Config()
     pb, ds = engines.build(cfg, None, make_streams(cfg.seed), "reduced", "benchmark", Workspace())
-    rel = (ds.roles == 0).astype(np.float64).ravel()
-    prob = (pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+    rel = ds.relevant_indicator(pb.T)
+    prob = steppers.ModelArrays(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel)
     X = np.ascontiguousarray(pb.X2)
     nT, k = X.shape
     r = pb.p0.size
@@ -93,7 +93,7 @@ def main() -> int:
     rows = {}
     done = {"W": 2, "XW": 2}
 
-    seg = steppers.Segment(*prob)
+    seg = steppers.Segment(prob)
     W, p = pb.W0.copy(), pb.p0.copy()
 
     def w_loop(m):
@@ -103,7 +103,7 @@ def main() -> int:
     rows["reduced GD step, W form"] = _pair(
         w_loop, lambda m: FK.reduced_step_floor(X, W, p, c, 1e-9, m, q, z, g, gp), args.steps, args.reps
     )
-    xw = steppers.SegmentXW(*prob)
+    xw = steppers.SegmentXW(prob)
     B, K, p2 = xw.B.copy(), np.ascontiguousarray(xw.K), pb.p0.copy()
 
     def xw_loop(m):
@@ -113,7 +113,7 @@ def main() -> int:
     rows["reduced GD step, X W form"] = _pair(
         xw_loop, lambda m: FK.reduced_xw_step_floor(B, K, p2, c, 1e-9, m, z, v, gp), args.steps, args.reps
     )
-    field = steppers.FlowField(*prob)
+    field = steppers.FlowField(prob)
     theta = field.pack(pb.W0, pb.p0, pb.nu0, np.zeros(ds.y.size))
     out = np.empty(k * r + r)
     field.max_evals = 10**12

@@ -50,11 +50,11 @@ def test_reduced_lift_equals_dense_state_with_rectangular_W(init_W):
     dense, _ = build(cfg, ds, make_streams(3), "dense", "", attnsim.Workspace())
     red, _ = build(cfg, ds, make_streams(3), "reduced", "", attnsim.Workspace())
     assert red.r == red.k + 1 or init_W == "identity"  # p(0) adds a direction to R
-    from attnsim.models.attention.steppers import Segment
+    from attnsim.models.attention.steppers import ModelArrays, Segment
 
     rel = np.ones(ds.y.size * 4)
     segs = [
-        Segment(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, 4, cfg.lr, cfg.train_set, cfg.loss, rel)
+        Segment(ModelArrays(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, 4, cfg.lr, cfg.train_set, cfg.loss, rel))
         for pb in (dense, red)
     ]
     for seg in segs:

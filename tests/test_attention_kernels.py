@@ -65,7 +65,9 @@ def test_outputs_are_stable_for_huge_logits():
 def test_one_gd_step_equals_theta_minus_lr_grad(train, loss):
     X, y, W, p, nu = random_instance(4)
     n, T, k = X.shape
-    seg = steppers.Segment(X.reshape(n * T, k), y, W, p, nu, T, 0.3, train.split(","), loss, np.ones(n * T))
+    seg = steppers.Segment(
+        steppers.ModelArrays(X.reshape(n * T, k), y, W, p, nu, T, 0.3, train.split(","), loss, np.ones(n * T))
+    )
     status, step = seg.advance(0, 1)
     assert (status, step) == (K.OK, 1)
     ref = model.gd_step(X, y, W, p, nu, 0.3, train.split(","), loss)
@@ -92,7 +94,9 @@ def test_in_loop_records_match_a_naive_loop():
     n, T, k = X.shape
     rel = np.zeros((n, T))
     rel[:, 0] = 1.0
-    seg = steppers.Segment(X.reshape(n * T, k), y, W, p, nu, T, 2.0, ("W", "p"), "logistic", rel)
+    seg = steppers.Segment(
+        steppers.ModelArrays(X.reshape(n * T, k), y, W, p, nu, T, 2.0, ("W", "p"), "logistic", rel)
+    )
     seg.advance(0, 7)
     seg.advance(7, 13)
     fit_since = -np.ones(n, dtype=int)
@@ -112,7 +116,9 @@ def test_divergence_is_reported_with_its_step():
     X, y, W, p, nu = random_instance(6)
     n, T, k = X.shape
     seg = steppers.Segment(
-        X.reshape(n * T, k), y, W, p, nu, T, 1e200, ("W", "p", "nu"), "linear", np.ones(n * T)
+        steppers.ModelArrays(
+            X.reshape(n * T, k), y, W, p, nu, T, 1e200, ("W", "p", "nu"), "linear", np.ones(n * T)
+        )
     )
     status, step = seg.advance(0, 50)
     assert status == K.DIVERGED
@@ -125,7 +131,9 @@ def test_frozen_state_is_reported():
     X[:, 0, 0] = 1.0
     y = np.array([1.0, -1.0])
     W, p, nu = np.eye(2), np.array([1e4, 0.0]), np.zeros(2)
-    seg = steppers.Segment(X.reshape(4, 2), y, W, p, nu, 2, 0.1, ("W", "p"), "logistic", np.ones(4))
+    seg = steppers.Segment(
+        steppers.ModelArrays(X.reshape(4, 2), y, W, p, nu, 2, 0.1, ("W", "p"), "logistic", np.ones(4))
+    )
     status, step = seg.advance(0, 10)
     assert (status, step) == (K.FROZEN, 0)
 
@@ -137,8 +145,8 @@ def test_the_x_w_form_follows_the_w_form(train, loss):
     observations and norms, and snapshots that restore it."""
     X, y, W, p, nu = random_instance(8, n=5, T=3, k=17, r=13)
     X2, rel = X.reshape(15, 17), np.tile([1.0, 0.0, 0.0], 5)
-    args = (X2, y, W, p, nu, 3, 0.7, train.split(","), loss, rel)
-    a, b = steppers.Segment(*args), steppers.SegmentXW(*args)
+    args = steppers.ModelArrays(X2, y, W, p, nu, 3, 0.7, train.split(","), loss, rel)
+    a, b = steppers.Segment(args), steppers.SegmentXW(args)
     for step0, nsteps in ((0, 7), (7, 20), (27, 33)):
         assert a.advance(step0, nsteps) == b.advance(step0, nsteps) == (K.OK, step0 + nsteps)
         sa, sb = a.state(), b.state()
@@ -159,14 +167,18 @@ def test_an_x_w_state_is_detached_and_gives_q_without_w():
     """state() of the X W form keeps what it was when taken (later steps do
     not move it), its q() is W p, and W is rebuilt only when asked for."""
     X, y, W, p, nu = random_instance(10, n=5, T=3, k=17, r=13)
-    seg = steppers.SegmentXW(X.reshape(15, 17), y, W, p, nu, 3, 0.7, ("W", "p"), "logistic", np.ones(15))
+    seg = steppers.SegmentXW(
+        steppers.ModelArrays(X.reshape(15, 17), y, W, p, nu, 3, 0.7, ("W", "p"), "logistic", np.ones(15))
+    )
     seg.advance(0, 12)
     st = seg.state()
     assert st._W is None  # not rebuilt yet
     q = st.q()
     seg.advance(12, 30)
     np.testing.assert_allclose(q, st["W"] @ st["p"], rtol=1e-11, atol=1e-13)
-    ref = steppers.Segment(X.reshape(15, 17), y, W, p, nu, 3, 0.7, ("W", "p"), "logistic", np.ones(15))
+    ref = steppers.Segment(
+        steppers.ModelArrays(X.reshape(15, 17), y, W, p, nu, 3, 0.7, ("W", "p"), "logistic", np.ones(15))
+    )
     ref.advance(0, 12)
     np.testing.assert_allclose(st["W"], ref.W, rtol=1e-11, atol=1e-12)
     assert set(st) == {"W", "p", "nu"}
@@ -180,7 +192,7 @@ def test_make_segment_uses_the_x_w_form_only_where_it_pays_and_is_exact():
     X, y, W, p, nu = random_instance(9, n=5, T=3, k=17, r=13)
     X2, rel = X.reshape(15, 17), np.ones(15)
     make = lambda X2_, train, gap: steppers.make_segment(
-        X2_, y, W, p, nu, 3, 0.1, train, "logistic", rel, gap
+        steppers.ModelArrays(X2_, y, W, p, nu, 3, 0.1, train, "logistic", rel), gap
     )
     assert type(make(X2, ("W", "p"), 500)) is steppers.SegmentXW
     assert (
@@ -192,18 +204,25 @@ def test_make_segment_uses_the_x_w_form_only_where_it_pays_and_is_exact():
     assert type(make(near, ("W", "p"), 500)) is steppers.Segment
     X3, y3, W3, p3, nu3 = random_instance(9, n=5, T=4, k=17, r=13)  # n T = 20 > k: more tokens than rows of W
     seg = steppers.make_segment(
-        X3.reshape(20, 17), y3, W3, p3, nu3, 4, 0.1, ("W", "p"), "logistic", np.ones(20), 500
+        steppers.ModelArrays(
+            X3.reshape(20, 17), y3, W3, p3, nu3, 4, 0.1, ("W", "p"), "logistic", np.ones(20)
+        ),
+        500,
     )
     assert type(seg) is steppers.Segment
 
 
 def test_the_x_w_form_reports_divergence_and_frozen_states():
     X, y, W, p, nu = random_instance(6, n=4, T=3, k=14, r=9)
-    seg = steppers.SegmentXW(X.reshape(12, 14), y, W, p, nu, 3, 1e200, ("W", "p"), "linear", np.ones(12))
+    seg = steppers.SegmentXW(
+        steppers.ModelArrays(X.reshape(12, 14), y, W, p, nu, 3, 1e200, ("W", "p"), "linear", np.ones(12))
+    )
     status, step = seg.advance(0, 50)
     assert status == K.DIVERGED and 0 < step < 50
     # nu = 0: every token value and output is 0, so every c_it = 0
-    seg = steppers.SegmentXW(X.reshape(12, 14), y, W, p, 0 * nu, 3, 0.1, ("W", "p"), "logistic", np.ones(12))
+    seg = steppers.SegmentXW(
+        steppers.ModelArrays(X.reshape(12, 14), y, W, p, 0 * nu, 3, 0.1, ("W", "p"), "logistic", np.ones(12))
+    )
     assert seg.advance(0, 10) == (K.FROZEN, 0)
 
 

@@ -13,7 +13,7 @@ import attnsim
 from attnsim.config import ADAM_KEYS, Config, ConfigError
 from attnsim.models.attention.buffers import Data, work_for
 from attnsim.models.attention.kernels import _block_coeffs
-from attnsim.models.attention.steppers import Segment
+from attnsim.models.attention.steppers import ModelArrays, Segment
 from attnsim.sweep.spec import _key_of, record_key
 
 QUIET = {"d": 400, "steps": 400, "log_every": 20, "optimizer": "normalized", "lr": 0.002}
@@ -38,7 +38,8 @@ def test_every_trained_block_moves_by_exactly_lr_per_step(train):
     X, y = rng.standard_normal((n * T, k)), np.where(rng.random(n) < 0.5, -1.0, 1.0)
     W, p, nu = rng.standard_normal((k, k)), rng.standard_normal(k), rng.standard_normal(k)
     seg = Segment(
-        X, y, W, p, nu, T, 0.01, train.split(","), "logistic", np.zeros(n * T), optimizer="normalized"
+        ModelArrays(X, y, W, p, nu, T, 0.01, train.split(","), "logistic", np.zeros(n * T)),
+        optimizer="normalized",
     )
     for _ in range(5):
         before = {b: v.copy() for b, v in seg.state().items()}

@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -119,7 +120,7 @@ def _build_reduced_generated(
         w0 = _start_W0(cfg, streams, cfg.d, ws)  # on the other threads while the noise is drawn
         noise = draw_noise(cfg, streams.data)
         after = copy.deepcopy(streams.data)  # the labels come next from this stream
-        setup = _reduced_setup(cfg, noise, None, None, None, None, None, streams, ws, generated=True, w0=w0)
+        setup = _reduced_setup(cfg, noise, Given(), streams, ws, generated=True, w0=w0)
         noise_Q = setup.pop("tokens_Q")
         cache[key] = (setup, noise_Q, after)
         while len(cache) > SETUP_CACHE_SIZE:
@@ -150,7 +151,8 @@ def _build_reduced_generated(
 def _build_reduced(cfg: Config, ds: Dataset, streams: Streams, reason: str, ws: Workspace) -> Problem:
     """The reduced engine for a d-dimensional dataset (the user's, or generated for a test)."""
     n, T, d = ds.X.shape
-    setup = _reduced_setup(cfg, ds.X, ds.mu_pos, ds.mu_neg, ds.nu, ds.W0, ds.p0, streams, ws, generated=False)
+    given = Given(ds.mu_pos, ds.mu_neg, ds.nu, ds.W0, ds.p0)
+    setup = _reduced_setup(cfg, ds.X, given, streams, ws, generated=False)
     Q = setup["Q"]
     proj = lambda v: None if v is None else Q.T @ v
     X2 = setup.pop("tokens_Q")
@@ -179,14 +181,21 @@ def _start_W0(cfg: Config, streams: Streams, d: int, ws: Workspace) -> tuple:
     return replay, None, np.empty((W0_block_rows(d), d))
 
 
+class Given(NamedTuple):
+    """What a data file gives beside its tokens (None: not given; generated data gives none:
+    its signals lie on e1, e2 and its W(0), p(0) are drawn)."""
+
+    mu_pos: np.ndarray | None = None
+    mu_neg: np.ndarray | None = None
+    nu: np.ndarray | None = None
+    W0: np.ndarray | None = None
+    p0: np.ndarray | None = None
+
+
 def _reduced_setup(
     cfg: Config,
     X,
-    mu_pos,
-    mu_neg,
-    nu,
-    W0,
-    p0,
+    given: Given,
     streams: Streams,
     ws: Workspace,
     generated: bool,
@@ -216,6 +225,7 @@ def _reduced_setup(
     each), summed in a fixed order: the result does not depend on the cores.
     """
     n, T, d = X.shape
+    mu_pos, mu_neg, nu, W0, p0 = given
     user_W0 = W0
     replay = single = None
     if W0 is None:

@@ -14,7 +14,7 @@ from ...init import draw_W0
 from ...runtime.threads import in_background
 from .plan import n_log_points
 from .population import state_scalars
-from .steppers import FlowField, SegmentXW, make_segment, outputs, state_q
+from .steppers import FlowField, ModelArrays, SegmentXW, make_segment, outputs, state_q
 
 if TYPE_CHECKING:  # names in annotations only
     from .flow import GradientFlow
@@ -80,10 +80,12 @@ class Problem:
         or the gradient flow; trained on the labels ``y`` (default: the
         problem's observed labels)."""
         y = self.y if y is None else y
-        args = (self.X2, y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+        arrays = ModelArrays(
+            self.X2, y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel
+        )
         if cfg.integrator == "gd":
             seg = make_segment(
-                *args,
+                arrays,
                 log_gap=cfg.steps
                 / max(1, n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points) - 1),
                 optimizer=cfg.optimizer,
@@ -93,7 +95,7 @@ class Problem:
             return seg
         from .flow import GradientFlow  # lazy: start-up of GD runs (a flow needs SciPy's integrators)
 
-        return GradientFlow(FlowField(*args), y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol)
+        return GradientFlow(FlowField(arrays), y.size, cfg.lr, cfg.flow_method, cfg.flow_rtol, cfg.flow_atol)
 
     def evaluator(self, cfg: Config, pop: Population | None) -> StateEvaluator | None:
         """Test-set and population metrics of a state (:class:`StateEvaluator`),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -57,30 +57,32 @@ def loss_and_grads(
     return L, np.outer(g, p), W.T @ g, work.gnu.copy()
 
 
-class AttentionModel:
-    """One attention problem in engine coordinates, with the buffers the
-    kernels share. W, p, nu are copies, updated in place by subclasses.
+class ModelArrays(NamedTuple):
+    """One attention problem as its steppers take it.
 
-    Parameters
-    ----------
     X2 : (n*T, k) tokens.  y : (n,) labels.  W : (k, r), p : (r,), nu : (k,).
     T : tokens per sample.  lr : step size.  train : subset of {"W", "p", "nu"}.
     loss : "logistic" or "linear".  rel : (n*T,) relevant-token indicator.
     """
 
-    def __init__(
-        self,
-        X2: ArrayLike,
-        y: ArrayLike,
-        W: ArrayLike,
-        p: ArrayLike,
-        nu: ArrayLike,
-        T: int,
-        lr: float,
-        train: Collection[str],
-        loss: str,
-        rel: ArrayLike,
-    ):
+    X2: ArrayLike
+    y: ArrayLike
+    W: ArrayLike
+    p: ArrayLike
+    nu: ArrayLike
+    T: int
+    lr: float
+    train: Collection[str]
+    loss: str
+    rel: ArrayLike
+
+
+class AttentionModel:
+    """One attention problem in engine coordinates (:class:`ModelArrays`), with the
+    buffers the kernels share. W, p, nu are copies, updated in place by subclasses."""
+
+    def __init__(self, arrays: ModelArrays):
+        X2, y, W, p, nu, T, lr, train, loss, rel = arrays
         X2, y = f64(X2), f64(y)
         self.W, self.p, self.nu = f64(W).copy(), f64(p).copy(), f64(nu).copy()
         self.T, self.lr = int(T), float(lr)
@@ -134,8 +136,8 @@ class Segment(AttentionModel, Stepper):
     """Gradient descent: repeated :func:`_gd_segment` calls; the kernel keeps the
     in-loop records ``fit_since`` and ``S_acc`` (see its docstring)."""
 
-    def __init__(self, *args: Any, optimizer: str = "gd") -> None:  # the arguments of AttentionModel
-        super().__init__(*args)
+    def __init__(self, arrays: ModelArrays, optimizer: str = "gd") -> None:
+        super().__init__(arrays)
         if optimizer not in ("gd", "normalized"):  # AdamSegment for adam
             raise ValueError(f"optimizer: {optimizer!r} (gd or normalized)")
         self.normalized = optimizer == "normalized"
@@ -170,8 +172,8 @@ class AdamSegment(Segment):
     step costs O(d^2) here; the loop's ~10 us per step in Python does not show).
     The moments are part of the state a snapshot keeps."""
 
-    def __init__(self, *args: Any, adam: tuple[float, float, float, float]) -> None:
-        super().__init__(*args)
+    def __init__(self, arrays: ModelArrays, adam: tuple[float, float, float, float]) -> None:
+        super().__init__(arrays)
         self.hyper = tuple(float(h) for h in adam)
         k, r = self.W.shape
         self.moments = tuple(np.zeros(shape) for shape in ((k, r), (k, r), r, r, k, k))
@@ -217,21 +219,12 @@ class SegmentXW(Segment):
 
     def __init__(
         self,
-        X2: ArrayLike,
-        y: ArrayLike,
-        W: ArrayLike,
-        p: ArrayLike,
-        nu: ArrayLike,
-        T: int,
-        lr: float,
-        train: Collection[str],
-        loss: str,
-        rel: ArrayLike,
+        arrays: ModelArrays,
         K: np.ndarray | None = None,
         chol: np.ndarray | None = None,
         optimizer: str = "gd",
     ):
-        super().__init__(X2, y, W, p, nu, T, lr, train, loss, rel, optimizer=optimizer)
+        super().__init__(arrays, optimizer=optimizer)
         if self.train[2]:
             raise ValueError("SegmentXW: nu must be fixed (train without nu)")
         X = self.data.X2
@@ -368,16 +361,7 @@ def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def make_segment(
-    X2: ArrayLike,
-    y: ArrayLike,
-    W: ArrayLike,
-    p: ArrayLike,
-    nu: ArrayLike,
-    T: int,
-    lr: float,
-    train: Collection[str],
-    loss: str,
-    rel: ArrayLike,
+    arrays: ModelArrays,
     log_gap: float,
     optimizer: str = "gd",
     adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
@@ -388,17 +372,18 @@ def make_segment(
     average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (a log point costs
     what the form saves in about 70 steps); otherwise the W
     form (:class:`Segment`)."""
-    X2 = f64(X2)
-    nT, k = X2.shape
+    arrays = arrays._replace(X2=f64(arrays.X2))
+    nT, k = arrays.X2.shape
+    train = arrays.train
     if optimizer == "adam":  # per-coordinate steps: the W form (the X W form's B = X W is a change of basis)
-        return AdamSegment(X2, y, W, p, nu, T, lr, train, loss, rel, adam=adam)
+        return AdamSegment(arrays, adam=adam)
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
         if "W" not in train:  # p alone: B = X W(0) never changes, no K = X X^T to form
-            return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, optimizer=optimizer)
-        K, chol = _token_gram(X2)
+            return SegmentXW(arrays, optimizer=optimizer)
+        K, chol = _token_gram(arrays.X2)
         if chol is not None:
-            return SegmentXW(X2, y, W, p, nu, T, lr, train, loss, rel, K=K, chol=chol, optimizer=optimizer)
-    return Segment(X2, y, W, p, nu, T, lr, train, loss, rel, optimizer=optimizer)
+            return SegmentXW(arrays, K=K, chol=chol, optimizer=optimizer)
+    return Segment(arrays, optimizer=optimizer)
 
 
 class EvaluationBudgetExceeded(RuntimeError):
@@ -416,8 +401,8 @@ class FlowField(AttentionModel):
 
     max_evals = 500_000  # legitimate flows to 1e14 steps need 5 000 - 15 000
 
-    def __init__(self, *args: Any) -> None:  # the arguments of AttentionModel
-        super().__init__(*args)
+    def __init__(self, arrays: ModelArrays) -> None:
+        super().__init__(arrays)
         self.evals = 0
 
     def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:
@@ -457,6 +442,6 @@ def warmup() -> None:
     y = np.array([1.0, -1.0])
     W, p, nu = rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal(4)
     outputs(X[:, :, 0], X[:, :, 1], y)
-    seg = Segment(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p"), "logistic", np.ones(6))
+    seg = Segment(ModelArrays(X.reshape(6, 4), y, W, p, nu, 3, 1e-3, ("W", "p"), "logistic", np.ones(6)))
     seg.advance(0, 1)
     seg.relevant_increments(seg.observe().s)
