@@ -347,45 +347,24 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _tail_components(
-    aq,
-    an,
-    kappa,
-    b,
-    sdc,
-    y,
-    N,
-    defensive,
-    floor,
-    merge,
-    max_beta,
-    prune,
-    members,
-    offsets,
-    Z,
-    G,
-    t0,
-    rep,
-    off,
-    beta,
-    log_mass,
-    A,
-    counts,
-    starts,
-):
+def _tail_components(aq, an, kappa, b, sdc, y, N, settings, w):
     """The importance components of one class (:mod:`.tail`): the
     design points (:func:`_design_points`), their linearizations t ~ off_k +
     G_k . zeta with indices beta_k = off_k / sqrt(1 + |G_k|^2) and FORM
     masses log Phi(-beta_k); merged (points closer than ``merge``: the one of
     smaller beta stays), without those beyond ``max_beta`` or with a mass
     below ``prune`` times the largest, in increasing beta. Their shares of
-    the N points: ``defensive`` for N(0, I) (stratum 0), the rest in
-    proportion to the masses, each at least ``floor`` of it. Writes the
-    token groups (members, offsets: :func:`_token_groups`), the kept
+    the N points (``settings`` = (defensive, floor, merge, max_beta, prune)):
+    ``defensive`` for N(0, I) (stratum 0), the rest in proportion to the
+    masses, each at least ``floor`` of it. Writes the token groups
+    (members, offsets: :func:`_token_groups`), the kept
     components into the first K rows of Z, G, rep, off, beta, log_mass and
     rows 1..K of A ((-G_k, 1) / sqrt(1 + |G_k|^2): the normal of the
     half-space whose truncation gives component k), the stratum sizes counts
     (K + 1) and their first points starts (K + 2); returns (K, number of groups)."""
+    defensive, floor, merge, max_beta, prune = settings
+    members, offsets, Z, G, t0, rep = w.members, w.offsets, w.Z, w.G, w.t0, w.rep
+    off, beta, log_mass, A, counts, starts = w.off, w.beta, w.log_mass, w.A, w.counts, w.starts
     T = aq.size
     n_groups = _token_groups(aq, an, members, offsets)
     K0 = _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t0, rep)

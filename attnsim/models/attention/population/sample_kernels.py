@@ -220,32 +220,7 @@ def _tail_arguments(
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
-def _tail_sample(
-    K,
-    n_groups,
-    aq,
-    kappa,
-    u,
-    log_u,
-    X,
-    members,
-    offsets,
-    G,
-    rep,
-    off,
-    log_mass,
-    A,
-    starts,
-    s,
-    zeta,
-    keep,
-    E,
-    U,
-    GU,
-    c,
-    s_work,
-    factor,
-):
+def _tail_sample(K, n_groups, aq, kappa, u, log_u, X, w, keep, c, s_work):
     """One class of :mod:`.tail` up to the exponentials, after its ``K``
     components (:func:`.design_kernels._tail_components`): their points' truncated
     coordinates (:func:`_truncated_normals`), the
@@ -253,6 +228,17 @@ def _tail_sample(
     and each component's factor in the mixture density on the fundamental
     domain (1, or 1/|g| for one favouring group g's first member). Returns
     ``K``."""
+    members, offsets, G, rep, off, log_mass, A, starts = (
+        w.members,
+        w.offsets,
+        w.G,
+        w.rep,
+        w.off,
+        w.log_mass,
+        w.A,
+        w.starts,
+    )
+    s, zeta, E, U, GU, factor = w.s, w.zeta, w.E, w.U, w.GU, w.factor
     _truncated_normals(u, log_u, starts, K, log_mass, s)
     _tail_arguments(
         X,

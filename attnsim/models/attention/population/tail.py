@@ -56,6 +56,7 @@ the result is flagged unresolved and an upper bound is reported instead.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -80,6 +81,30 @@ def tail_points(T: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, n
     return X, u
 
 
+class TailWork(NamedTuple):
+    """The work arrays of one layout's tail estimate, reused by every evaluation (the
+    kernels of :mod:`.design_kernels` and :mod:`.sample_kernels` take them as one tuple)."""
+
+    Z: np.ndarray  # (K, T) design points
+    G: np.ndarray  # (K, T) gradients of t there
+    t0: np.ndarray  # (K,) t there
+    rep: np.ndarray  # (K,) the group a point favours (-1: none)
+    members: np.ndarray  # (T,) tokens by exchangeable group
+    offsets: np.ndarray  # (T + 1,) the groups' first members
+    off: np.ndarray  # (K,) linearization offsets
+    beta: np.ndarray  # (K,) FORM indices
+    log_mass: np.ndarray  # (K,) log FORM masses
+    A: np.ndarray  # (K + 1, T + 1) the half-spaces' normals
+    counts: np.ndarray  # (K + 1,) points per stratum
+    starts: np.ndarray  # (K + 2,) each stratum's first point
+    s: np.ndarray  # (N,) truncated coordinates
+    zeta: np.ndarray  # (T, N) folded points
+    E: np.ndarray  # (T, N) the exponentials' arguments
+    U: np.ndarray  # (K, N) each component's u
+    GU: np.ndarray  # (K, N) e^{-u^2/2}
+    factor: np.ndarray  # (K,) components' factors on the fundamental domain
+
+
 class TailError:
     """The population error P = (P_+ + P_-)/2 of one layout of T tokens.
 
@@ -96,27 +121,27 @@ class TailError:
         self.N, self.T = N, T
         # work arrays, reused: at most K = 2 T components per class
         K = 2 * T
-        self._w = {
-            "Z": np.empty((K, T)),
-            "G": np.empty((K, T)),
-            "t0": np.empty(K),
-            "rep": np.empty(K, dtype=np.int64),
-            "members": np.empty(T, dtype=np.int64),
-            "offsets": np.empty(T + 1, dtype=np.int64),
-            "off": np.empty(K),
-            "beta": np.empty(K),
-            "log_mass": np.empty(K),
-            "A": np.zeros((K + 1, T + 1)),
-            "counts": np.zeros(K + 1, dtype=np.int64),
-            "starts": np.zeros(K + 2, dtype=np.int64),
-            "s": np.zeros(N),
-            "zeta": np.empty((T, N)),
-            "E": np.empty((T, N)),
-            "U": np.empty((K, N)),
-            "GU": np.empty((K, N)),
-            "vectors": np.empty((6, N)),
-            "factor": np.ones(K),
-        }
+        self._w = TailWork(
+            Z=np.empty((K, T)),
+            G=np.empty((K, T)),
+            t0=np.empty(K),
+            rep=np.empty(K, dtype=np.int64),
+            members=np.empty(T, dtype=np.int64),
+            offsets=np.empty(T + 1, dtype=np.int64),
+            off=np.empty(K),
+            beta=np.empty(K),
+            log_mass=np.empty(K),
+            A=np.zeros((K + 1, T + 1)),
+            counts=np.zeros(K + 1, dtype=np.int64),
+            starts=np.zeros(K + 2, dtype=np.int64),
+            s=np.zeros(N),
+            zeta=np.empty((T, N)),
+            E=np.empty((T, N)),
+            U=np.empty((K, N)),
+            GU=np.empty((K, N)),
+            factor=np.ones(K),
+        )
+        self._vectors = np.empty((6, N))
 
     def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
         """The error of the state with mean logits aq (2, T) and mean values
@@ -154,7 +179,7 @@ class TailError:
         # a design needs a smooth integrand: with sdc = 0 (nu along q) Phi(-t) is a step,
         # so the proposal is built for a slightly noisy value (the estimate stays exact)
         sdc_design = sdc if sdc > 0.0 else 1e-3 * (float(np.abs(anu).max()) + abs(b)) + 1e-300
-        t, g, h, den, tail, keep = w["vectors"]
+        t, g, h, den, tail, keep = self._vectors
         K, n_groups = design_kernels._tail_components(
             aq,
             anu,
@@ -163,53 +188,15 @@ class TailError:
             sdc_design,
             y,
             self.X[c].shape[1],
-            DEFENSIVE,
-            FLOOR,
-            MERGE,
-            MAX_BETA,
-            PRUNE,
-            w["members"],
-            w["offsets"],
-            w["Z"],
-            w["G"],
-            w["t0"],
-            w["rep"],
-            w["off"],
-            w["beta"],
-            w["log_mass"],
-            w["A"],
-            w["counts"],
-            w["starts"],
+            (DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE),
+            w,
         )
         if K == 0:  # every design point beyond MAX_BETA
             return 0.0, 0.0, FLOOR_BOUND
         sample_kernels._tail_sample(
-            K,
-            n_groups,
-            aq,
-            kappa,
-            self.u[c],
-            self.log_u[c],
-            self.X[c],
-            w["members"],
-            w["offsets"],
-            w["G"],
-            w["rep"],
-            w["off"],
-            w["log_mass"],
-            w["A"],
-            w["starts"],
-            w["s"],
-            w["zeta"],
-            keep,
-            w["E"],
-            w["U"],
-            w["GU"],
-            g,
-            h,
-            w["factor"],
+            K, n_groups, aq, kappa, self.u[c], self.log_u[c], self.X[c], w, keep, g, h
         )
-        E, U, GU = w["E"], w["U"][:K], w["GU"][:K]
+        E, U, GU = w.E, w.U[:K], w.GU[:K]
         np.exp(E, out=E)
         np.exp(GU, out=GU)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -217,17 +204,17 @@ class TailError:
                 E,
                 U,
                 GU,
-                w["zeta"],
+                w.zeta,
                 anu,
                 b,
                 sdc,
                 y,
                 keep,
-                w["log_mass"],
-                w["factor"],
+                w.log_mass,
+                w.factor,
                 K,
-                w["counts"][: K + 1],
-                w["starts"][: K + 2],
+                w.counts[: K + 1],
+                w.starts[: K + 2],
                 t,
                 g,
                 h,
