@@ -10,26 +10,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
-from .config import Config
 from .runtime.threads import halves
 from .runtime.workspace import DRAW_CHUNK, KeptDraws
 
 BLOCK_ELEMENTS = 1 << 22  # W(0) is drawn in row blocks of about this many numbers (32 MB)
 
 
-def draw_W0(
-    cfg: Config, rng: np.random.Generator, d: int | None = None, kept: KeptDraws | None = None
-) -> np.ndarray:
+class W0Init(NamedTuple):
+    """How W(0) is drawn: ``kind`` (kaiming_uniform, gaussian, identity) and the entries' sd."""
+
+    kind: str
+    scale: float
+
+
+def draw_W0(init: W0Init, rng: np.random.Generator, d: int, kept: KeptDraws | None = None) -> np.ndarray:
     """W(0), d x d: the numbers of :func:`W0_blocks` (the reduced engine can stream the same blocks)."""
-    d = cfg.d if d is None else d
-    return fill_W0(cfg, rng, np.empty((d, d)), kept)
+    return fill_W0(init, rng, np.empty((d, d)), kept)
 
 
 def fill_W0(
-    cfg: Config, rng: np.random.Generator, out: np.ndarray, kept: KeptDraws | None = None
+    init: W0Init, rng: np.random.Generator, out: np.ndarray, kept: KeptDraws | None = None
 ) -> np.ndarray:
     """W(0) into ``out`` (d x d), the numbers of :func:`W0_blocks`, and ``rng``
     left where they leave it.
@@ -41,18 +45,18 @@ def fill_W0(
     sweep worker the numbers may come from its workspace's ``kept`` draws instead.
     """
     d = out.shape[0]
-    kept = kept.take(rng, d * d, cfg.init_W) if kept is not None else None
+    kept = kept.take(rng, d * d, init.kind) if kept is not None else None
     if kept is not None:
         flat = out.reshape(-1)
         for lo in range(0, kept.size, DRAW_CHUNK // 8):  # chunks that stay in cache
             chunk = flat[lo : lo + DRAW_CHUNK // 8]
             chunk[:] = kept[lo : lo + chunk.size]
-            _scale_draws(cfg.init_W, cfg.W_scale, chunk)
+            _scale_draws(init.kind, init.scale, chunk)
         return out
     bg = rng.bit_generator
     state = bg.state
-    if cfg.init_W in ("gaussian", "identity") or not hasattr(bg, "advance") or state.get("has_uint32", 1):
-        for _ in W0_blocks(cfg, rng, d, out=out):
+    if init.kind in ("gaussian", "identity") or not hasattr(bg, "advance") or state.get("has_uint32", 1):
+        for _ in W0_blocks(init, rng, d, out=out):
             pass
         return out
 
@@ -61,7 +65,7 @@ def fill_W0(
         copy.state = state
         copy.advance(lo * d)
         np.random.Generator(copy).random(out=out[lo:hi])
-        _scale_draws(cfg.init_W, cfg.W_scale, out[lo:hi])
+        _scale_draws(init.kind, init.scale, out[lo:hi])
 
     halves(rows, d)
     bg.advance(d * d)
@@ -74,7 +78,7 @@ def W0_block_rows(d: int) -> int:
 
 
 def W0_blocks(
-    cfg: Config,
+    init: W0Init,
     rng: np.random.Generator,
     d: int,
     out: np.ndarray | None = None,
@@ -90,12 +94,12 @@ def W0_blocks(
     for lo in range(0, d, rows):
         hi = min(d, lo + rows)
         block = out[lo:hi] if out is not None else buf[: hi - lo]
-        if cfg.init_W == "identity":
+        if init.kind == "identity":
             block[:] = 0.0
             block[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
         else:
-            getattr(rng, KeptDraws.KINDS[cfg.init_W])(out=block)
-            _scale_draws(cfg.init_W, cfg.W_scale, block)
+            getattr(rng, KeptDraws.KINDS[init.kind])(out=block)
+            _scale_draws(init.kind, init.scale, block)
         yield lo, block
 
 

@@ -76,7 +76,7 @@ import attnsim  # noqa: E402
 from attnsim.config import Config  # noqa: E402
 from attnsim.data.dataset import make_streams  # noqa: E402
 from attnsim.data.synthetic import generate  # noqa: E402
-from attnsim.init import draw_W0  # noqa: E402
+from attnsim.init import W0Init, draw_W0  # noqa: E402
 from attnsim.run import ensure_compiled  # noqa: E402
 
 RESULTS: dict = {}  # the tables, for --json
@@ -90,7 +90,9 @@ def torch_loop(cfg: Config, careful: bool, steps: int) -> float:
     ds = generate(cfg, streams)
     x = torch.tensor(ds.X, dtype=torch.float32)
     y = torch.tensor(ds.y, dtype=torch.float32)
-    W = torch.nn.Parameter(torch.tensor(draw_W0(cfg, streams.init), dtype=torch.float32))
+    W = torch.nn.Parameter(
+        torch.tensor(draw_W0(W0Init(cfg.init_W, cfg.W_scale), streams.init, cfg.d), dtype=torch.float32)
+    )
     p = torch.nn.Parameter(torch.zeros(cfg.d, 1))
     nu = torch.tensor(ds.nu, dtype=torch.float32).view(-1, 1)
     opt = torch.optim.SGD([W, p], lr=cfg.lr)

@@ -48,10 +48,10 @@ DRAW_W0 = """
 import time
 from attnsim.config import Config
 from attnsim.data.dataset import make_streams
-from attnsim.init import W0_blocks
+from attnsim.init import W0_blocks, W0Init
 cfg = Config()
 t = time.perf_counter()
-for _ in W0_blocks(cfg, make_streams(cfg.seed).init, cfg.d):
+for _ in W0_blocks(W0Init(cfg.init_W, cfg.W_scale), make_streams(cfg.seed).init, cfg.d):
     pass
 print(time.perf_counter() - t)
 """

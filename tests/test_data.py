@@ -9,13 +9,13 @@ from attnsim.config import Config
 from attnsim.data.dataset import DataError, make_streams
 from attnsim.data.files import load_npz
 from attnsim.data.synthetic import clean_labels, flip_mask, generate, head
-from attnsim.init import W0_blocks, draw_W0
+from attnsim.init import W0_blocks, W0Init, draw_W0
 
 
 def _flips(n, eta, mode, seed=0):
     cfg = Config(n=n, noise_rate=eta, label_noise=mode, d=4)
     y = clean_labels(n)
-    return flip_mask(cfg, y, np.random.default_rng(seed)), y
+    return flip_mask(cfg.label_noise, cfg.noise_rate, y, np.random.default_rng(seed)), y
 
 
 def test_label_noise_balanced_rules():
@@ -91,20 +91,24 @@ def test_W0_row_blocks_equal_one_draw(monkeypatch):
     from attnsim import init
 
     cfg = Config(d=600)
-    full = draw_W0(cfg, make_streams(0).init)
+    full = draw_W0(W0Init(cfg.init_W, cfg.W_scale), make_streams(0).init, cfg.d)
     a = cfg.W_scale * np.sqrt(3.0)
     ref = np.random.default_rng(0).spawn(4)[1].uniform(-a, a, (600, 600))
     np.testing.assert_array_equal(full, ref)
-    blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
+    blocks = [
+        (lo, b.copy()) for lo, b in W0_blocks(W0Init(cfg.init_W, cfg.W_scale), make_streams(0).init, 600)
+    ]
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
     assert [lo for lo, _ in blocks] == [0]
     monkeypatch.setattr(init, "BLOCK_ELEMENTS", 100 * 600)
-    blocks = [(lo, b.copy()) for lo, b in W0_blocks(cfg, make_streams(0).init, 600)]
+    blocks = [
+        (lo, b.copy()) for lo, b in W0_blocks(W0Init(cfg.init_W, cfg.W_scale), make_streams(0).init, 600)
+    ]
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), full)
     assert [lo for lo, _ in blocks] == [0, 100, 200, 300, 400, 500]
-    g = draw_W0(Config(d=600, init_W="gaussian"), make_streams(0).init)
+    g = draw_W0(W0Init("gaussian", Config(d=600, init_W="gaussian").W_scale), make_streams(0).init, 600)
     assert g.std() == pytest.approx((3 * 600) ** -0.5, rel=0.01)
-    np.testing.assert_array_equal(draw_W0(Config(d=5, init_W="identity"), make_streams(0).init), np.eye(5))
+    np.testing.assert_array_equal(draw_W0(W0Init("identity", 1.0), make_streams(0).init, 5), np.eye(5))
 
 
 @pytest.mark.parametrize("d", [1, 2, 7, 301])
@@ -120,9 +124,9 @@ def test_W0_drawn_in_two_halves_at_once_is_the_sequential_draw(d, one_thread, mo
     cfg = Config(d=max(d, 2))
     seq, fast = make_streams(5).init, make_streams(5).init
     ref = np.empty((d, d))
-    for _ in W0_blocks(cfg, seq, d, out=ref):
+    for _ in W0_blocks(W0Init(cfg.init_W, cfg.W_scale), seq, d, out=ref):
         pass
-    out = fill_W0(cfg, fast, np.full((d, d), np.nan))
+    out = fill_W0(W0Init(cfg.init_W, cfg.W_scale), fast, np.full((d, d), np.nan))
     np.testing.assert_array_equal(out, ref)
     assert fast.bit_generator.state == seq.bit_generator.state
     np.testing.assert_array_equal(fast.standard_normal(3), seq.standard_normal(3))
@@ -144,7 +148,8 @@ def test_kept_draws_give_every_W0_the_fresh_draw_and_stream_state(init_W, monkey
         kept.enabled = on
         rng = make_streams(seed).init
         rng.random(skip)
-        W = fill_W0(Config(d=d, init_W=init_W), rng, np.full((d, d), np.nan), kept)
+        cfg = Config(d=d, init_W=init_W)
+        W = fill_W0(W0Init(cfg.init_W, cfg.W_scale), rng, np.full((d, d), np.nan), kept)
         return W, rng.bit_generator.state, rng.standard_normal(3)
 
     for d, seed, skip in [(300, 0, 0), (200, 0, 0), (32, 0, 0), (33, 0, 0), (500, 0, 0), (300, 1, 0),

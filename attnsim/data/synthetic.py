@@ -29,11 +29,37 @@ from __future__ import annotations
 import math
 import warnings
 from fractions import Fraction
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..config import Config
 from .dataset import IRRELEVANT, RELEVANT, WEAK_ALIGNED, WEAK_OPPOSITE, Dataset, Streams
+
+
+class DataKeys(NamedTuple):
+    """The config keys the synthetic data depends on, and nothing else (``role_counts``:
+    relevant, weakly aligned, weakly opposite, irrelevant tokens per sample)."""
+
+    n: int
+    T: int
+    d: int
+    signal_norm: float
+    sigma: float
+    rho: float
+    role_counts: tuple[int, int, int, int]
+    shuffle_roles: bool
+    data_model: str
+    noise_rate: float
+    label_noise: str
+    init_nu: str
+    test_n: int
+
+
+def data_keys(cfg: Any) -> DataKeys:
+    """The data keys of a config (a DataKeys is returned as it is)."""
+    if isinstance(cfg, DataKeys):
+        return cfg
+    return DataKeys(*(getattr(cfg, key) for key in DataKeys._fields))
 
 
 def signals(d: int, signal_norm: float, data_model: str = "sakamoto2025") -> tuple[np.ndarray, np.ndarray]:
@@ -49,12 +75,12 @@ def signals(d: int, signal_norm: float, data_model: str = "sakamoto2025") -> tup
     return mu_pos, mu_neg
 
 
-def shape_noise(cfg: Config, X: np.ndarray, roles: np.ndarray, mu_pos: np.ndarray) -> None:
+def shape_noise(data_model: str, X: np.ndarray, roles: np.ndarray, mu_pos: np.ndarray) -> None:
     """The data model's noise from isotropic draws X (m, T, k), in place: under
     magen2025 the signal token carries none and the noise token's covariance is
     sigma^2 (I - P_mu) (its component along mu removed); else unchanged. The
     draws are the same numbers either way, so the random streams do not change."""
-    if cfg.data_model != "magen2025":
+    if data_model != "magen2025":
         return
     X[roles != IRRELEVANT] = 0.0
     mu_hat = mu_pos / np.linalg.norm(mu_pos)
@@ -67,9 +93,9 @@ def head(mu_pos: np.ndarray, mu_neg: np.ndarray) -> np.ndarray:
     return diff / np.linalg.norm(diff) / np.linalg.norm(mu_pos)
 
 
-def role_template(cfg: Config) -> np.ndarray:
+def role_template(role_counts: tuple[int, int, int, int]) -> np.ndarray:
     """(T,) role codes in the fixed order: relevant, aligned, opposite, irrelevant."""
-    return np.repeat(np.arange(4), cfg.role_counts).astype(np.int64)
+    return np.repeat(np.arange(4), role_counts).astype(np.int64)
 
 
 def clean_labels(n: int) -> np.ndarray:
@@ -79,16 +105,18 @@ def clean_labels(n: int) -> np.ndarray:
     return y
 
 
-def flip_mask(cfg: Config, y_clean: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def flip_mask(
+    label_noise: str, noise_rate: float, y_clean: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Which training labels are flipped, by ``label_noise`` (SPEC §2)."""
     n = y_clean.size
     pos = np.flatnonzero(y_clean > 0)
     neg = np.flatnonzero(y_clean < 0)
     mask = np.zeros(n, dtype=bool)
-    n_eta = n * exact_fraction(cfg.noise_rate)
-    if cfg.label_noise == "iid":
-        mask = rng.random(n) < cfg.noise_rate
-    elif cfg.label_noise == "balanced":
+    n_eta = n * exact_fraction(noise_rate)
+    if label_noise == "iid":
+        mask = rng.random(n) < noise_rate
+    elif label_noise == "balanced":
         k = math.ceil(n_eta)
         mask[pos[: k // 2]] = True
         mask[neg[: k // 2]] = True
@@ -108,12 +136,15 @@ def role_coefficients(roles: np.ndarray, rho: float) -> tuple[np.ndarray, np.nda
     return c_own, c_other
 
 
-def draw_roles(cfg: Config, m: int, rng: np.random.Generator) -> np.ndarray:
+def draw_roles(
+    role_counts: tuple[int, int, int, int], shuffle: bool, m: int, rng: np.random.Generator
+) -> np.ndarray:
     """(m, T) role codes: the fixed template, or one permutation per sample."""
-    template = role_template(cfg)
-    if cfg.shuffle_roles:
-        return np.stack([template[rng.permutation(cfg.T)] for _ in range(m)])
-    return np.broadcast_to(template, (m, cfg.T)).copy()
+    template = role_template(role_counts)
+    T = template.size
+    if shuffle:
+        return np.stack([template[rng.permutation(T)] for _ in range(m)])
+    return np.broadcast_to(template, (m, T)).copy()
 
 
 def add_means(
@@ -128,33 +159,36 @@ def add_means(
     X[:, :, idx] += a_pos[:, :, None] * mu_pos[idx] + a_neg[:, :, None] * mu_neg[idx]
 
 
-def draw_noise(cfg: Config, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
-    """(n, T, d) token noise, sigma times standard normals."""
-    d = cfg.d if d is None else d
-    return cfg.sigma * rng.standard_normal((cfg.n, cfg.T, d))
+def draw_noise(keys: Any, rng: np.random.Generator, d: int | None = None) -> np.ndarray:
+    """(n, T, d) token noise, sigma times standard normals (``keys``: :class:`DataKeys` or a config)."""
+    dk = data_keys(keys)
+    d = dk.d if d is None else d
+    return dk.sigma * rng.standard_normal((dk.n, dk.T, d))
 
 
-def draw_tokens(cfg: Config, y_true: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def draw_tokens(keys: Any, y_true: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Tokens (m, T, d) and roles (m, T) of fresh samples with labels ``y_true``
-    (noise, then roles, then the means added)."""
-    X = cfg.sigma * rng.standard_normal((y_true.size, cfg.T, cfg.d))
-    roles = draw_roles(cfg, y_true.size, rng)
-    mu = signals(cfg.d, cfg.signal_norm, cfg.data_model)
-    shape_noise(cfg, X, roles, mu[0])
-    add_means(X, y_true, roles, cfg.rho, *mu)
+    (noise, then roles, then the means added; ``keys``: :class:`DataKeys` or a config)."""
+    dk = data_keys(keys)
+    X = dk.sigma * rng.standard_normal((y_true.size, dk.T, dk.d))
+    roles = draw_roles(dk.role_counts, dk.shuffle_roles, y_true.size, rng)
+    mu = signals(dk.d, dk.signal_norm, dk.data_model)
+    shape_noise(dk.data_model, X, roles, mu[0])
+    add_means(X, y_true, roles, dk.rho, *mu)
     return X, roles
 
 
-def draw_labels(cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def draw_labels(keys: Any, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(y_clean, roles, y) of the training set, drawn after its token noise."""
-    y_clean = clean_labels(cfg.n)
-    roles = draw_roles(cfg, cfg.n, rng)
-    y = np.where(flip_mask(cfg, y_clean, rng), -y_clean, y_clean)
+    dk = data_keys(keys)
+    y_clean = clean_labels(dk.n)
+    roles = draw_roles(dk.role_counts, dk.shuffle_roles, dk.n, rng)
+    y = np.where(flip_mask(dk.label_noise, dk.noise_rate, y_clean, rng), -y_clean, y_clean)
     return y_clean, roles, y
 
 
 def assemble(
-    cfg: Config,
+    keys: Any,
     X: np.ndarray,
     y_clean: np.ndarray,
     roles: np.ndarray,
@@ -165,8 +199,9 @@ def assemble(
 ) -> Dataset:
     """The training set from drawn noise X (n, T, k), its labels and the
     signals in the same k coordinates (the means are added to X in place)."""
-    shape_noise(cfg, X, roles, mu_pos)
-    add_means(X, y_clean, roles, cfg.rho, mu_pos, mu_neg)
+    dk = data_keys(keys)
+    shape_noise(dk.data_model, X, roles, mu_pos)
+    add_means(X, y_clean, roles, dk.rho, mu_pos, mu_neg)
     ds = Dataset(
         X=X,
         y=y,
@@ -174,27 +209,29 @@ def assemble(
         roles=roles,
         mu_pos=mu_pos,
         mu_neg=mu_neg,
-        sigma=cfg.sigma,
-        nu=head(mu_pos, mu_neg) if cfg.init_nu == "head" else np.zeros_like(mu_pos),
-        rho=cfg.rho,
-        role_counts=cfg.role_counts,
+        sigma=dk.sigma,
+        nu=head(mu_pos, mu_neg) if dk.init_nu == "head" else np.zeros_like(mu_pos),
+        rho=dk.rho,
+        role_counts=dk.role_counts,
         source=source,
     )
-    expected = cfg.n * cfg.noise_rate
+    expected = dk.n * dk.noise_rate
     if abs(ds.n_noisy - expected) > 1:
         msg = (
             f"label noise: {ds.n_noisy} noisy samples realized, n*noise_rate = {expected:g} "
-            f"(label_noise={cfg.label_noise})"
+            f"(label_noise={dk.label_noise})"
         )
         ds.warnings.append(msg)
         warnings.warn(msg, stacklevel=3)
     return ds
 
 
-def generate(cfg: Config, streams: Streams) -> Dataset:
-    """The training set of a run in d dimensions (test sets are drawn by the engine)."""
-    X = draw_noise(cfg, streams.data)
-    return assemble(cfg, X, *draw_labels(cfg, streams.data), *signals(cfg.d, cfg.signal_norm, cfg.data_model))
+def generate(keys: Any, streams: Streams) -> Dataset:
+    """The training set of a run in d dimensions (test sets are drawn by the engine;
+    ``keys``: :class:`DataKeys` or a config)."""
+    dk = data_keys(keys)
+    X = draw_noise(dk, streams.data)
+    return assemble(dk, X, *draw_labels(dk, streams.data), *signals(dk.d, dk.signal_norm, dk.data_model))
 
 
 def exact_fraction(x: float) -> Fraction:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...config import Config
-from ...data.synthetic import add_means, clean_labels, draw_roles, shape_noise
+from ...data.synthetic import DataKeys, add_means, clean_labels, draw_roles, shape_noise
 
 
 def bartlett(
@@ -25,11 +24,11 @@ def bartlett(
     return U.T if lower else U
 
 
-def draw_implicit_noise(cfg: Config, rng: np.random.Generator) -> np.ndarray:
+def draw_implicit_noise(dk: DataKeys, rng: np.random.Generator) -> np.ndarray:
     """(n, T, nT + 2) token noise in the basis {e1, e2, token-noise span}:
     i.i.d. N(0, sigma^2) on e1, e2 (drawn first), then the lower-triangular
     Bartlett factor of the noise's other d - 2 coordinates."""
-    n, T, d, sig = cfg.n, cfg.T, cfg.d, cfg.sigma
+    n, T, d, sig = dk.n, dk.T, dk.d, dk.sigma
     m = n * T
     X = np.zeros((n, T, m + 2))
     X[:, :, :2] = sig * rng.standard_normal((n, T, 2))
@@ -51,7 +50,7 @@ def draw_implicit_init(
 
 
 def draw_test_set(
-    cfg: Config,
+    dk: DataKeys,
     rng: np.random.Generator,
     k: int,
     mu_pos: np.ndarray,
@@ -64,13 +63,13 @@ def draw_test_set(
     span(Q) is sigma g . U_perp with rows(U_perp) more normals g, the same
     numbers at every step. Draw order: roles (if shuffled), the noise on Q
     (m, T, k), then the U_perp normals per token."""
-    m = cfg.test_n
+    m = dk.test_n
     y = clean_labels(m)
-    roles = draw_roles(cfg, m, rng)
-    X = cfg.sigma * rng.standard_normal((m, cfg.T, k))
-    shape_noise(cfg, X, roles, mu_pos)
-    add_means(X, y, roles, cfg.rho, mu_pos, mu_neg)
+    roles = draw_roles(dk.role_counts, dk.shuffle_roles, m, rng)
+    X = dk.sigma * rng.standard_normal((m, dk.T, k))
+    shape_noise(dk.data_model, X, roles, mu_pos)
+    add_means(X, y, roles, dk.rho, mu_pos, mu_neg)
     outside = None
     if U_perp is not None and U_perp.shape[0] > 0:
-        outside = cfg.sigma * (rng.standard_normal((m * cfg.T, U_perp.shape[0])) @ U_perp)
-    return X.reshape(m * cfg.T, k), outside, y
+        outside = dk.sigma * (rng.standard_normal((m * dk.T, U_perp.shape[0])) @ U_perp)
+    return X.reshape(m * dk.T, k), outside, y

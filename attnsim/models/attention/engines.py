@@ -46,8 +46,8 @@ import numpy as np
 
 from ...config import Config
 from ...data.dataset import Dataset, Streams
-from ...data.synthetic import assemble, draw_labels, draw_noise, generate, signals
-from ...init import W0_block_rows, W0_blocks, draw_p0, draw_W0, fill_W0
+from ...data.synthetic import assemble, data_keys, draw_labels, draw_noise, generate, signals
+from ...init import W0_block_rows, W0_blocks, W0Init, draw_p0, draw_W0, fill_W0
 from ...runtime.threads import halves, submit
 from ...runtime.workspace import SETUP_CACHE_SIZE, Workspace
 from .draws import draw_implicit_init, draw_implicit_noise, draw_test_set
@@ -69,7 +69,7 @@ def build(
         pb, ds = _build_reduced_generated(cfg, streams, reason, ws)
     else:
         if ds is None:
-            ds = generate(cfg, streams)
+            ds = generate(data_keys(cfg), streams)
         pb = (
             _build_dense(cfg, ds, streams, reason, ws)
             if engine == "dense"
@@ -85,7 +85,11 @@ def _flat(X: np.ndarray | None) -> np.ndarray | None:
 
 def _build_dense(cfg: Config, ds: Dataset, streams: Streams, reason: str, ws: Workspace) -> Problem:
     d = ds.X.shape[2]
-    W0 = ds.W0 if ds.W0 is not None else draw_W0(cfg, streams.init, d, ws.kept_draws)
+    W0 = (
+        ds.W0
+        if ds.W0 is not None
+        else draw_W0(W0Init(cfg.init_W, cfg.W_scale), streams.init, d, ws.kept_draws)
+    )
     p0 = ds.p0 if ds.p0 is not None else draw_p0(cfg.init_p, cfg.p_scale, streams.init, d)
     return Problem(
         engine="dense",
@@ -118,7 +122,7 @@ def _build_reduced_generated(
         setup, noise_Q, after = cache[key]
     else:
         w0 = _start_W0(cfg, streams, cfg.d, ws)  # on the other threads while the noise is drawn
-        noise = draw_noise(cfg, streams.data)
+        noise = draw_noise(data_keys(cfg), streams.data)
         after = copy.deepcopy(streams.data)  # the labels come next from this stream
         setup = _reduced_setup(cfg, noise, Given(), streams, ws, generated=True, w0=w0)
         noise_Q = setup.pop("tokens_Q")
@@ -133,7 +137,8 @@ def _build_reduced_generated(
     mu_neg = -mu_pos if cfg.data_model == "magen2025" else cfg.signal_norm * Q[1]
     X = noise_Q.reshape(cfg.n, cfg.T, -1).copy()
     # the tokens (their means added in place by assemble) live in the problem, in Q coordinates
-    ds = dataclasses.replace(assemble(cfg, X, *draw_labels(cfg, streams.data), mu_pos, mu_neg), X=None)
+    dk = data_keys(cfg)
+    ds = dataclasses.replace(assemble(dk, X, *draw_labels(dk, streams.data), mu_pos, mu_neg), X=None)
     pb = Problem(
         engine="reduced",
         reason=reason,
@@ -177,7 +182,7 @@ def _start_W0(cfg: Config, streams: Streams, d: int, ws: Workspace) -> tuple:
         return replay, None, None
     if keeps_w0(d):  # all of W(0), drawn once while Q is built
         buf = _w0_buffer(d, ws)
-        return replay, submit(fill_W0, cfg, streams.init, buf, ws.kept_draws), buf
+        return replay, submit(fill_W0, W0Init(cfg.init_W, cfg.W_scale), streams.init, buf, ws.kept_draws), buf
     return replay, None, np.empty((W0_block_rows(d), d))
 
 
@@ -246,7 +251,7 @@ def _reduced_setup(
         single.result()
         blocks = [(0, buf)]
     elif W0 is None:
-        blocks = W0_blocks(cfg, streams.init, d, buf=buf)
+        blocks = W0_blocks(W0Init(cfg.init_W, cfg.W_scale), streams.init, d, buf=buf)
     else:
         blocks = [(0, W0)]
     QT = np.ascontiguousarray(Q.T)
@@ -266,7 +271,7 @@ def _reduced_setup(
     if single is not None:
         blocks = [(0, buf)]
     elif W0 is None and not identity:
-        blocks = W0_blocks(cfg, copy.deepcopy(replay), d, buf=buf)
+        blocks = W0_blocks(W0Init(cfg.init_W, cfg.W_scale), copy.deepcopy(replay), d, buf=buf)
     G = np.eye(R.shape[1]) if identity else np.zeros((R.shape[1], R.shape[1]))
     RT = np.ascontiguousarray(R.T)
     for _, block in blocks:
@@ -283,7 +288,7 @@ def _reduced_setup(
         "U_perp": psd_factor(G - W0r.T @ W0r),  # H^T H, H = (I - QQ^T) W(0) R
         "Q": Q,
         "R": R,
-        "W0_source": (cfg, replay) if user_W0 is None else user_W0,
+        "W0_source": (W0Init(cfg.init_W, cfg.W_scale), replay) if user_W0 is None else user_W0,
         "info": {"k": Q.shape[1], "r": R.shape[1]},
     }
 
@@ -328,23 +333,23 @@ def _attach_test(cfg: Config, ds: Dataset, streams: Streams, pb: Problem) -> Non
             pb.O_test = Xt @ (pb.W0_full() @ pb.R - pb.Q @ pb.W0)
     elif cfg.test_n > 0 and ds.source == "generated":
         pb.X2_test, pb.O_test, pb.y_test = draw_test_set(
-            cfg, streams.test, pb.k, pb.mu_pos, pb.mu_neg, pb.U_perp
+            data_keys(cfg), streams.test, pb.k, pb.mu_pos, pb.mu_neg, pb.U_perp
         )
     pb.info["test_n"] = 0 if pb.y_test is None else int(pb.y_test.size)
 
 
 def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem, Dataset]:
     """The implicit engine's problem and its (engine-coordinate) dataset; draw
-    order in :func:`attnsim.data.draw_implicit_noise` and
+    order in :func:`attnsim.models.attention.draws.draw_implicit_noise` and
     :func:`attnsim.data.draw_implicit_init`."""
     k = cfg.n * cfg.T + 2
-    X = draw_implicit_noise(cfg, streams.data)
+    X = draw_implicit_noise(data_keys(cfg), streams.data)
     mu_pos, mu_neg = signals(k, cfg.signal_norm)
     ds = dataclasses.replace(
         assemble(
-            cfg,
+            data_keys(cfg),
             X,
-            *draw_labels(cfg, streams.data),
+            *draw_labels(data_keys(cfg), streams.data),
             mu_pos,
             mu_neg,
             source="generated (implicit engine coordinates)",
@@ -367,6 +372,8 @@ def build_implicit(cfg: Config, streams: Streams, reason: str) -> tuple[Problem,
         info={"k": k, "r": k},
     )
     if cfg.test_n > 0:
-        pb.X2_test, pb.O_test, pb.y_test = draw_test_set(cfg, streams.test, k, mu_pos, mu_neg, U_perp)
+        pb.X2_test, pb.O_test, pb.y_test = draw_test_set(
+            data_keys(cfg), streams.test, k, mu_pos, mu_neg, U_perp
+        )
     pb.info["test_n"] = cfg.test_n
     return pb, ds

@@ -52,7 +52,7 @@ class Problem:
     y_test: np.ndarray | None = None
     Q: np.ndarray | None = None
     R: np.ndarray | None = None
-    W0_source: object = None  # W(0) itself, or (config, generator) to redraw it
+    W0_source: object = None  # W(0) itself, or (its W0Init, the generator) to redraw it
     info: dict = field(default_factory=dict)
 
     @property
@@ -108,9 +108,9 @@ class Problem:
         """The d x d W(0) (redrawn from its stream when it was not kept)."""
         if isinstance(self.W0_source, np.ndarray):
             return self.W0_source
-        cfg, rng = self.W0_source
+        init, rng = self.W0_source
         return draw_W0(
-            cfg, copy.deepcopy(rng), self.Q.shape[0]
+            init, copy.deepcopy(rng), self.Q.shape[0]
         )  # never from kept draws: a copy of the stream
 
     def lift(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:

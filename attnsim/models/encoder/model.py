@@ -13,7 +13,7 @@ import numpy as np
 
 from ...config import Config
 from ...data.dataset import Dataset, Streams
-from ...data.synthetic import clean_labels, draw_tokens
+from ...data.synthetic import clean_labels, data_keys, draw_tokens
 from ...runtime.threads import _Done, blas, threads
 from ..base import Observation, Outcome, Stepper
 from . import kernels as K
@@ -101,7 +101,7 @@ class EncoderProblem:
             self.X_test, self.y_test = ds.X_test, ds.y_test
         elif cfg.test_n > 0 and ds.source == "generated":
             self.y_test = clean_labels(cfg.test_n)
-            self.X_test, _ = draw_tokens(cfg, self.y_test, streams.test)
+            self.X_test, _ = draw_tokens(data_keys(cfg), self.y_test, streams.test)
         else:
             self.X_test = self.y_test = None
         self.info = {

@@ -59,11 +59,11 @@ class EncoderSpec(ModelSpec):
     def build(
         self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str, ws: Workspace
     ) -> tuple:
-        from ...data.synthetic import generate  # lazy
+        from ...data.synthetic import data_keys, generate  # lazy
         from .model import EncoderProblem  # lazy
 
         if ds is None:
-            ds = generate(cfg, streams)
+            ds = generate(data_keys(cfg), streams)
         return EncoderProblem(cfg, ds, streams, reason), ds
 
     def population_note(self, ds: Dataset, problem: Any) -> str:
