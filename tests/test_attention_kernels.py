@@ -75,18 +75,21 @@ def test_one_gd_step_equals_theta_minus_lr_grad(train, loss):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
-def test_parallel_w_pass_matches_serial():
-    rng = np.random.default_rng(0)
-    k, r = 600, 500  # above PAR_MIN: parallel chunked path
-    assert k * r >= K.PAR_MIN
-    W = rng.standard_normal((k, r))
-    g, p = rng.standard_normal(k), rng.standard_normal(r)
-    from attnsim.models.attention.kernels import _w_pass
-
-    W1, gp, part = W.copy(), np.empty(r), np.empty((K.N_CHUNKS, r))
-    _w_pass(W1, g, g, p, 0.1, gp, part)
-    np.testing.assert_allclose(gp, W.T @ g, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(W1, W - 0.1 * np.outer(g, p), rtol=1e-14, atol=1e-14)
+def test_the_parallel_w_pass_is_a_gd_step():
+    """At k r >= PAR_MIN the W pass runs in row chunks on every thread: one step of
+    the stepper against the readable reference's GD step."""
+    X, y, W, p, nu = random_instance(3, n=4, T=3, k=600, r=500)
+    n, T, k = X.shape
+    assert k * W.shape[1] >= K.PAR_MIN
+    seg = steppers.Segment(
+        steppers.ModelArrays(
+            X.reshape(n * T, k), y, W, p, nu, T, 0.1, ("W", "p"), "logistic", np.zeros(n * T)
+        )
+    )
+    seg.advance(0, 1)
+    W1, p1, _ = model.gd_step(X, y, W, p, nu, 0.1, ("W", "p"))
+    np.testing.assert_allclose(seg.W, W1, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(seg.p, p1, rtol=1e-12, atol=1e-13)
 
 
 def test_in_loop_records_match_a_naive_loop():

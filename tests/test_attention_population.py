@@ -177,9 +177,9 @@ def test_conditional_moments_kernel_equals_the_direct_softmax(T, n_zero):
 
     rng = np.random.default_rng(4)
     N, sq, b, sdc = 64, 1.7, 0.3, 0.8
-    moment_kernels._work_array("moments", 3, N)[:] = (
-        np.nan
-    )  # whatever a work array held before must not leak in
+    from attnsim.runtime.workspace import PROCESS
+
+    PROCESS.work.moments = np.full(3 * N, np.nan)  # whatever this thread's work array held must not leak in
     zeta = rng.standard_normal((T, N))
     aq, anu = rng.normal(0, 2, (2, T)), rng.standard_normal((2, T))
     aq[:, T - n_zero :] = anu[:, T - n_zero :] = 0.0

@@ -158,7 +158,7 @@ def test_kept_draws_give_every_W0_the_fresh_draw_and_stream_state(init_W, monkey
         np.testing.assert_array_equal(used[0], fresh[0])
         assert used[1] == fresh[1]
         np.testing.assert_array_equal(used[2], fresh[2])
-    assert kept._values.size == 700**2 + 1024 - 700**2 % 1024  # 701 was above max_bytes: drawn afresh
+    assert kept.size == 700**2 + 1024 - 700**2 % 1024  # 701 was above max_bytes: drawn afresh
     kept.enabled = False
     assert kept.take(make_streams(0).init, 10, init_W) is None
     kept.enabled = True

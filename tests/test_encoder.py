@@ -12,6 +12,7 @@ from scipy.special import ndtr
 import attnsim
 from attnsim.cli import main
 from attnsim.config import Config
+from attnsim.metrics import regime
 from attnsim.models.base import Outcome, finite_difference_errors
 from attnsim.models.encoder import kernels as K
 from attnsim.models.encoder import linalg
@@ -156,7 +157,10 @@ def test_encoder_run_records_scores_tests_and_regime(tmp_path):
     assert r.engine["used"] == "dense" and r.config["test_n"] == 50
     assert np.isfinite(f["test_loss"]) and 0 <= f["test_acc"] <= 1 and np.isnan(f["pop_error"])
     assert "finite test set of 50" in r.data["population"]
-    assert f["regime"] in ("not_overfitting", "partial", "benign", "harmful", "underfit")
+    assert f["regime"] == regime(
+        f["n_clean"], f["n_fitted_clean"], f["n_noisy"], f["n_fitted_noisy"], f["excess_error"], 0.05
+    )  # the counts and the test error decide it
+    assert f["excess_error_se"] > 0 and f["bayes_error"] < 1e-6  # a finite test set: a binomial se
     assert 0 < f["score_cls"] < 1 and np.all(tr["scores"].sum(axis=2) < 1)  # the CLS token takes the rest
     np.testing.assert_allclose(tr["scores"].sum(axis=2) + tr["score_cls"][:, None], 1.0, atol=0.5)
     assert tr["scores"].shape == (len(tr["step"]), 6, 4)

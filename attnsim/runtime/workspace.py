@@ -49,6 +49,11 @@ class KeptDraws:
         self._values = np.empty(0)
         self._states: list[dict] = []  # the state after j * DRAW_CHUNK numbers, j = 0, 1, ...
 
+    @property
+    def size(self) -> int:
+        """How many numbers are kept (a whole number of chunks)."""
+        return int(self._values.size)
+
     def take(self, rng: np.random.Generator, n: int, init_W: str) -> np.ndarray | None:
         """The next ``n`` numbers W(0) with ``init_W`` draws from ``rng`` (a view,
         valid until the next call), ``rng`` left after them as the draw would

@@ -1,6 +1,7 @@
-"""What a newcomer meets: file modes, provenance, quick figures, --data
-behaviour that matches the README, the compile message, and the kernels run
-as plain Python (NUMBA_DISABLE_JIT)."""
+"""Numba as attnsim uses it: the first compilation announced, the kernels as plain Python
+(NUMBA_DISABLE_JIT) giving the same run, cached kernels loading without the compiler,
+a cache filled in any order, a Numba too old refused by name, and sweeps that need no
+Numba never importing it."""
 
 import json
 import os
@@ -20,103 +21,6 @@ SMALL = ["--set", "d=40", "--set", "n=6", "--set", "T=5", "--set", "steps=20", "
 
 def _mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
-
-
-def test_output_files_respect_the_umask(tmp_path, monkeypatch, capsys):
-    from attnsim import results
-
-    monkeypatch.setattr(results, "FILE_MODE", 0o666 & ~0o022)
-    assert main(["run", *SMALL, "--out", str(tmp_path / "r"), "--plot", "scores", "--quiet"]) == 0
-    for name in ("result.json", "trajectory.npz", "scores.png"):
-        assert _mode(tmp_path / "r" / name) == 0o644, name
-    sweep = tmp_path / "s.toml"
-    sweep.write_text(
-        '[sweep]\nname = "m"\n[base]\nn = 6\nT = 5\nd = 40\nsteps = 10\npop_points = 64\n'
-        "[grid]\nlr = [0.01]\n"
-    )
-    assert main(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--workers", "1"]) == 0
-    root = tmp_path / "sw" / "m"
-    for p in [root / "records.csv", root / "sweep.json", *root.glob("records/*.json")]:
-        assert _mode(p) == 0o644, p
-
-
-def test_the_module_reads_the_real_umask():
-    from attnsim import results
-
-    mask = os.umask(0)
-    os.umask(mask)
-    assert results.FILE_MODE == 0o666 & ~mask
-
-
-def test_results_record_where_the_code_came_from(tmp_path):
-    r = attnsim.simulate({"n": 6, "T": 5, "d": 40, "steps": 5, "pop_points": 64})
-    git = r.git
-    assert git and (git.get("revision") or git.get("reason"))
-    if git.get("revision"):
-        assert len(git["revision"]) == 40 and git["source"]
-
-
-def test_quick_figures_never_overwrite_the_committed_ones(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "figures").mkdir()
-    assert main(["figures", "dynamics", "--quick", "--cache", str(tmp_path / "c")]) == 0
-    assert not list((tmp_path / "figures").iterdir())
-    assert (tmp_path / "runs" / "figures-quick" / "fig2_dynamics.png").exists()
-
-
-def _fixture(tmp_path, **changes):
-    arrays = dict(np.load(Path(__file__).parent / "data" / "peer_small.npz"))
-    for k, v in changes.items():
-        if v is None:
-            arrays.pop(k, None)
-        else:
-            arrays[k] = v
-    path = tmp_path / "d.npz"
-    np.savez(path, **arrays)
-    return str(path)
-
-
-def test_data_with_X_and_y_only_is_refused_naming_the_head(tmp_path, capsys):
-    keep = {"X", "y"}
-    f = dict(np.load(Path(__file__).parent / "data" / "peer_small.npz"))
-    path = _fixture(tmp_path, **{k: None for k in f if k not in keep})
-    assert main(["run", "--data", path, "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "need array 'nu'" in err and "X and y alone" in err
-
-
-def test_data_decides_what_it_holds_and_warns_about_overridden_keys(tmp_path, capsys):
-    path = _fixture(tmp_path, mu_pos=None, mu_neg=None)  # no signals: no SNR, no population
-    args = [
-        "run",
-        "--data",
-        path,
-        "--set",
-        "n=99",
-        "--set",
-        "d=5",
-        "--set",
-        "test_n=7",
-        "--set",
-        "noise_rate=0.3",
-    ]
-    assert main([*args, "--set", "steps=5", "--out", str(tmp_path / "o")]) == 0
-    out, err = capsys.readouterr()
-    warning = [line for line in err.splitlines() if "overridden by the data file" in line]
-    assert len(warning) == 1
-    for key in ("n (99 -> 10", "d (5 -> 64", "test_n (ignored", "noise_rate (ignored"):
-        assert key in warning[0]
-    meta = json.loads((tmp_path / "o" / "result.json").read_text())
-    assert meta["theory"]["snr"] is None and meta["final"]["pop_error"] is None
-    assert "mu_pos, mu_neg and sigma" in meta["data"]["population"]
-    assert "SNR" not in out and "|mu|" not in out and "noisy labels" in out
-
-
-def test_data_without_roles_has_no_population_role_scores(tmp_path):
-    r = attnsim.simulate({"steps": 5, "log_every": 1}, data=_fixture(tmp_path))
-    assert np.isnan(r.final["pop_error"]) and "roles" in r.data["population"]
-    assert np.isnan(r.final["score_clean_relevant"])
-    assert r.theory["snr"] == pytest.approx(5 / 8)  # |mu| and sigma come from the file
 
 
 def test_first_compilation_is_announced(monkeypatch):
@@ -282,31 +186,3 @@ def test_a_sweep_with_nothing_left_to_compute_never_imports_numba(tmp_path):
         [sys.executable, "-c", code, str(sweep), str(tmp_path / "sw")], capture_output=True, text=True
     )
     assert out.stdout.split()[-2:] == ["0", "False"], out.stdout + out.stderr
-
-
-def test_the_docs_list_every_field_of_result_json_final_and_the_trajectory():
-    """The field lists of docs/results.md name every key a run writes (templated names such
-    as ``score_<group>_<role>`` count for each of their instances)."""
-    import re
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
-    names = set(re.findall(r"`([A-Za-z_<>]+)`", text))
-    patterns = [re.compile("^" + re.sub(r"<[a-z]+>", "[a-z_]+", n) + "$") for n in names if "<" in n]
-    suffixed = {n.strip("_") for n in names if n.startswith("_")}
-
-    def listed(key: str) -> bool:
-        if key in names or any(p.match(key) for p in patterns):
-            return True
-        base, _, end = key.rpartition("_")
-        return end in suffixed and (base in names or any(p.match(base) for p in patterns))
-
-    res = attnsim.simulate({"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64, "limit": True})
-    sections = {
-        "result.json": res.to_json(),
-        "final": res.final,
-        "trajectory": res.trajectory,
-        "data": res.data,
-    }
-    for section, keys in sections.items():
-        missing = [k for k in keys if not listed(k)]
-        assert not missing, f"docs/results.md does not list {section} fields {missing}"
