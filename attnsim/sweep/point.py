@@ -17,12 +17,11 @@ def setup_group(cfg: Config) -> tuple:
 
 
 def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
-    """Simulate one point and return its record. The process keeps the draws
-        of W(0) from then on (:class:`attnsim.data.KeptDraws`): the sweep's points
-        of the same seed and a smaller d read them instead of drawing them (the
-    process's workspace keeps them: :class:`attnsim.runtime.workspace.KeptDraws`). Python
-        warnings go into the record's "warnings" (the sweep's summary reports them
-        once), not onto the worker's stderr."""
+    """Simulate one point and return its record. The process's workspace keeps the
+    draws of W(0) from then on (:class:`attnsim.runtime.workspace.KeptDraws`): the
+    sweep's points of the same seed and a smaller d read them instead of drawing
+    them. Python warnings go into the record's "warnings" (the sweep's summary
+    reports them once), not onto the worker's stderr."""
     from ..run import simulate  # lazy: a sweep's parent plans and stores without the kernels
 
     WORKSPACE.kept_draws.enabled = True
