@@ -526,3 +526,39 @@ def test_a_sweep_runs_no_more_workers_than_fit_in_memory_together(tmp_path, monk
     rep = run_sweep(spec, tmp_path, workers=2, progress=False)
     assert rep.ok == 4 and rep.workers == 0  # one worker: it ran here
     assert any("running 1 worker(s), not 2" in m for m in rep.messages), rep.messages
+
+
+_FORKED = """
+import multiprocessing, os, sys, time
+import attnsim
+
+small = {"n": 4, "T": 4, "d": 12, "steps": 5, "pop_points": 64}
+dense = {"d": 600, "engine": "dense", "steps": 3}  # k r above PAR_MIN: the parallel W pass
+
+
+def loss(seed):
+    return attnsim.simulate({**(dense if seed % 2 else small), "seed": seed}).final["train_loss"]
+
+
+if __name__ == "__main__":
+    here = [loss(s) for s in range(4)]  # the parent uses the thread pools and the threading layer first
+    pid = os.fork()
+    if pid == 0:
+        ok = [loss(s) for s in range(4)] == here
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map(loss, range(4)) == here
+    print("forks ok")
+"""
+
+
+def test_simulate_in_forked_children_neither_hangs_nor_changes_a_number(tmp_path):
+    """After runs in the parent (thread pools started, Numba's GNU OpenMP layer used),
+    os.fork() and multiprocessing's fork pool run attnsim to the same numbers."""
+    script = tmp_path / "forked.py"
+    script.write_text(_FORKED)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0 and "forks ok" in out.stdout, out.stdout + out.stderr

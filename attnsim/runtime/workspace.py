@@ -14,6 +14,7 @@ workspace it is given (``simulate(..., workspace=)``; default: the process's
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -103,9 +104,23 @@ class Process:
         self.executors: dict = {}
         self.idle_workers: list | None = None
         self.work = threading.local()
+        self.forked = False  # a forked child: no Numba threading layer (GNU OpenMP cannot run after fork)
+
+    def after_fork(self) -> None:
+        """In a forked child: fork copies no thread, so the parent's pools would take jobs
+        no thread ever runs (the child's first population evaluation waited for ever);
+        the child makes its own pools on first use, has no sweep workers of its own, and
+        runs the parallel kernels' chunks one after another (the same numbers: GNU
+        OpenMP, Numba's threading layer here, terminates a child that uses it)."""
+        self.executors = {}
+        self.idle_workers = None
+        self.work = threading.local()
+        self.forked = True
 
 
 PROCESS = Process()  # the process's threads and their scratch arrays
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=PROCESS.after_fork)
 
 
 class Workspace:

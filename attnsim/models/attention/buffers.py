@@ -25,6 +25,7 @@ class Data(NamedTuple):
     rel: np.ndarray  # (n*T,) 1 on relevant tokens (for the cumulative frakS), else 0
     T: int
     loss_kind: int
+    threaded: bool = True  # large W passes on the threading layer (False in a forked child)
 
 
 class Work(NamedTuple):

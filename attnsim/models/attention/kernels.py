@@ -227,14 +227,30 @@ def _w_pass_parallel(W, g, h, p, lr, part):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
-def _w_pass(W, g, h, p, lr, gp, part):
+def _w_pass_chunks(W, g, h, p, lr, part):
+    """:func:`_w_pass_parallel`'s chunks one after the other: the same numbers, on one thread."""
+    k, r = W.shape
+    nc = part.shape[0]
+    for c in range(nc):
+        for j in range(r):
+            part[c, j] = 0.0
+        _w_rows(W, g, h, p, lr, part[c], c * k // nc, (c + 1) * k // nc)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _w_pass(W, g, h, p, lr, gp, part, threaded):
     """gp = W^T g with the old W, then W -= lr h p^T: one pass over W (the
-    gradient step has h = g; the X W form below has W = X W, g = c, h = K c)."""
+    gradient step has h = g; the X W form below has W = X W, g = c, h = K c).
+    Large W in fixed row chunks, on the threading layer when ``threaded`` (not in a
+    forked child: GNU OpenMP, Numba's layer here, cannot run after a fork)."""
     k, r = W.shape
     for j in range(r):
         gp[j] = 0.0
     if k * r >= PAR_MIN:
-        _w_pass_parallel(W, g, h, p, lr, part)
+        if threaded:
+            _w_pass_parallel(W, g, h, p, lr, part)
+        else:
+            _w_pass_chunks(W, g, h, p, lr, part)
         for c in range(part.shape[0]):  # serial, fixed-order reduction
             for j in range(r):
                 gp[j] += part[c, j]
@@ -322,7 +338,7 @@ def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_
                 _unit(work.gnu)
         lr_W = _over(lr, math.sqrt(_sumsq(work.g) * _sumsq(p))) if normalized else lr  # |g p^T| = |g||p|
         if train_W:
-            _w_pass(W, work.g, work.g, p, lr_W, work.gp, work.part)
+            _w_pass(W, work.g, work.g, p, lr_W, work.gp, work.part, data.threaded)
         elif train_p:
             np.dot(work.g, W, work.gp)
         if train_p:
@@ -375,7 +391,7 @@ def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v,
         if train_W:
             np.dot(K, work.c, v)  # X g, g = X^T c
             lr_W = _over(lr, math.sqrt(max(np.dot(work.c, v), 0.0) * _sumsq(p))) if normalized else lr
-            _w_pass(B, work.c, v, p, lr_W, work.gp, work.part)
+            _w_pass(B, work.c, v, p, lr_W, work.gp, work.part, data.threaded)
         if train_p:  # (W fixed: work.gp = B^T c came from the same pass as the logits)
             _descend(p, work.gp, lr, normalized)
     return OK, step0 + nsteps

@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
 from ..base import Observation, Outcome, Stepper
+from ...runtime.workspace import PROCESS
 from .buffers import XW_MAX_COND, XW_MAX_TOKENS, XW_MIN_LOG_GAP, Data, f64, loss_kind_code, work_for
 from .kernels import (
     _flow_rhs,
@@ -92,7 +93,7 @@ class AttentionModel:
         rel = f64(rel).reshape(-1)
         if self.W.shape != (k, r) or self.nu.size != k or nT != n * self.T or rel.size != nT:
             raise ValueError("AttentionModel: inconsistent shapes")
-        self.data = Data(X2, y, rel, self.T, loss_kind_code(loss))
+        self.data = Data(X2, y, rel, self.T, loss_kind_code(loss), not PROCESS.forked)
         self.work = work_for(nT, n, k, r)
         self.W0 = self.W.copy()
 
