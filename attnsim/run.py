@@ -22,10 +22,10 @@ import scipy.linalg.cython_blas  # noqa: F401
 import scipy.linalg.cython_lapack  # noqa: F401
 
 from . import metrics, registry, results, theory
-from ._meta import PACKAGE_T0, SimulationError
+from ._meta import PACKAGE_T0, ConfigError, SimulationError
 from .config import Config, as_config
 from .data.bayes import of_dataset as bayes_of
-from .data.dataset import Dataset, make_streams
+from .data.dataset import DataError, Dataset, make_streams
 from .driver import Schedule, log_grid, pop_indices, run
 from .observers import Recorder, refine_times
 from .runtime.threads import blas
@@ -142,6 +142,7 @@ def _open(config, data) -> tuple[Config, Dataset | None, Any]:
     from .data.real import Source, open_data  # lazy: as above
 
     explicit = set(config) if isinstance(config, Mapping) else None
+    _check_before_reading(cfg, data)
     opened = open_data(data)
     if isinstance(opened, Source):  # real data: one run of the protocol
         ds = opened.dataset(cfg, streams.data)
@@ -149,6 +150,29 @@ def _open(config, data) -> tuple[Config, Dataset | None, Any]:
     else:
         ds = opened
     return config_for_data(cfg, ds, explicit=explicit), ds, streams
+
+
+def _check_before_reading(cfg: Config, data) -> None:
+    """For an .npz data file: plan the run from its arrays' headers (n, T, d of X) and
+    check its memory and time before a byte is decompressed (a small file can hold a
+    huge array of zeros); a config the shapes make invalid is left to the full read."""
+    if not isinstance(data, (str, os.PathLike)) or not str(data).endswith(".npz") or not Path(data).is_file():
+        return
+    from .data.files import member_shapes  # lazy: as the readers above
+
+    shape = member_shapes(data).get("X", ((), None))[0]
+    if len(shape) != 3:
+        return
+    try:
+        sized = cfg.replace(n=int(shape[0]), T=int(shape[1]), d=int(shape[2]))
+    except ConfigError:
+        return
+    spec = registry.spec(sized.model)
+    try:
+        engine, _ = spec.plan(sized, user_data=True)
+        spec.check_resources(sized, engine)
+    except ConfigError as exc:
+        raise DataError(f"{data}: {exc}") from None
 
 
 def _plan(cfg: Config, ds: Dataset | None, user_data: bool, save_scores: bool) -> tuple[Any, str, str]:

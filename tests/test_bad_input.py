@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -75,6 +76,42 @@ def _sparse(path, size):
     return str(path)
 
 
+def _zip_bomb(tmp):
+    """A data file of about 8 MB whose X is a 1.9 GB array of zeros (deflated in chunks,
+    never held in memory here)."""
+    import io
+    import zipfile
+
+    shape = (20, 8, 1_500_000)
+    path = tmp / "bomb.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        with zf.open("X.npy", "w", force_zip64=True) as fh:
+            np.lib.format.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False, "shape": shape})
+            zeros, left = bytes(1 << 24), 8 * int(np.prod(shape))
+            while left > 0:
+                fh.write(zeros[: min(left, len(zeros))])
+                left -= len(zeros)
+        y = io.BytesIO()
+        np.save(y, np.r_[np.ones(10), -np.ones(10)])
+        zf.writestr("y.npy", y.getvalue())
+    return str(path)
+
+
+def _duplicate_member(tmp):
+    """Two arrays named X in one file (np.load keeps the second without a word)."""
+    import io
+    import zipfile
+
+    path = tmp / "dup.npz"
+    np.savez(path, X=np.zeros((2, 2, 3)), y=np.array([1.0, -1.0]))
+    second = io.BytesIO()
+    np.save(second, np.ones((2, 2, 3)))
+    with zipfile.ZipFile(path, "a") as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's own "Duplicate name" warning
+        zf.writestr("X.npy", second.getvalue())
+    return str(path)
+
+
 def _features(tmp, name="f.npz", N=900, T=3, d=6):
     rng = np.random.default_rng(0)
     return _npz(
@@ -128,6 +165,16 @@ CASES = {
     "init_p_scale-huge": (lambda t: ["run", "--set", "init_p_scale=1e300"], "init_p_scale: 1e+300"),
     "d-huge-implicit": (lambda t: ["run", "--set", "d=1e300", "--set", "init_W=gaussian"], "d: at most 2^53"),
     "lr-infinite": (lambda t: ["run", "--set", "lr=inf"], "lr: must be finite"),
+    # a small file whose arrays are huge: refused from their headers, before decompressing
+    "data-zip-bomb-huge": (lambda t: ["run", "--data", _zip_bomb(t)], "x 1500000 W(0) would need"),
+    "data-zip-bomb-reduced-huge": (
+        lambda t: ["run", "--data", _zip_bomb(t), "--engine", "reduced"],
+        "the reduced setup at d = 1.5e+06 draws",
+    ),
+    "data-two-arrays-named-X": (
+        lambda t: ["run", "--data", _duplicate_member(t)],
+        "two arrays are named 'X'",
+    ),
     # --data
     "data-huge-values": (
         lambda t: ["run", "--data", _fixture_variant(t, "x.npz", X=lambda a: a["X"] * 1e200)],

@@ -32,6 +32,28 @@ OPTIONAL_ARRAYS = (
 )
 
 
+def member_shapes(path: str | Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The shape and dtype of every array of an .npz file, from the members' headers
+    alone (nothing is decompressed beyond them); {} for what is not a readable .npz
+    (:func:`read_npz` then says why)."""
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else (np.lib.format.read_array_header_2_0)
+                    )
+                    shape, _, dtype = read(fh)
+                out[info.filename.removesuffix(".npy")] = (tuple(shape), dtype)
+    except Exception:  # noqa: BLE001  (anything unreadable is read_npz's to report)
+        return {}
+    return out
+
+
 def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray]:
     """Every array of an .npz file, after checking each member's declared shape
     and dtype (no object arrays; the total size fits in memory) from its header,
@@ -44,8 +66,12 @@ def read_npz(path: Path, max_bytes: float | None = None) -> dict[str, np.ndarray
     try:
         with zipfile.ZipFile(path) as zf:
             total = 0
+            seen: set[str] = set()
             for info in zf.infolist():
                 name = info.filename.removesuffix(".npy")
+                if name in seen:  # np.load would keep the second silently
+                    raise DataError(f"{path}: two arrays are named {name!r}; a data file holds one of each")
+                seen.add(name)
                 with zf.open(info) as fh:
                     version = np.lib.format.read_magic(fh)
                     read = (

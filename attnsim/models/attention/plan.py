@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...config import Config, ConfigError
-from ...runtime.resources import check_fits
+from ...runtime.resources import GD_FLOPS_PER_S, check_fits
 
 DENSE_MAX_BYTES = 2 * 1024**3  # auto stops using a d x d W(0) above this
 BLAS_THREADS_FROM_D = 6000  # setups at this d and above use every BLAS thread
@@ -101,12 +101,35 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
     return items
 
 
+W0_NUMBERS_PER_S = (
+    2e8  # drawing and scaling W(0)'s numbers here (optimistic: only hopeless setups are refused)
+)
+MAX_SETUP_SECONDS = 3600.0
+
+
+def setup_seconds(cfg: Config, engine: str) -> float:
+    """An optimistic estimate of the reduced setup's time: W(0) drawn (twice when it
+    is streamed in blocks) and its two d^2 k products; 0 for the other engines and W(0) = I."""
+    if engine != "reduced" or cfg.init_W == "identity":
+        return 0.0
+    k = min(cfg.n * cfg.T + 2, cfg.d)
+    draws = (1 if keeps_w0(cfg.d) else 2) * float(cfg.d) ** 2
+    return draws / W0_NUMBERS_PER_S + 4.0 * float(cfg.d) ** 2 * k / GD_FLOPS_PER_S
+
+
 def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None:
     """Refuse, before anything is allocated, a run that cannot fit in memory or
-    finish: one line naming the keys and the estimate (ConfigError, exit 2)."""
+    finish, its setup included: one line naming the keys and the estimate (ConfigError, exit 2)."""
     k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
     flops = 6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k if cfg.integrator == "gd" else 0.0
     check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
+    seconds = setup_seconds(cfg, engine)
+    if seconds > MAX_SETUP_SECONDS:
+        raise ConfigError(
+            f"d: the reduced setup at d = {cfg.d:.3g} draws a {cfg.d:.3g} x {cfg.d:.3g} W(0) and multiplies "
+            f"by it, about {seconds / 3600:.3g} hours here at best; init_W=identity needs no W(0) pass, and "
+            "init_W=gaussian with engine=implicit none of size d"
+        )
 
 
 def _adam_engine(cfg: Config, dense_bytes: float) -> tuple[str, str]:

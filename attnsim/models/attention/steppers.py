@@ -12,8 +12,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from ..base import Observation, Outcome, Stepper
 from ...runtime.workspace import PROCESS
+from ..base import Observation, Outcome, Stepper
 from .buffers import XW_MAX_COND, XW_MAX_TOKENS, XW_MIN_LOG_GAP, Data, f64, loss_kind_code, work_for
 from .kernels import (
     _flow_rhs,
