@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         help="start from a sister paper's setting ('attnsim presets' lists them); --set keys override it",
     )
-    r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>)")
+    r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>); it must be empty")
+    r.add_argument("--force", action="store_true", help="replace the run already in --out (its figures too)")
     r.add_argument(
         "--data",
         help=".npz file with X (n,T,d), y (n,) and more; or token features for the real-data protocol: "
@@ -244,7 +245,7 @@ def _check_numba() -> None:
 
 def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     from .config import config_values, from_mapping  # lazy
-    from .results import check_output_dir  # lazy
+    from .results import OutputError, check_output_dir, check_run_folder  # lazy
     from .run import simulate  # lazy: the numerical stack
 
     # the keys the user set (--data warns when it overrides them)
@@ -259,6 +260,7 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     if args.data is not None and args.data not in BUILTIN and not Path(args.data).exists():
         raise UsageError(f"--data: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
     outdir = check_output_dir(args.out if args.out is not None else _default_outdir(cfg))  # before the run
+    check_run_folder(outdir, args.force)
     quiet = args.quiet
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -271,7 +273,13 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
         )
     for w in caught:  # on stderr, once (the summary does not repeat them)
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
-    res.save(outdir)
+    try:
+        res.save(outdir, force=args.force)
+    except OutputError as exc:  # another run filled the folder meanwhile: keep this one beside it
+        kept = _free_sibling(outdir)
+        res.save(kept)
+        print(f"attnsim: warning: {exc}; this run is in {kept}", file=sys.stderr)
+        outdir = kept
     if args.plot:
         from .report import plot_result  # lazy: matplotlib
 
@@ -290,6 +298,14 @@ def _announce_compiling() -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def _free_sibling(outdir: Path) -> Path:
+    """The first of DIR-2, DIR-3, ... that does not exist."""
+    k = 2
+    while Path(f"{outdir}-{k}").exists():
+        k += 1
+    return Path(f"{outdir}-{k}")
 
 
 def _default_outdir(cfg) -> Path:

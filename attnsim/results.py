@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import hashlib
 import json
@@ -12,7 +13,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -73,10 +74,12 @@ class Result:
             }
         )
 
-    def save(self, outdir: str | Path) -> Path:
-        """Write result.json and trajectory.npz into ``outdir`` atomically; on a
-        failed write (a full disk, a read-only mount) nothing of this save is
-        left behind and :class:`WriteError` names the file."""
+    def save(self, outdir: str | Path, force: bool = False) -> Path:
+        """Write result.json and trajectory.npz into ``outdir`` atomically, under the
+        folder's lock; on a failed write (a full disk, a read-only mount) nothing of
+        this save is left behind and :class:`WriteError` names the file. A folder
+        that holds a run already is refused (:func:`check_run_folder`) unless
+        ``force``, which first removes that run's files (no stale figure stays)."""
         outdir = Path(outdir)
         created = not outdir.exists()
         written: list[Path] = []
@@ -85,19 +88,85 @@ class Result:
                 outdir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise WriteError(f"{outdir}: cannot create the folder ({exc.strerror})") from None
-            atomic_write(outdir / "trajectory.npz", lambda fh: np.savez_compressed(fh, **self.trajectory))
-            written.append(outdir / "trajectory.npz")
-            text = json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
-            atomic_write(outdir / "result.json", lambda fh: fh.write(text.encode()))
+            with folder_lock(outdir):
+                check_run_folder(outdir, force)
+                if force:
+                    for old in run_files(outdir):
+                        old.unlink(missing_ok=True)
+                self._write(outdir, written)
         except BaseException:
             for path in written:
                 path.unlink(missing_ok=True)
             if created:
                 with contextlib.suppress(OSError):
+                    (outdir / LOCK_NAME).unlink()
                     outdir.rmdir()
             raise
         self.path = outdir
         return outdir
+
+    def _write(self, outdir: Path, written: list[Path]) -> None:
+        atomic_write(outdir / "trajectory.npz", lambda fh: np.savez_compressed(fh, **self.trajectory))
+        written.append(outdir / "trajectory.npz")
+        text = json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+        atomic_write(outdir / "result.json", lambda fh: fh.write(text.encode()))
+        written.append(outdir / "result.json")
+
+
+LOCK_NAME = ".attnsim.lock"  # held while a run writes into its folder
+RUN_FILES = ("result.json", "trajectory.npz", "*.png", "*.pdf", "*.svg")  # what a run folder holds
+
+
+def run_files(folder: Path) -> list[Path]:
+    """The files of a run in ``folder``: its results and the figures drawn from them."""
+    return sorted({p for pattern in RUN_FILES for p in folder.glob(pattern)})
+
+
+def check_run_folder(folder: str | Path, force: bool = False, what: str = "--out") -> None:
+    """OutputError unless ``folder`` can take a run: missing or empty, or (with
+    ``force``) holding a run to replace; never a sweep's folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    if (folder / "sweep.json").exists() or (folder / "records").is_dir():
+        raise OutputError(f"{what}: {folder} is a sweep's folder; a run writes into a folder of its own")
+    held = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    if not held:
+        return
+    if not force:
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        raise OutputError(
+            f"{what}: {folder} already holds {shown}; a run writes into an empty folder "
+            "(--force replaces the run there)"
+        )
+    others = sorted(set(held) - {p.name for p in run_files(folder)})
+    if others:
+        raise OutputError(
+            f"{what}: {folder} holds files that are not a run's ({', '.join(others[:4])}); --force replaces "
+            "a run only"
+        )
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock (another process writing into it: OutputError naming its pid)."""
+    path = folder / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as exc:
+        raise WriteError(f"{folder}: cannot write in the folder ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise OutputError(f"--out: {folder}: another run (pid {holder}) is writing into it") from None
+        with contextlib.suppress(OSError):  # the pid is for the message only (a full disk refuses it)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def json_safe(obj: Any) -> Any:

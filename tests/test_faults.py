@@ -562,3 +562,67 @@ def test_simulate_in_forked_children_neither_hangs_nor_changes_a_number(tmp_path
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0 and "forks ok" in out.stdout, out.stdout + out.stderr
+
+
+def _tiny_args():
+    return [x for k, v in TINY.items() for x in ("--set", f"{k}={v}")]
+
+
+def test_a_finished_run_is_never_overwritten_without_force(tmp_path, capsys):
+    """A rerun into a run's folder is refused in one line; --force replaces the run
+    and its stale figures; a sweep's folder never takes a run."""
+    out = tmp_path / "r"
+    assert main(["run", *_tiny_args(), "--out", str(out), "--plot", "scores"]) == 0
+    first = (out / "result.json").read_text()
+    capsys.readouterr()
+    assert main(["run", *_tiny_args(), "--set", "seed=3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds result.json, scores.png" in err[0] and "--force" in err[0]
+    assert (out / "result.json").read_text() == first
+    assert main(["run", *_tiny_args(), "--set", "seed=3", "--out", str(out), "--force"]) == 0
+    assert json.loads((out / "result.json").read_text())["config"]["seed"] == 3
+    assert not (out / "scores.png").exists()  # the old run's figure went with it
+    (out / "notes.txt").write_text("mine")
+    assert main(["run", *_tiny_args(), "--out", str(out), "--force"]) == 2  # not a run's file: kept, refused
+    assert "notes.txt" in capsys.readouterr().err and (out / "notes.txt").exists()
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    assert main(["run", *_tiny_args(), "--out", str(sweep), "--force"]) == 2
+    assert "is a sweep's folder" in capsys.readouterr().err
+
+
+def test_two_runs_into_one_folder_at_once_lose_neither(tmp_path):
+    """The second run to finish finds the folder filled (under its lock) and keeps
+    its own result beside it, saying where."""
+    out = tmp_path / "r"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attnsim.cli",
+                "run",
+                *_tiny_args(),
+                "--set",
+                f"seed={s}",
+                "--out",
+                str(out),
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        for s in (0, 1)
+    ]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    saved = sorted(
+        json.loads((d / "result.json").read_text())["config"]["seed"]
+        for d in (out, Path(f"{out}-2"))
+        if (d / "result.json").exists()
+    )
+    finished = sorted(s for s, p in zip((0, 1), procs) if p.returncode == 0)
+    assert saved == finished and finished, errs  # every finished run kept
+    for p, e in zip(procs, errs):  # one refused before it began, or kept beside: never lost
+        assert p.returncode == 0 or (p.returncode == 2 and "already holds" in e), e
+    assert len(finished) == 1 or any(f"this run is in {out}-2" in e for e in errs)
