@@ -152,6 +152,14 @@ def _open(config, data) -> tuple[Config, Dataset | None, Any]:
     return config_for_data(cfg, ds, explicit=explicit), ds, streams
 
 
+def check_run(config: Config | Mapping[str, Any], data=None) -> None:
+    """Refuse, in one line, what :func:`simulate` would refuse of this config and data,
+    without building or training anything (the data opened, the model's plan and
+    resources checked)."""
+    cfg, ds, _ = _open(config, data)
+    _plan(cfg, ds, data is not None, save_scores=False)
+
+
 def _check_before_reading(cfg: Config, data) -> None:
     """For an .npz data file: plan the run from its arrays' headers (n, T, d of X) and
     check its memory and time before a byte is decompressed (a small file can hold a

@@ -158,16 +158,44 @@ def test_digits_tokens_are_fixed_and_balanced():
 
 def test_protocol_command_writes_the_table(tmp_path, capsys):
     X, labels = features_file(tmp_path / "f.npz", N=80, n_pretrain=np.array(20), n_test=np.array(20))
-    args = ["real", str(tmp_path / "f.npz"), "--n", "8", "1000", "--eta", "0", "0.25", "--seeds", "2",
+    args = ["real", str(tmp_path / "f.npz"), "--n", "8", "40", "--eta", "0", "0.25", "--seeds", "2",
             "--set", "steps=20", "--out", str(tmp_path / "sw"), "--workers", "1"]  # fmt: skip
     assert main(args) == 0
     out, err = capsys.readouterr()
-    assert "n=1000: the pool has 40 samples; using n=40" in err
     assert out.count("\n| 8 |") == 2 and out.count("\n| 40 |") == 2
     table = (tmp_path / "sw" / "real_f" / "table.csv").read_text().splitlines()
     assert table[0].startswith("n,eta,noise,seeds,train_loss") and len(table) == 5
     assert main(args) == 0  # resumes: nothing recomputed
-    assert "using n=40" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--n", "1000"], "n: 1000: the training pool of"),
+        (["--set", "preset=magen2025"], "data_model: magen2025"),
+        (["--set", "engine=implicit"], "implicit draws its own data"),
+    ],
+)
+def test_protocol_refuses_what_no_point_can_run_before_any_work(extra, needle, tmp_path, capsys):
+    """A pool smaller than n (it ran with the pool's size, silently), a preset or an engine
+    no point can run with (every point failed late, an empty table): one line, nothing written."""
+    features_file(tmp_path / "f.npz", N=80, n_pretrain=np.array(20), n_test=np.array(20))
+    args = [
+        "real",
+        str(tmp_path / "f.npz"),
+        "--n",
+        "8",
+        "--eta",
+        "0",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "sw"),
+    ]
+    assert main([*args, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "sw").exists()
 
 
 def test_protocol_table_means_over_seeds():

@@ -14,6 +14,7 @@ from ..data.dataset import DataError
 from ..data.files import read_npz
 from ..data.real import BUILTIN, features_source, open_data
 from ..results import atomic_write
+from ..run import check_run
 from ..sweep.run import run_sweep
 from ..sweep.spec import NAME_RE, parse_sweep
 
@@ -71,9 +72,12 @@ def protocol_sweep(
     messages, kept = [], []
     for n in ns:
         if n > pool:
-            messages.append(f"n={n}: the pool has {pool} samples; using n={pool}")
-        if min(n, pool) not in kept:
-            kept.append(min(n, pool))
+            raise ConfigError(
+                f"n: {n}: the training pool of {data} holds {pool} samples (after {opened.n_pretrain} for "
+                f"the head and {opened.n_test} for the test); use n up to {pool}"
+            )
+        if n not in kept:
+            kept.append(n)
     stem = Path(data).stem if not opened.builtin else data
     name = name or "real_" + "".join(c if NAME_RE.fullmatch(c) else "_" for c in stem)
     # the clean-label twin of a run is the eta = 0 run of the same n and seed (the same
@@ -83,6 +87,10 @@ def protocol_sweep(
         "base": {"log_scale": "log", "log_points": 60, "pop_log_points": 60, "clean_twin": False, **base},
         "grid": {"n": kept, "noise_rate": [float(e) for e in etas]},
     }
+    # one point opened and planned now: a key the protocol cannot run with (a data model of
+    # its own, an engine that draws its own data) is refused before any point runs
+    first = {**mapping["base"], "n": kept[0], "noise_rate": float(etas[0]), "seed": seeds[0]}
+    check_run(first, data)
     return mapping, messages
 
 
