@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl = sub.add_parser("real", help="the real-data protocol (the paper's Table 2) on token features")
     rl.add_argument("data", help="'digits' (built in; needs the real extra) or an .npz with features, labels")
     rl.add_argument(
-        "--n", type=int, nargs="+", default=[20, 200, 1000], help="training set sizes (capped to the pool)"
+        "--n", type=int, nargs="+", default=None, help="training set sizes (default: 20 200 1000 in the pool)"
     )
     rl.add_argument("--eta", type=float, nargs="+", default=[0.0, 0.2], help="label-noise rates")
     rl.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (each: its own split, head and flips)")
@@ -342,9 +342,9 @@ def cmd_real(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers: must be >= 1")
-    if args.seeds < 1 or min(args.n) < 1 or not all(0.0 <= e < 0.5 for e in args.eta):
+    if args.seeds < 1 or min(args.n or [1]) < 1 or not all(0.0 <= e < 0.5 for e in args.eta):
         raise UsageError("real: need --seeds >= 1, every --n >= 1 and every --eta in [0, 0.5)")
-    total = len(set(args.n)) * len(args.eta) * args.seeds  # before any list of that size exists
+    total = (len(set(args.n)) if args.n else 3) * len(args.eta) * args.seeds  # before any list that long
     if total > MAX_POINTS:
         raise UsageError(f"real: {total:.3g} points (n x eta x seeds); at most {MAX_POINTS}")
     if args.data not in BUILTIN:

@@ -168,10 +168,18 @@ def test_protocol_command_writes_the_table(tmp_path, capsys):
     assert main(args) == 0  # resumes: nothing recomputed
 
 
+def test_protocol_default_sizes_are_those_the_pool_holds_and_said(tmp_path):
+    features_file(tmp_path / "f.npz", N=300, n_pretrain=np.array(20), n_test=np.array(20))
+    mapping, messages = protocol.protocol_sweep(str(tmp_path / "f.npz"), None, [0.0], [0], {"steps": 5})
+    assert mapping["grid"]["n"] == [20, 200]
+    assert len(messages) == 1 and "holds 260 samples" in messages[0] and "n = 20, 200" in messages[0]
+
+
 @pytest.mark.parametrize(
     "extra,needle",
     [
         (["--n", "1000"], "n: 1000: the training pool of"),
+        (["--n", "8", "8"], "--n: duplicate values"),
         (["--set", "preset=magen2025"], "data_model: magen2025"),
         (["--set", "engine=implicit"], "implicit draws its own data"),
     ],

@@ -47,12 +47,24 @@ def noise_model(config: dict) -> str:
     return "iid" if config["label_noise"] == "iid" else "count"
 
 
+DEFAULT_NS = [20, 200, 1000]  # the training-set sizes of ``attnsim real`` without --n
+
+
 def protocol_sweep(
-    data: str, ns: list[int], etas: list[float], seeds: list[int], base: dict, name: str | None = None
+    data: str,
+    ns: list[int] | None,
+    etas: list[float],
+    seeds: list[int],
+    base: dict,
+    name: str | None = None,
 ) -> tuple[dict, list[str]]:
     """The sweep mapping of the protocol (n x eta x seeds on ``data``) and
-    messages about n values the pool cannot give (those are capped to the pool).
-    Logging on a log grid, so delayed generalization shows at any horizon."""
+    messages. ``ns`` None is :data:`DEFAULT_NS` less the sizes the pool cannot
+    give (said in a message); an n given beyond the pool is refused. Logging on
+    a log grid, so delayed generalization shows at any horizon."""
+    for key, vals in (("--n", ns or []), ("--eta", etas)):
+        if len(set(vals)) < len(vals):
+            raise ConfigError(f"{key}: duplicate values {list(vals)}")
     if isinstance(data, str) and data in BUILTIN:
         opened = open_data(data)
     else:
@@ -70,14 +82,18 @@ def protocol_sweep(
     if pool < 1:
         raise DataError(f"{data}: no samples left for training after {opened.n_pretrain} + {opened.n_test}")
     messages, kept = [], []
-    for n in ns:
+    held = (
+        f"the training pool of {data} holds {pool} samples (after {opened.n_pretrain} for the head and "
+        f"{opened.n_test} for the test)"
+    )
+    if ns is None:
+        kept = [n for n in DEFAULT_NS if n <= pool] or [pool]
+        if kept != DEFAULT_NS:
+            messages.append(f"n: {held}: running n = {', '.join(map(str, kept))}")
+    for n in ns or []:
         if n > pool:
-            raise ConfigError(
-                f"n: {n}: the training pool of {data} holds {pool} samples (after {opened.n_pretrain} for "
-                f"the head and {opened.n_test} for the test); use n up to {pool}"
-            )
-        if n not in kept:
-            kept.append(n)
+            raise ConfigError(f"n: {n}: {held}; use n up to {pool}")
+        kept.append(n)
     stem = Path(data).stem if not opened.builtin else data
     name = name or "real_" + "".join(c if NAME_RE.fullmatch(c) else "_" for c in stem)
     # the clean-label twin of a run is the eta = 0 run of the same n and seed (the same
@@ -163,7 +179,7 @@ def format_table(rows: list[dict]) -> str:
 
 def run_protocol(
     data: str,
-    ns: list[int],
+    ns: list[int] | None,
     etas: list[float],
     seeds: list[int],
     base: dict,
