@@ -23,8 +23,30 @@ if TYPE_CHECKING:  # names in annotations only
     from threadpoolctl import ThreadpoolController
 
 
+_ONE_THREAD = False  # set in a remote sweep worker (pin_one_thread): it shares its machine
+
+
 def threads() -> int:
-    return 1 if os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1 else 2
+    """Threads for attnsim's two-way splits: 1 in a sweep worker or on one core, else 2."""
+    one = _ONE_THREAD or os.environ.get("NUMBA_NUM_THREADS") == "1" or (os.cpu_count() or 1) == 1
+    return 1 if one else 2
+
+
+def pin_one_thread() -> None:
+    """One thread for Numba, BLAS and attnsim's pools from now on in this process (a
+    remote sweep worker, started by a cluster that does not set NUMBA_NUM_THREADS)."""
+    global _ONE_THREAD
+    if _ONE_THREAD:
+        return
+    _ONE_THREAD = True
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ.get("OPENBLAS_NUM_THREADS", "1")
+    blas().limit(limits=1, user_api="blas")  # process-wide from here on (the controller keeps it)
+    try:
+        import numba  # lazy: a worker that runs a point imports it anyway
+
+        numba.set_num_threads(1)
+    except (ImportError, ValueError):
+        pass
 
 
 def _start(workers: int, fn: Callable, args: tuple):

@@ -1,5 +1,6 @@
 """Where a sweep's points run: long-lived local worker processes (spawned, one per
-core, replaced when they die), or a Dask cluster; both hand finished records to the store."""
+core, replaced when they die), or any concurrent.futures Executor (a Dask cluster's
+among them), one point per task; all hand finished records to the store."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from collections import deque
 from collections.abc import Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Any
 
 from ..config import ConfigError
 from ..results import WriteError
 from ..runtime.signals import end_process, on_signal
+from ..runtime.threads import pin_one_thread
 from ..runtime.workspace import PROCESS
 from .point import _failed_record, run_point
 from .spec import Task
@@ -241,19 +244,62 @@ def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
         w.conn.close()
 
 
-def run_group(items: list[Task]) -> list[tuple[str, dict]]:
-    """Run the points of one setup group in order (they share the setup)."""
-    return [(t.key, stamped(t, run_point(t.config, t.save, t.data))) for t in items]
+def worker_identity() -> dict:
+    """What a remote worker runs: attnsim's version and revision (a cluster mixing them
+    would mix results), and its interpreter."""
+    import sys
+
+    from .._meta import __version__
+    from ..results import git_revision
+
+    return {"attnsim": __version__, "git": dict(git_revision()), "python": sys.version.split()[0]}
 
 
-def _run_dask(tasks, store: Store, bar, client, report: SweepReport) -> None:
-    from distributed import as_completed  # optional dependency (the dask extra)
+def run_remote(task: Task) -> tuple[str, dict]:
+    """One point on a remote worker (an Executor's task): one thread for Numba, BLAS and
+    attnsim's own pools, as the local workers (a worker shares its machine with others)."""
+    pin_one_thread()
+    return task.key, stamped(task, run_point(task.config, task.save, task.data))
 
-    futures = [client.submit(run_group, t, pure=False) for t in tasks]
+
+def _run_executor(tasks, store: Store, bar, executor, report: SweepReport) -> None:
+    """Every point as its own task on ``executor`` (any concurrent.futures.Executor:
+    dask.distributed's ``client.get_executor()``, mpi4py.futures, submitit, a process
+    pool), so a dead worker loses one point: a point whose task raised (Dask's
+    KilledWorker after its own retries, a broken pool) gets a failed record naming why
+    and the sweep goes on (a rerun retries it)."""
+    from concurrent.futures import as_completed
+
+    futures = {executor.submit(run_remote, t): t for group in tasks for t in group}
     for fut in as_completed(futures):
-        for key, rec in fut.result():
-            store.write(key, rec)
-            report.finished(key, True, bar)
+        task = futures[fut]
+        try:
+            key, rec = fut.result()
+        except Exception as exc:  # noqa: BLE001  (a worker's death or the executor's error: recorded)
+            key = task.key
+            why = f"{type(exc).__name__}: {exc}".strip()
+            rec = stamped(task, _failed_record(task.config, f"the worker computing it failed ({why})"))
+        store.write(key, rec)
+        report.finished(key, rec.get("status") == "ok", bar)
+
+
+def check_workers(identities: list[dict]) -> None:
+    """ConfigError unless every worker runs this attnsim (version and revision)."""
+    here = worker_identity()
+    for ident in identities:
+        theirs, ours = (ident.get("git") or {}).get("revision"), here["git"].get("revision")
+        if ident.get("attnsim") != here["attnsim"] or theirs != ours:
+            raise ConfigError(
+                f"--scheduler: a worker runs attnsim {ident.get('attnsim')} at revision {theirs}, this "
+                f"process {here['attnsim']} at {ours}: a mixed cluster would mix results; install one "
+                "attnsim everywhere"
+            )
+
+
+def dask_executor(client) -> Any:
+    """The Dask client as a concurrent.futures Executor, after checking its workers."""
+    check_workers(list(client.run(worker_identity).values()))
+    return client.get_executor(pure=False)
 
 
 def _connect(scheduler: str):

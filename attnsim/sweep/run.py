@@ -13,7 +13,7 @@ from .. import registry
 from ..config import Config
 from ..results import atomic_write
 from ..runtime.resources import format_bytes, physical_memory
-from .executors import _connect, _release, _run_dask, _run_local, _take_workers, _Worker
+from .executors import _connect, _release, _run_executor, _run_local, _take_workers, _Worker, dask_executor
 from .point import setup_group
 from .spec import SweepSpec, Task, record_key
 from .store import Store, SweepReport, write_csv
@@ -28,19 +28,26 @@ def run_sweep(
     scheduler: str | None = None,
     client: Any = None,
     progress: bool | None = None,
+    executor: Any = None,
 ) -> SweepReport:
     """Run every unfinished point of ``spec``; returns a :class:`SweepReport`.
 
     workers: local processes (default: the number of cores, never more than
     there are tasks; one task runs in this process). scheduler / client: a
     Dask distributed scheduler address or Client, used instead of local
-    processes (its records are written here as each group finishes).
+    processes. executor: any ``concurrent.futures.Executor`` instead (a
+    process pool, ``mpi4py.futures``, ``submitit``, a Dask client's
+    ``get_executor()``). Remote points run one per task, so a worker that dies
+    loses one point; each record is written here as its point finishes, and a
+    point whose task raised (Dask's ``KilledWorker``) is recorded as failed.
     """
     from tqdm.auto import tqdm  # lazy: 0.1 s of start-up, paid only when a sweep runs
 
     if scheduler is not None and client is None:
         client = _connect(scheduler)  # before anything is written
     own_client = scheduler is not None
+    if client is not None and executor is None:
+        executor = dask_executor(client)  # checks that every worker runs this attnsim
     started: list[_Worker] = []
     try:
         store = Store(Path(out) / spec.name, spec.data_id)
@@ -50,10 +57,10 @@ def run_sweep(
         report = SweepReport(store, keys)
         n = workers or os.cpu_count() or 1
         missing = len({f"{k}.json" for k in keys} - set(os.listdir(store.dir)))
-        if client is None and n > 1 and missing and spec.data is None:
+        if executor is None and n > 1 and missing and spec.data is None:
             n = _workers_that_fit(points, n, report)
         # many records to compute: the workers start loading now, while the records are read and sorted
-        started = _take_workers(n, report) if client is None and n > 1 and missing >= 4 * n else []
+        started = _take_workers(n, report) if executor is None and n > 1 and missing >= 4 * n else []
         before = {k: store.read(k) for k in keys}
         report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
         groups: dict[tuple, list] = {}
@@ -81,8 +88,8 @@ def run_sweep(
             disable=None if progress is None else not progress,
         )
         try:
-            if client is not None:
-                _run_dask(tasks, store, bar, client, report)
+            if executor is not None:
+                _run_executor(tasks, store, bar, executor, report)
             else:
                 handed, started = started, []  # _run_local releases them
                 _run_local(tasks, store, bar, min(n, len(tasks)), report, handed)
