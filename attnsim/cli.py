@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--logy", action="store_true", help="sweeps: logarithmic y axis")
     pl.add_argument(
-        "--out", help="the PNG to write (default: FOLDER/plot.png, or FOLDER/<metric>-vs-<key>.png)"
+        "--out",
+        help="the figure to write, .png, .pdf or .svg (default: FOLDER/plot.png, or "
+        "FOLDER/<metric>-vs-<key>[-logy].png)",
     )
     sub.add_parser("keys", help="list every config key with its default and allowed values")
     sub.add_parser("presets", help="list the presets (sister papers' settings) with their sources")
@@ -177,7 +179,7 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     try:
         from .config import ConfigError  # lazy
         from .data.dataset import DataError  # lazy
-        from .results import OutputError, WriteError  # lazy
+        from .results import OutputError, ResultError, WriteError  # lazy
 
         if args.command in ("sweep", "figures"):
             _check_numba()
@@ -215,7 +217,7 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
             return 0
         build_parser().print_help()
         return 2
-    except (UsageError, ConfigError, DataError, OutputError, PlotError) as exc:
+    except (UsageError, ConfigError, DataError, OutputError, PlotError, ResultError) as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 2
     except SimulationError as exc:
@@ -379,7 +381,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UsageError(f"plot: {folder}: no such folder")
     if not (folder / "result.json").is_file() and not (folder / "sweep.json").is_file():
         raise UsageError(f"plot: {folder} is neither a run (result.json) nor a sweep (sweep.json)")
-    path = plot_folder(folder, args.out, args.metric, args.x_key, args.logy)
+    path, notes = plot_folder(folder, args.out, args.metric, args.x_key, args.logy)
+    for note in notes:
+        print(f"attnsim: {note}", file=sys.stderr)
     print(f"wrote {path}")
     return 0
 

@@ -160,43 +160,84 @@ def _on_axis(steps: np.ndarray, logx: bool) -> np.ndarray:
 
 
 def plot_run(axes: Sequence[Axes], result: Result) -> None:
-    """A finished run on three Axes: the mean attention score of each role
-    (clean samples solid, noisy dashed), the losses, and the errors (the
-    population error with a band of two standard errors)."""
+    """A finished run on three Axes: the attention score on each role the data has
+    (summed over the role's tokens; clean samples solid, noisy dashed), the losses,
+    and the errors (the population error with bars of two standard errors; a zero
+    error drawn on the bottom edge, marked)."""
     tr = result.trajectory
     steps = tr["step"]
     logx = result.config.get("log_scale") == "log"
     keep = _on_axis(steps, logx)
     x = steps[keep]
     ax = axes[0]
+    counts = _role_counts(tr)
     for group, ls in (("clean", "-"), ("noisy", "--")):
         for role in ROLE_NAMES:
             key = f"score_{group}_{role}"
-            if key in tr and np.isfinite(tr[key][keep]).any():
-                ax.plot(x, tr[key][keep], ls=ls, color=ROLE_COLORS[role], label=f"{group}: {role}")
-    ax.set_ylabel("mean attention score")
+            if counts.get(role, 1) and key in tr and np.isfinite(tr[key][keep]).any():
+                many = f" ({counts[role]} tokens)" if counts.get(role, 1) > 1 else ""
+                ax.plot(x, tr[key][keep], ls=ls, color=ROLE_COLORS[role], label=f"{group}: {role}{many}")
+    ax.set_ylabel("attention score per role (summed over its tokens)", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
     curves = {"train loss": "train_loss", "population loss": "pop_loss", "test loss": "test_loss"}
     _lines(axes[1], tr, keep, x, curves)
     axes[1].set_ylabel("loss")
-    err = {}
-    for name, key in (("train error", "train_acc"), ("test error", "test_acc")):
-        if key in tr:
-            err[name] = 1.0 - tr[key]
-    _lines(axes[2], {**tr, **err}, keep, x, {**{k: k for k in err}, "population error": "pop_error"})
-    if "pop_error_se" in tr:
-        m = keep & np.isfinite(tr["pop_error"]) & np.isfinite(tr["pop_error_se"])
-        lo = np.maximum(tr["pop_error"][m] - 2 * tr["pop_error_se"][m], 0.0)
-        axes[2].fill_between(
-            steps[m], lo, tr["pop_error"][m] + 2 * tr["pop_error_se"][m], color="C1", alpha=0.25
-        )
-    axes[2].set_ylabel("error (log; 0 not drawn)")
-    axes[2].set_yscale("log")
-    for ax in axes:
+    _plot_errors(axes[2], tr, keep, x)
+    for i, ax in enumerate(axes):
         ax.set_xlabel("step")
         if logx:
             ax.set_xscale("log")
-        ax.legend(fontsize=6, loc="best", ncol=2 if ax is axes[0] else 1)
+        if not ax.get_legend_handles_labels()[0]:
+            ax.text(0.5, 0.5, "nothing finite to draw", transform=ax.transAxes, ha="center", color="0.4")
+        elif i == 0:  # eight curves: below the axes, never over them
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+        else:
+            ax.legend(fontsize=7, loc="best")
+
+
+def _role_counts(tr: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Tokens of each role per sample (from the first training sample's roles); {} if unknown."""
+    roles = tr.get("roles")
+    if roles is None or np.asarray(roles).ndim != 2 or not len(roles):
+        return {}
+    return {name: int(np.sum(np.asarray(roles)[0] == r)) for r, name in enumerate(ROLE_NAMES)}
+
+
+def _plot_errors(ax: Axes, tr: Mapping[str, np.ndarray], keep: np.ndarray, x: np.ndarray) -> None:
+    """Train, test and population errors on a log axis; zeros ride the bottom edge (marked
+    with triangles) instead of leaving the axis; the population error with +-2 se bars."""
+    curves = {}
+    for name, key in (("train error", "train_acc"), ("test error", "test_acc")):
+        if key in tr:
+            curves[name] = 1.0 - np.asarray(tr[key], dtype=float)[keep]
+    if "pop_error" in tr:
+        curves["population error"] = np.asarray(tr["pop_error"], dtype=float)[keep]
+    values = np.concatenate([y[np.isfinite(y)] for y in curves.values()] or [np.zeros(0)])
+    positive = values[values > 0]
+    floor = 10.0 ** np.floor(np.log10(positive.min()) - 0.5) if positive.size else 1e-3
+    zeros = False
+    for i, (label, y) in enumerate(curves.items()):
+        m = np.isfinite(y)  # population metrics exist at their own log points only
+        if not m.any():
+            continue
+        shown = np.where(y[m] > 0, y[m], floor)
+        color = f"C{i}"
+        ax.plot(x[m], shown, color=color, marker="." if m.sum() < 30 else None, label=label)
+        z = y[m] <= 0
+        if z.any():
+            zeros = True
+            if z.sum() <= 30:  # more would hide the line
+                ax.plot(x[m][z], np.full(z.sum(), floor), "v", ms=3, color=color, clip_on=False)
+        if label == "population error" and "pop_error_se" in tr:
+            se = np.asarray(tr["pop_error_se"], dtype=float)[keep][m]
+            ok = np.isfinite(se) & (y[m] > 0)
+            lo = np.maximum(y[m][ok] - 2 * se[ok], floor)
+            ax.fill_between(x[m][ok], lo, y[m][ok] + 2 * se[ok], color=color, alpha=0.25, lw=0)
+            bars = [y[m][ok] - lo, 2 * se[ok]]
+            ax.errorbar(x[m][ok], y[m][ok], yerr=bars, fmt="none", ecolor=color, lw=0.8)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor)
+    ax.set_ylabel("error (log; bars: 2 se" + ("; 0 on the bottom edge)" if zeros else ")"), fontsize=9)
 
 
 def _lines(ax, tr: dict, keep: np.ndarray, x: np.ndarray, curves: dict) -> None:
@@ -213,12 +254,25 @@ def plot_sweep(
 ) -> None:
     """A recorded metric of a sweep against one config key: one line per value
     of the other keys ``by``, the mean over seeds with a band from the smallest
-    to the largest seed's value. ``table``: :func:`attnsim.sweep.load_sweep`."""
+    to the largest seed's value; a metric that is a word (``regime``) as the
+    fraction of seeds with each value. ``table``: :func:`attnsim.sweep.load_sweep`.
+    PlotError when no point has a value to draw."""
     col = {k: np.asarray(table[k]) for k in table}
     ok = col["status"] == "ok"
     xs = col[f"config.{x}"][ok].astype(float)
-    ys = col[metric][ok].astype(float)
+    raw = col[metric][ok]
     groups = [tuple(row) for row in zip(*(col[f"config.{k}"][ok] for k in by or []))] or [()] * xs.size
+    words = [v for v in raw if isinstance(v, str)]
+    if words:
+        _plot_fractions(ax, xs, raw, groups, by or [], metric)
+        ax.set_xlabel(x)
+        return
+    ys = np.array([np.nan if v is None else v for v in raw], dtype=float)
+    finite = np.isfinite(ys)
+    if not finite.any():
+        raise PlotError(f"plot --metric {metric}: no finished point of the sweep has a value (all null)")
+    if logy and not (ys[finite] > 0).any():
+        raise PlotError(f"plot --logy: no point has a positive {metric}; draw it without --logy")
     for i, g in enumerate(dict.fromkeys(groups)):
         sel = np.array([h == g for h in groups])
         grid = np.unique(xs[sel])
@@ -226,16 +280,37 @@ def plot_sweep(
         mean = np.array([np.nanmean(s) if np.isfinite(s).any() else np.nan for s in stats])
         lo = np.array([np.nanmin(s) if np.isfinite(s).any() else np.nan for s in stats])
         hi = np.array([np.nanmax(s) if np.isfinite(s).any() else np.nan for s in stats])
-        label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(by or [], g))
-        ax.plot(grid, mean, marker="o", ms=3, color=f"C{i % 10}", label=label or None)
+        ax.plot(grid, mean, marker="o", ms=3, color=f"C{i % 10}", label=_group_label(by or [], g) or None)
         if max(len(s) for s in stats) > 1:
             ax.fill_between(grid, lo, hi, color=f"C{i % 10}", alpha=0.2)
     ax.set_xlabel(x)
-    ax.set_ylabel(f"{metric} (mean over seeds; band: their range)")
+    zero = " (0 not drawn)" if logy and (ys[finite] <= 0).any() else ""
+    ax.set_ylabel(f"{metric} (mean over seeds; band: their range){zero}", fontsize=9)
     if logy:
         ax.set_yscale("log")
     if by:
         ax.legend(fontsize=7, loc="best")
+
+
+def _group_label(by: list[str], g: tuple) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(by, g))
+
+
+def _plot_fractions(ax, xs, raw, groups, by, metric) -> None:
+    """A word-valued metric: for each value (a colour), the fraction of seeds that have
+    it, one line style per group."""
+    values = sorted({v for v in raw if isinstance(v, str)})
+    styles = ["-", "--", ":", "-."]
+    for i, g in enumerate(dict.fromkeys(groups)):
+        sel = np.array([h == g for h in groups])
+        grid = np.unique(xs[sel])
+        for j, word in enumerate(values):
+            frac = [np.mean([v == word for v in raw[sel][xs[sel] == u]]) for u in grid]
+            label = ", ".join(filter(None, [_group_label(by, g), f"{metric} = {word}"]))
+            ax.plot(grid, frac, marker="o", ms=3, color=f"C{j % 10}", ls=styles[i % 4], label=label)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel(f"fraction of seeds with each {metric}", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
 
 
 # -- theory boundaries on phase diagrams ---------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from . import metrics
@@ -163,6 +162,19 @@ def format_summary(res: Result) -> str:
     return "\n".join(lines)
 
 
+FIGURE_FORMATS = ("png", "pdf", "svg")  # what ``attnsim plot --out`` writes, by the name's suffix
+
+
+def figure_format(out: str | Path) -> str:
+    """The format a figure named ``out`` is written in (PlotError for another suffix)."""
+    suffix = Path(out).suffix.lower().lstrip(".")
+    if suffix not in FIGURE_FORMATS:
+        raise PlotError(
+            f"plot --out: {out}: write .{', .'.join(FIGURE_FORMATS)} (the suffix names the format)"
+        )
+    return suffix
+
+
 def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, str, list[str]]:
     """The metric, the x key and the keys that get one line per value (each checked)."""
     columns = [k for k in table if not k.startswith(("config.", "status", "error", "engine"))]
@@ -179,16 +191,57 @@ def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, st
         x = varied[0]
     if f"config.{x}" not in table:
         raise PlotError(f"plot --x: {x!r} is not a config key of the sweep")
+    if x not in varied:
+        values = sorted({str(v) for v in table[f"config.{x}"]})
+        raise PlotError(
+            f"plot --x: the sweep does not vary {x} (every point has {x} = {', '.join(values)}); "
+            f"it varies {', '.join(varied) or 'nothing'}"
+        )
     return metric, x, [k for k in varied if k != x]
 
 
-def plot_folder(folder: Path, out: str | None, metric: str | None, x_key: str | None, logy: bool) -> Path:
-    """A run's folder (result.json) or a sweep's (sweep.json) drawn into a PNG (``out``, or
-    one beside it); the path written."""
-    from .sweep.store import load_spec, load_sweep  # lazy: a run's summary needs no sweep code (25 ms)
+def _held_notes(folder: Path, held: dict) -> list[str]:
+    """What the reader of a sweep's plot should know about the records it draws."""
+    notes = []
+    if held["damaged"]:
+        notes.append(
+            f"moved {len(held['damaged'])} damaged record(s) to {folder / 'records' / 'damaged'}; "
+            f"not drawn: {', '.join(held['damaged'])}"
+        )
+    if held["records"] < held["points"]:
+        notes.append(
+            f"the sweep is unfinished: {held['records']} of {held['points']} runs have a record "
+            "(rerun attnsim sweep to finish it)"
+        )
+    if held["failed"]:
+        notes.append(f"{held['failed']} run(s) failed and are not drawn (see records.csv)")
+    return notes
+
+
+def plot_folder(
+    folder: Path, out: str | None, metric: str | None, x_key: str | None, logy: bool
+) -> tuple[Path, list[str]]:
+    """A run's folder (result.json) or a sweep's (sweep.json) drawn into a figure (``out``,
+    whose suffix names the format, or a PNG beside it); the path written and notes for
+    the reader (records damaged, missing or failed)."""
+    from .sweep.store import sweep_table  # lazy: a run's summary needs no sweep code (25 ms)
 
     kind = "run" if (folder / "result.json").is_file() else "sweep"
-    args = SimpleNamespace(out=out, metric=metric, x_key=x_key, logy=logy)
+    if kind == "run" and (metric is not None or x_key is not None or logy):
+        raise PlotError("plot: --metric, --x and --logy shape a sweep's plot; this is a run's folder")
+    fmt = figure_format(out) if out is not None else "png"
+    notes: list[str] = []
+    if kind == "run":
+        res = load(folder)  # ResultError before matplotlib loads
+    else:
+        spec, table, held = sweep_table(folder)
+        notes = _held_notes(folder, held)
+        if held["records"] - held["failed"] == 0:
+            raise PlotError(
+                f"plot: {folder}: no run of the sweep has finished ({held['records']} record(s) of "
+                f"{held['points']} runs, {held['failed']} failed); run attnsim sweep first"
+            )
+        metric, x, by = _sweep_axes(spec, table, metric, x_key)
     import matplotlib  # lazy: as in plot_result
 
     matplotlib.use("Agg")
@@ -197,21 +250,24 @@ def plot_folder(folder: Path, out: str | None, metric: str | None, x_key: str | 
     from . import plotting  # lazy: as matplotlib
 
     if kind == "run":
-        res = load(folder)
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
         plotting.plot_run(axes, res)
         c = res.config
         title = f"{folder.name}: n={c['n']}, d={c['d']}, |mu|={c['signal_norm']:g}, "
         fig.suptitle(title + f"noise_rate={c['noise_rate']:g}: regime {res.final.get('regime')}", fontsize=10)
-        path = Path(args.out) if args.out is not None else folder / "plot.png"
+        path = Path(out) if out is not None else folder / "plot.png"
     else:
-        spec = load_spec(folder)
-        table = load_sweep(folder)
-        metric, x, by = _sweep_axes(spec, table, args.metric, args.x_key)
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
-        plotting.plot_sweep(ax, table, metric, x, by, logy=args.logy)
-        ax.set_title(f"sweep {spec.name}: {metric} against {x} ({len(spec.seeds)} seed(s))", fontsize=10)
-        path = Path(args.out) if args.out is not None else folder / f"{metric}-vs-{x}.png"
+        try:
+            plotting.plot_sweep(ax, table, metric, x, by, logy=logy)
+        except PlotError:
+            plt.close(fig)
+            raise
+        done = f"{held['records'] - held['failed']} of {held['points']} runs"
+        seeds = f"{len(spec.seeds)} seed(s), {done}"
+        ax.set_title(f"sweep {spec.name}: {metric} against {x} ({seeds})", fontsize=9)
+        name = f"{metric}-vs-{x}" + ("-logy" if logy else "") + ".png"
+        path = Path(out) if out is not None else folder / name
     fig.tight_layout()
-    save_png(fig, path)
-    return path
+    save_png(fig, path, fmt=fmt)
+    return path, notes

@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,8 +229,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], durable: bool 
         raise
 
 
-def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
-    """A matplotlib figure as a PNG, written atomically (its folder created), then closed."""
+def save_png(fig: Figure, path: str | Path, dpi: int = 110, fmt: str = "png") -> Path:
+    """A matplotlib figure as a PNG (or ``fmt``), written atomically (its folder created), then closed."""
     import matplotlib.pyplot as plt  # lazy: matplotlib is imported only by what draws
 
     path = Path(path)
@@ -237,7 +238,7 @@ def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WriteError(f"{path.parent}: cannot create the folder ({exc.strerror})") from None
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+    atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi))
     plt.close(fig)
     return path
 
@@ -308,13 +309,25 @@ def _follow(link: Path, path, what: str) -> None:
         raise OutputError(f"{what}: {path}: {link} is a dangling symlink (to {target})") from None
 
 
+class ResultError(ValueError):
+    """A run folder that does not hold a readable result (missing, truncated, not attnsim's)."""
+
+
 def load(outdir: str | Path) -> Result:
-    """Read a result written by :meth:`Result.save`."""
+    """Read a result written by :meth:`Result.save` (ResultError if the folder does not hold one)."""
     outdir = Path(outdir)
-    with open(outdir / "result.json") as fh:
-        meta = json.load(fh)
-    with np.load(outdir / "trajectory.npz", allow_pickle=False) as f:
-        traj = {k: f[k] for k in f.files}
+    meta = _read_meta(outdir / "result.json")
+    path = outdir / "trajectory.npz"
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            traj = {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise ResultError(f"{path}: missing (the run's logged arrays); rerun the run") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        why = "not an .npz file" if "pickled" in str(exc) else f"{type(exc).__name__}: {exc}"
+        raise ResultError(f"{path}: damaged ({why}); rerun the run") from None
+    if "step" not in traj:
+        raise ResultError(f"{path}: not an attnsim trajectory (no 'step' array); rerun the run")
     nan = float("nan")
     final = {
         k: (nan if v is None and k.startswith(("pop_", "test_", "score_")) else v)
@@ -338,6 +351,25 @@ def load(outdir: str | Path) -> Result:
         schema_version=meta.get("schema_version", 0),
         path=outdir,
     )
+
+
+def _read_meta(path: Path) -> dict:
+    """result.json as a mapping with the sections every reader needs."""
+    try:
+        with open(path, "rb") as fh:
+            meta = json.loads(fh.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{path}: missing; not a run folder") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultError(f"{path}: damaged (not JSON: {exc}); rerun the run") from None
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot read it ({exc.strerror})") from None
+    if not isinstance(meta, dict):
+        raise ResultError(f"{path}: not an attnsim result (a JSON {type(meta).__name__}, not an object)")
+    missing = [k for k in ("config", "final", "theory") if not isinstance(meta.get(k), dict)]
+    if missing:
+        raise ResultError(f"{path}: not an attnsim result (no {', '.join(missing)} section); rerun the run")
+    return meta
 
 
 def versions() -> dict[str, str]:

@@ -24,5 +24,10 @@ def edit_distance(a: str, b: str) -> int:
 def suggest(word: str, choices: Iterable[str]) -> str | None:
     """The closest choice when it is a likely typo (a case change, or at most
     one edit per four letters), else None."""
+    choices = list(choices)
+    if not choices or not word:
+        return None
     best = min(choices, key=lambda c: (edit_distance(word.lower(), c.lower()), c))
-    return best if edit_distance(word.lower(), best.lower()) <= max(1, len(word) // 4) else None
+    dist = edit_distance(word.lower(), best.lower())
+    # a one-letter word is one edit from every one-letter key: a hint needs a letter in common
+    return best if dist <= max(1, len(word) // 4) and dist < max(len(word), len(best)) else None

@@ -126,6 +126,54 @@ def _sweep(tmp, text):
     return _toml(tmp / "sweep.toml", text)
 
 
+_MADE: dict[str, Path] = {}  # a run folder and a sweep folder, simulated once per session
+
+
+def _made(kind: str) -> Path:
+    import tempfile
+
+    from attnsim.run import simulate
+    from attnsim.sweep.run import run_sweep
+    from attnsim.sweep.spec import parse_sweep
+
+    if kind not in _MADE:
+        root = Path(tempfile.mkdtemp(prefix="attnsim-plot-"))
+        if kind == "run":
+            simulate({"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64}).save(root / "run")
+            _MADE[kind] = root / "run"
+        else:
+            base = {"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64}
+            spec = parse_sweep({"sweep": {"name": "sw"}, "base": base, "grid": {"signal_norm": [2.0, 5.0]}})
+            _MADE[kind] = run_sweep(spec, root, workers=1, progress=False).root
+    return _MADE[kind]
+
+
+def _copy(kind, tmp, change=None):
+    """A copy of the session's run or sweep folder in ``tmp``, changed by ``change(folder)``."""
+    import shutil
+
+    folder = tmp / kind
+    shutil.copytree(_made(kind), folder)
+    if change is not None:
+        change(folder)
+    return str(folder)
+
+
+def _write(name, data):
+    return lambda f: (f / name).write_bytes(data)
+
+
+def _unlink(name):
+    return lambda f: (f / name).unlink()
+
+
+def _only_spec(f):
+    import shutil
+
+    shutil.rmtree(f / "records")
+    (f / "records.csv").unlink()
+
+
 # (argv builder taking the temporary folder, text the one line must contain)
 CASES = {
     # --out, checked before the run
@@ -429,6 +477,47 @@ CASES = {
     "check-grad-tol-negative": (lambda t: ["check-grad", "--tol", "-1"], "--tol: must be in (0, 1)"),
     "plot-missing-folder": (lambda t: ["plot", str(t / "nope")], "no such folder"),
     "plot-not-a-result": (lambda t: ["plot", str(t)], "neither a run (result.json) nor a sweep"),
+    "plot-result-truncated": (
+        lambda t: [
+            "plot",
+            _copy(
+                "run", t, lambda f: (f / "result.json").write_bytes((f / "result.json").read_bytes()[:200])
+            ),
+        ],
+        "result.json: damaged (not JSON",
+    ),
+    "plot-result-empty-object": (
+        lambda t: ["plot", _copy("run", t, _write("result.json", b"{}"))],
+        "no config",
+    ),
+    "plot-result-array": (lambda t: ["plot", _copy("run", t, _write("result.json", b"[]"))], "a JSON list"),
+    "plot-trajectory-missing": (lambda t: ["plot", _copy("run", t, _unlink("trajectory.npz"))], "missing"),
+    "plot-trajectory-garbage": (
+        lambda t: ["plot", _copy("run", t, _write("trajectory.npz", b"garbage"))],
+        "trajectory.npz: damaged",
+    ),
+    "plot-sweep-metric-all-null": (
+        lambda t: ["plot", _copy("sweep", t), "--metric", "test_acc", "--logy"],
+        "no finished point of the sweep has a value",
+    ),
+    "plot-only-sweep-json": (
+        lambda t: ["plot", _copy("sweep", t, _only_spec)],
+        "no run of the sweep has finished",
+    ),
+    "plot-out-npz": (
+        lambda t: ["plot", _copy("run", t), "--out", _toml(t / "keep.npz", "data")],
+        "suffix names",
+    ),
+    "plot-out-txt": (
+        lambda t: ["plot", _copy("run", t), "--out", str(t / "p.txt")],
+        "write .png, .pdf, .svg",
+    ),
+    "plot-x-not-varied": (lambda t: ["plot", _copy("sweep", t), "--x", "d"], "does not vary d"),
+    "plot-run-metric": (
+        lambda t: ["plot", _copy("run", t), "--metric", "pop_error"],
+        "this is a run's folder",
+    ),
+    "plot-run-logy": (lambda t: ["plot", _copy("run", t), "--logy"], "this is a run's folder"),
     "keys-extra-argument": (lambda t: ["keys", "extra"], "unrecognized arguments"),
     # already handled before
     "unknown-key": (lambda t: ["run", "--set", "dd=3"], "did you mean 'd'"),

@@ -97,6 +97,44 @@ def _line_points(ax):
             yield line, line.get_transform().transform(xy)
 
 
+def _check_layout(name, fig, notes_clear: bool) -> None:
+    """Layout faults of one drawn figure (see test_figure_layout_is_readable)."""
+    import numpy as np
+
+    r = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+    titles = [ax.title.get_window_extent(r) for ax in axes if ax.get_title()]
+    for i, a in enumerate(titles):  # titles of different panels never run into each other
+        assert not any(_overlap(a, b) for b in titles[i + 1 :]), f"{name}: overlapping titles"
+    for ax in axes:
+        box = ax.get_window_extent(r)
+        texts = [ax.title, *ax.texts] + ([fig._suptitle] if fig._suptitle else [])
+        assert not any("frakS" in t.get_text() for t in texts), f"{name}: {ax.get_title()}"  # TeX, not text
+        for t in ax.texts:  # contour labels and notes lie inside their Axes
+            e = t.get_window_extent(r)
+            assert box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1, (
+                f"{name}: {t.get_text()!r} clipped"
+            )
+        ticks = [t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+        for i, a in enumerate(ticks):
+            assert not any(_overlap(a, b) for b in ticks[i + 1 :]), f"{name}: x tick labels run together"
+        if ax.get_xscale() == "log" and "step" in ax.get_xlabel().lower():  # a log axis of steps
+            for line in ax.get_lines():
+                if line.get_transform() is not ax.transData:
+                    continue  # axhline: x in Axes coordinates
+                x = np.asarray(line.get_xdata(), dtype=float)
+                x = x[np.isfinite(x)]
+                assert not (x.size and x.min() < 1), f"{name}: a point at step {x.min()} on a log axis"
+        if notes_clear:
+            covers = [t.get_window_extent(r) for t in ax.texts]
+            if ax.get_legend() is not None:
+                covers.append(ax.get_legend().get_window_extent(r))
+            for c in covers:
+                for line, pts in _line_points(ax):
+                    inside = (pts[:, 0] > c.x0) & (pts[:, 0] < c.x1) & (pts[:, 1] > c.y0) & (pts[:, 1] < c.y1)
+                    assert not inside.any(), f"{name}: a legend or note covers {line.get_label()!r}"
+
+
 LAYOUT = [
     "dynamics",
     "heatmaps",
@@ -117,47 +155,57 @@ def test_figure_layout_is_readable(name, tmp_path, monkeypatch):
     """What makes a figure hard to read, checked on the drawn figure: labels
     clipped by their Axes, tick labels or titles running into each other,
     legends and notes over curves, step 0 drawn on a log axis, raw TeX names."""
-    import numpy as np
 
     if name == "real":
         pytest.importorskip("sklearn")
     for fig in _figures_of(name, tmp_path, monkeypatch):
-        r = fig.canvas.get_renderer()
-        axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
-        titles = [ax.title.get_window_extent(r) for ax in axes if ax.get_title()]
-        for i, a in enumerate(titles):  # titles of different panels never run into each other
-            assert not any(_overlap(a, b) for b in titles[i + 1 :]), f"{name}: overlapping titles"
-        for ax in axes:
-            box = ax.get_window_extent(r)
-            texts = [ax.title, *ax.texts] + ([fig._suptitle] if fig._suptitle else [])
-            assert not any("frakS" in t.get_text() for t in texts), (
-                f"{name}: {ax.get_title()}"
-            )  # TeX, not text
-            for t in ax.texts:  # contour labels and notes lie inside their Axes
-                e = t.get_window_extent(r)
-                assert (
-                    box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1
-                ), f"{name}: {t.get_text()!r} clipped"
-            ticks = [t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
-            for i, a in enumerate(ticks):
-                assert not any(_overlap(a, b) for b in ticks[i + 1 :]), f"{name}: x tick labels run together"
-            if ax.get_xscale() == "log" and "step" in ax.get_xlabel().lower():  # a log axis of steps
-                for line in ax.get_lines():
-                    if line.get_transform() is not ax.transData:
-                        continue  # axhline: x in Axes coordinates
-                    x = np.asarray(line.get_xdata(), dtype=float)
-                    x = x[np.isfinite(x)]
-                    assert not (x.size and x.min() < 1), f"{name}: a point at step {x.min()} on a log axis"
-            if name in NOTES_CLEAR:
-                covers = [t.get_window_extent(r) for t in ax.texts]
-                if ax.get_legend() is not None:
-                    covers.append(ax.get_legend().get_window_extent(r))
-                for c in covers:
-                    for line, pts in _line_points(ax):
-                        inside = (
-                            (pts[:, 0] > c.x0) & (pts[:, 0] < c.x1) & (pts[:, 1] > c.y0) & (pts[:, 1] < c.y1)
-                        )
-                        assert not inside.any(), f"{name}: a legend or note covers {line.get_label()!r}"
+        _check_layout(name, fig, name in NOTES_CLEAR)
+
+
+PLOT_KINDS = {  # attnsim plot on folders of each kind: (run keys or sweep grid, plot flags)
+    "run": ({"steps": 300}, []),
+    "run-log": ({"steps": 2000, "log_scale": "log", "log_points": 40}, []),
+    "run-magen": ({"preset": "magen2025", "steps": 200}, []),
+    "run-clean": ({"steps": 200, "noise_rate": 0.0}, []),
+    "sweep": ({"signal_norm": [2.0, 5.0, 9.0], "d": [60, 120]}, []),
+    "sweep-regime": ({"signal_norm": [2.0, 5.0, 9.0]}, ["--metric", "regime"]),
+    "sweep-logy": ({"signal_norm": [2.0, 5.0, 9.0]}, ["--logy"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(PLOT_KINDS))
+def test_attnsim_plot_layout_is_readable(kind, tmp_path, monkeypatch):
+    """Every kind of ``attnsim plot`` under the figure layout checks; run plots keep
+    their legends off the curves."""
+    import attnsim.report
+    from attnsim.cli import main
+
+    keys, flags = PLOT_KINDS[kind]
+    made = []
+
+    def keep(fig, path, dpi=110, fmt="png"):
+        fig.canvas.draw()
+        made.append(fig)
+        return path
+
+    monkeypatch.setattr(attnsim.report, "save_png", keep)
+    folder = tmp_path / kind
+    if kind.startswith("run"):
+        preset = ["--preset", keys.pop("preset")] if "preset" in keys else []
+        sets = [a for k, v in keys.items() for a in ("--set", f"{k}={v}")]
+        assert main(["run", *preset, *sets, "--out", str(folder)]) == 0
+    else:
+        toml = tmp_path / "s.toml"
+        grid = "\n".join(f"{k} = {v}" for k, v in keys.items())
+        toml.write_text(
+            f'[sweep]\nname = "{kind}"\nseeds = 2\n[base]\nn = 6\nT = 5\nsteps = 200\n'
+            f"pop_points = 256\n[grid]\n{grid}\n"
+        )
+        assert main(["sweep", str(toml), "--out", str(tmp_path), "--workers", "1"]) == 0
+    assert main(["plot", str(folder), *flags]) == 0
+    (fig,) = made
+    _check_layout(f"plot {kind}", fig, kind.startswith("run"))
 
 
 def test_boundaries_come_from_a_function_or_a_csv_and_their_constant_is_fitted(tmp_path):

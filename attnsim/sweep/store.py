@@ -79,14 +79,15 @@ class Store:
     """One JSON file per record under ``root/records``; writes are atomic, and
     every record read is verified (:func:`record_problem`)."""
 
-    def __init__(self, root: Path, data_id: str | None = None):
+    def __init__(self, root: Path, data_id: str | None = None, create: bool = True):
         self.root = Path(root)
         self.dir = self.root / "records"
         self.data_id = data_id  # the data of the sweep using the store (records written earlier may not say)
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise WriteError(f"{self.dir}: cannot create the records folder ({exc.strerror})") from None
+        if create:  # a reader (attnsim plot, load_sweep) creates nothing
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WriteError(f"{self.dir}: cannot create the records folder ({exc.strerror})") from None
         self.damaged: list[str] = []
 
     def path(self, key: str) -> Path:
@@ -284,9 +285,27 @@ def load_sweep(root: str | Path) -> Any:
     ``limit.<name>``, ``status``, ``engine``, ``elapsed_s`` and ``error``. A pandas
     DataFrame when pandas is installed (``pip install 'attnsim[table]'``), else a
     dict of NumPy columns (numbers as float with NaN for missing, the rest objects)."""
+    return sweep_table(root)[1]
+
+
+def sweep_table(root: str | Path) -> tuple[SweepSpec, Any, dict]:
+    """(spec, :func:`load_sweep`'s table, what the table holds: ``points`` the sweep's
+    point count, ``records`` those with a record, ``failed`` those whose record is a
+    failure, ``damaged`` the records found damaged now and moved aside)."""
     spec = load_spec(root)
-    store = Store(Path(root), spec.data_id)
-    rows = [_flat(r) for r in store.records([record_key(c, spec.data_id) for c in spec.points()])]
+    store = Store(Path(root), spec.data_id, create=False)
+    keys = [record_key(c, spec.data_id) for c in spec.points()]
+    records = store.records(keys)
+    held = {
+        "points": len(keys),
+        "records": len(records),
+        "failed": sum(1 for r in records if r.get("status") != "ok"),
+        "damaged": list(store.damaged),
+    }
+    return spec, _table([_flat(r) for r in records]), held
+
+
+def _table(rows: list[dict]) -> Any:
     cols = list(dict.fromkeys(k for row in rows for k in row))
     try:
         import pandas as pd  # optional dependency (the table extra)
