@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ import warnings
 from pathlib import Path
 
 from ._meta import DependencyError, PlotError, SimulationError, __version__
+from .runtime.streams import StreamError, guard_streams, stream_failed
 
 GRAD_TOL = 1e-5  # central differences at h = 1e-6 give about 1e-9; a wrong gradient gives O(1)
 
@@ -134,9 +136,19 @@ class Terminated(KeyboardInterrupt):
 
 def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        print("attnsim: error: the working directory was removed; cd into one that exists", file=sys.stderr)
+        return 2
+    saved = guard_streams()
     previous = _interruptible()
     try:
-        return _dispatch(argv, t_start)
+        code = _dispatch(argv, t_start)
+        sys.stdout.flush()  # a full device or a closed pipe shows here, not at exit
+        return code
+    except StreamError as exc:
+        return stream_failed(exc, saved)
     except Terminated:
         print("attnsim: terminated", file=sys.stderr)
         return 143
@@ -146,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for signum, handler in (previous or {}).items():
             signal.signal(signum, handler)
+        sys.stdout, sys.stderr = saved
 
 
 def _interruptible() -> dict | None:
@@ -246,8 +259,8 @@ def _check_numba() -> None:
 
 
 def cmd_run(args: argparse.Namespace, t_start: float) -> int:
-    from .config import config_values, from_mapping  # lazy
-    from .results import OutputError, check_output_dir, check_run_folder  # lazy
+    from .config import config_values, from_mapping, parse_set  # lazy
+    from .results import OutputError, check_output_dir, check_run_folder, free_sibling  # lazy
     from .run import simulate  # lazy: the numerical stack
 
     # the keys the user set (--data warns when it overrides them)
@@ -255,10 +268,16 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     if args.engine is not None:
         values["engine"] = args.engine
     if args.preset is not None:
+        if not args.preset.strip():
+            raise UsageError("--preset: empty; name a preset ('attnsim presets' lists them) or leave it out")
+        given = parse_set(args.sets).get("preset")
+        if given is not None and str(given).lower() != args.preset.lower():
+            raise UsageError(f"--preset {args.preset} and --set preset={given}: name one preset, once")
         values["preset"] = args.preset
     cfg = from_mapping(values)
     from .data.real import BUILTIN  # lazy
 
+    args.data = _data_name(args.data, BUILTIN)
     if args.data is not None and args.data not in BUILTIN and not Path(args.data).exists():
         raise UsageError(f"--data: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
     outdir = check_output_dir(args.out if args.out is not None else _default_outdir(cfg))  # before the run
@@ -278,7 +297,7 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     try:
         res.save(outdir, force=args.force)
     except OutputError as exc:  # another run filled the folder meanwhile: keep this one beside it
-        kept = _free_sibling(outdir)
+        kept = free_sibling(outdir)
         res.save(kept)
         print(f"attnsim: warning: {exc}; this run is in {kept}", file=sys.stderr)
         outdir = kept
@@ -294,20 +313,19 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     return 0
 
 
+def _data_name(data: str | None, builtin) -> str | None:
+    """A built-in dataset's name in any case (as every choice), unless a file has that name."""
+    if data is None or Path(data).exists():
+        return data
+    return data.lower() if data.lower() in builtin else data
+
+
 def _announce_compiling() -> None:
     print(
         "attnsim: compiling kernels (first run only, 10-60 s; later runs load them from the cache)",
         file=sys.stderr,
         flush=True,
     )
-
-
-def _free_sibling(outdir: Path) -> Path:
-    """The first of DIR-2, DIR-3, ... that does not exist."""
-    k = 2
-    while Path(f"{outdir}-{k}").exists():
-        k += 1
-    return Path(f"{outdir}-{k}")
 
 
 def _default_outdir(cfg) -> Path:
@@ -349,6 +367,7 @@ def cmd_real(args: argparse.Namespace) -> int:
     total = (len(set(args.n)) if args.n else 3) * len(args.eta) * args.seeds  # before any list that long
     if total > MAX_POINTS:
         raise UsageError(f"real: {total:.3g} points (n x eta x seeds); at most {MAX_POINTS}")
+    args.data = _data_name(args.data, BUILTIN)
     if args.data not in BUILTIN:
         if not Path(args.data).exists():
             raise UsageError(f"real: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
@@ -419,8 +438,15 @@ def cmd_check_grad(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise UsageError(f"check-grad --seed: must be >= 0, got {args.seed}")
     from . import registry  # lazy
-    from .config import make_config  # lazy
+    from .config import make_config, parse_set  # lazy
 
+    shaping = {"model", "skip"}  # the instance is a small random one: other keys would be ignored
+    ignored = sorted(set(parse_set(args.sets)) - shaping)
+    if ignored:
+        raise UsageError(
+            f"check-grad --set {ignored[0]}: the check runs on a small random instance of its own (its "
+            f"shapes are printed); only {' and '.join(sorted(shaping))} choose what it checks"
+        )
     cfg = make_config(sets=args.sets)
     check = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
     print("\n".join(check.heading))

@@ -394,7 +394,9 @@ def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
     regular_file(path, what, MAX_TOML_BYTES)
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read()
+        # a byte-order mark (Windows editors write one) is not TOML, but it is no error of the user's
+        return tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read {what} file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -11,6 +11,8 @@ from . import registry
 from ._meta import ConfigError
 
 MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
+MIN_NORM = 1e-100  # a |mu| below this underflows in |mu|^2 products (1e-150 froze, 1e-160 diverged)
+FLOW_RTOL_MIN = 100 * 2.220446049250313e-16  # SciPy's solvers raise a smaller rtol to this
 ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
 
 
@@ -43,6 +45,25 @@ def validate(c: Any) -> None:
     for key in ("init_W_scale", "init_p_scale"):
         v = getattr(c, key)
         _require(v is None or v > 0, f"{key}: must be > 0, got {v}")
+    _require(
+        c.init_W_scale is None or c.init_W != "identity",
+        "init_W_scale: init_W=identity has no scale; drop init_W_scale or draw W(0) (gaussian, "
+        "kaiming_uniform)",
+    )
+    _require(
+        c.init_p_scale is None or c.init_p != "zeros",
+        "init_p_scale: init_p=zeros has no scale; drop init_p_scale or set init_p=gaussian",
+    )
+    _require(
+        c.signal_norm >= MIN_NORM,
+        f"signal_norm: {c.signal_norm!r} is below {MIN_NORM:.0e}, where |mu|^2 underflows float64 (the "
+        f"run would freeze or diverge at step 0); use signal_norm >= {MIN_NORM:.0e}",
+    )
+    _require(
+        c.flow_rtol >= FLOW_RTOL_MIN,
+        f"flow_rtol: {c.flow_rtol!r} is below {FLOW_RTOL_MIN:.3g}, the smallest the flow's "
+        "integrators resolve in float64 (100 machine epsilons)",
+    )
     _check_scales(c)
     for key, default in registry.foreign_keys(c.model).items():
         _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
@@ -51,6 +72,11 @@ def validate(c: Any) -> None:
         _require(0 <= getattr(c, key) < 1, f"{key}: must be in [0, 1), got {getattr(c, key)}")
     _require(c.adam_eps > 0, f"adam_eps: must be > 0, got {c.adam_eps}")
     _require(c.weight_decay >= 0, f"weight_decay: must be >= 0, got {c.weight_decay}")
+    _require(
+        c.optimizer != "adam" or c.lr * c.weight_decay < 1,
+        f"weight_decay: lr * weight_decay = {c.lr * c.weight_decay:.3g} >= 1: AdamW's decay step "
+        "w <- (1 - lr weight_decay) w flips the weights' sign or zeroes them every step; keep it below 1",
+    )
     for key, default in ADAM_KEYS.items():
         _require(c.optimizer == "adam" or getattr(c, key) == default, f"{key}: applies to optimizer=adam")
     _require(

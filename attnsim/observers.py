@@ -22,6 +22,7 @@ from .models.base import Observation, Outcome
 if TYPE_CHECKING:  # names in annotations only
     from .data.dataset import Dataset
 
+HUGE_TOKEN = 1e4  # a token entry this large, not lr, is what saturates the scores in one step
 RECORD_CHUNK = 64  # log points whose score metrics are computed at once
 
 # metrics that are NaN by design: for an empty group (no noisy samples, say), and the
@@ -66,9 +67,41 @@ class Recorder:
         """The stepper stopped moving after ``step``: its frakS keeps accumulating at the
         last rate. Returns the run's warning."""
         self._frozen_at = step
-        self._incr = stepper.relevant_increments(stepper.observe().s)
+        s = stepper.observe().s
+        self._incr = stepper.relevant_increments(s)
         self._S_frozen = stepper.S_acc.copy()
-        return Outcome.FROZEN.message(step, normalized=self.normalized)
+        return self._frozen_message(s, step)
+
+    def _frozen_message(self, s: np.ndarray, step: int) -> str:
+        """Why the state stopped moving: saturated scores (lr's fault, or the data's when
+        they are one-hot from the start), or a gradient below the parameters' precision
+        with no score saturated (the data or the initialization make it so; lr cannot)."""
+        if self.normalized:
+            return Outcome.FROZEN.message(step, normalized=True)
+        one_hot = bool(np.all(np.max(s, axis=1) >= 1.0))
+        X = self.ds.X
+        big = float(np.max(np.abs(X))) if X is not None and X.size else 0.0
+        if one_hot and step == 0:
+            scale = f" (largest |x| entry {big:.3g})" if big else ""
+            return (
+                "frozen after step 0: every training sample's scores are one-hot in float64 at the "
+                "initialization: its logits differ by more than float64 can weigh, which the data's "
+                f"scale sets{scale}, not lr; rescale the tokens"
+            )
+        if one_hot and big > HUGE_TOKEN:
+            return (
+                f"frozen after step {step:g}: every gradient underflows to 0 once the scores are one-hot, "
+                f"and the data's scale (largest |x| entry {big:.3g}; a logit step grows like lr |x|^2) "
+                "got them there: rescale the tokens (or reduce lr by as much)"
+            )
+        if one_hot:
+            return Outcome.FROZEN.message(step)
+        return (
+            f"frozen after step {step:g}: every update is below the parameters' float64 precision "
+            "while no sample's scores are saturated, so the gradient itself is that small: the data "
+            "or the initialization make it so (a signal_norm near 0, tokens of 0, a head that sees no "
+            "difference between tokens, p(0) = 0 with W alone moving); a smaller lr cannot help"
+        )
 
     def record(self, j: int, target: int, stepper: Any, evaluated: dict) -> None:
         """The state of ``stepper`` at log point ``j`` (step ``target``), with the metrics ``evaluated``."""

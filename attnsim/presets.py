@@ -89,13 +89,15 @@ def resolve(values: dict[str, Any]) -> dict[str, Any]:
     name = values.get("preset")
     if name is None or name == "":  # "": a config that names no preset (every saved config says so)
         return dict(values)
+    if isinstance(name, str):  # names match in any case, as every other choice does
+        name = {k.lower(): k for k in PRESETS}.get(name.strip().lower(), name)
     if not isinstance(name, str) or name not in PRESETS:
         names = ", ".join(PRESETS)
         raise ValueError(f"preset: {name!r} is not one of {names} ('attnsim presets' lists them)")
     preset = PRESETS[name]
     if not preset.runnable:
         raise ValueError(f"preset: {name} has no run ({preset.notes})")
-    return {**preset.values, **values}
+    return {**preset.values, **values, "preset": name}
 
 
 def listing() -> str:

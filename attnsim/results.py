@@ -456,3 +456,11 @@ def git_revision() -> dict[str, Any]:
         "dirty": _revision.DIRTY,
         "source": "recorded when the package was built",
     }
+
+
+def free_sibling(outdir: Path) -> Path:
+    """The first of DIR-2, DIR-3, ... that does not exist."""
+    k = 2
+    while Path(f"{outdir}-{k}").exists():
+        k += 1
+    return Path(f"{outdir}-{k}")

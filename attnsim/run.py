@@ -59,6 +59,13 @@ def ensure_compiled(
 def _warm_up(integrator: str, model: str, ws: Workspace) -> float:
     t = time.perf_counter()
     spec = registry.spec(model)
+    with warnings.catch_warnings():  # the warm-up runs' settings are not the user's: nothing to say
+        warnings.simplefilter("ignore")
+        _warm_runs(spec, integrator, model, ws)
+    return time.perf_counter() - t
+
+
+def _warm_runs(spec, integrator: str, model: str, ws: Workspace) -> None:
     if f"{model}/gd" not in ws.warm:
         spec.warm_up()
         simulate(spec.warm_configs["gd"], _warmup=True, workspace=ws)
@@ -66,7 +73,6 @@ def _warm_up(integrator: str, model: str, ws: Workspace) -> float:
     if integrator != "gd":
         simulate(spec.warm_configs[integrator], _warmup=True, workspace=ws)
         ws.warm.add(f"{model}/{integrator}")
-    return time.perf_counter() - t
 
 
 def _file_identity(data) -> dict:
@@ -145,6 +151,7 @@ def _open(config, data) -> tuple[Config, Dataset | None, Any]:
     _check_before_reading(cfg, data)
     opened = open_data(data)
     if isinstance(opened, Source):  # real data: one run of the protocol
+        _plan(cfg, None, True, save_scores=False)  # its memory and time, before its (n, T, d) tokens exist
         ds = opened.dataset(cfg, streams.data)
         explicit = (changed_keys(cfg) if explicit is None else explicit) - opened.run_keys()
     else:
@@ -279,7 +286,7 @@ def _assemble(
         elapsed_s=elapsed,
         setup_s=setup,
         startup_s=IMPORT_S + startup,
-        warnings=ds.warnings + traj.warnings,
+        warnings=_run_warnings(ds.warnings + traj.warnings, trained.twin.get("warnings", [])),
         data={
             "source": ds.source,
             **_file_identity(data),
@@ -363,6 +370,17 @@ def test_set_note(seed: int, ds: Dataset, problem: Any) -> str | None:
     )
 
 
+def _run_warnings(own: list[str], twin: list[str]) -> list[str]:
+    """The run's warnings, each once, then its clean-label twin's (labelled, and warned
+    now: the twin trained silently), those the run does not already say."""
+    said = list(dict.fromkeys(own))
+    for w in twin:
+        if w.removeprefix("clean-label twin: ") not in said:
+            said.append(w)
+            warnings.warn(w, stacklevel=4)
+    return said
+
+
 def clean_twin(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray) -> dict:
     """The run's clean-label twin: the same problem (tokens, initialization,
     engine, schedule) trained on the true labels, measured at the end like
@@ -376,16 +394,19 @@ def clean_twin(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray
     twin_ds = dataclasses.replace(ds, y=ds.y_clean)
     info = dict(problem.info)  # the run's own engine facts, not the twin's
     try:
-        traj = _train(problem, twin_ds, twin_cfg, pop, rel, progress=False)
+        with warnings.catch_warnings():  # its warnings are the run's, said once and labelled below
+            warnings.simplefilter("ignore")
+            traj = _train(problem, twin_ds, twin_cfg, pop, rel, progress=False)
     except SimulationError as exc:
         return {"reason": f"the clean-label twin failed: {exc}"}
     finally:
         problem.info.clear()
         problem.info.update(info)
     arrays = traj.arrays
-    out = {
-        k: float(arrays[k][-1]) for k in ("pop_error", "pop_error_se", "pop_error_resolved") if k in arrays
-    }
+    out: dict[str, Any] = {"warnings": [f"clean-label twin: {w}" for w in dict.fromkeys(traj.warnings)]}
+    out.update(
+        {k: float(arrays[k][-1]) for k in ("pop_error", "pop_error_se", "pop_error_resolved") if k in arrays}
+    )
     if "test_acc" in arrays:
         out["test_error"] = 1.0 - float(arrays["test_acc"][-1])
     out["train_acc"] = float(arrays["train_acc"][-1])

@@ -139,10 +139,10 @@ def _made(kind: str) -> Path:
     if kind not in _MADE:
         root = Path(tempfile.mkdtemp(prefix="attnsim-plot-"))
         if kind == "run":
-            simulate({"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64}).save(root / "run")
+            simulate({"n": 6, "T": 4, "d": 20, "steps": 5, "pop_points": 64}).save(root / "run")
             _MADE[kind] = root / "run"
         else:
-            base = {"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64}
+            base = {"n": 6, "T": 4, "d": 20, "steps": 5, "pop_points": 64}
             spec = parse_sweep({"sweep": {"name": "sw"}, "base": base, "grid": {"signal_norm": [2.0, 5.0]}})
             _MADE[kind] = run_sweep(spec, root, workers=1, progress=False).root
     return _MADE[kind]
@@ -157,6 +157,12 @@ def _copy(kind, tmp, change=None):
     if change is not None:
         change(folder)
     return str(folder)
+
+
+def _remove_cwd(tmp):
+    import shutil
+
+    shutil.rmtree(tmp / "work")  # the test's working directory
 
 
 def _write(name, data):
@@ -210,7 +216,10 @@ CASES = {
     "sigma-huge": (lambda t: ["run", "--set", "sigma=1e300"], "sigma: 1e+300 makes sigma sqrt(d)"),
     "rho-huge": (lambda t: ["run", "--set", "rho=1e300"], "rho: 1e+300 makes |rho mu|"),
     "init_W_scale-huge": (lambda t: ["run", "--set", "init_W_scale=1e300"], "init_W_scale: 1e+300"),
-    "init_p_scale-huge": (lambda t: ["run", "--set", "init_p_scale=1e300"], "init_p_scale: 1e+300"),
+    "init_p_scale-huge": (
+        lambda t: ["run", "--set", "init_p=gaussian", "--set", "init_p_scale=1e300"],
+        "init_p_scale: 1e+300",
+    ),
     "d-huge-implicit": (lambda t: ["run", "--set", "d=1e300", "--set", "init_W=gaussian"], "d: at most 2^53"),
     "lr-infinite": (lambda t: ["run", "--set", "lr=inf"], "lr: must be finite"),
     # a small file whose arrays are huge: refused from their headers, before decompressing
@@ -519,6 +528,34 @@ CASES = {
     ),
     "plot-run-logy": (lambda t: ["plot", _copy("run", t), "--logy"], "this is a run's folder"),
     "keys-extra-argument": (lambda t: ["keys", "extra"], "unrecognized arguments"),
+    # accepted before and ignored, clamped or run to a misleading end
+    "adamw-decay-flips-weights": (
+        lambda t: ["run", *TINY, "--set", "optimizer=adam", "--set", "weight_decay=400", "--set", "lr=0.005"],
+        "weight_decay: lr * weight_decay = 2 >= 1",
+    ),
+    "signal-norm-underflows": (
+        lambda t: ["run", *TINY, "--set", "signal_norm=1e-300"],
+        "signal_norm: 1e-300",
+    ),
+    "init-W-scale-with-identity": (
+        lambda t: ["run", *TINY, "--set", "init_W=identity", "--set", "init_W_scale=0.5"],
+        "init_W_scale: init_W=identity has no scale",
+    ),
+    "init-p-scale-with-zeros": (
+        lambda t: ["run", *TINY, "--set", "init_p_scale=0.5"],
+        "init_p_scale: init_p=zeros has no scale",
+    ),
+    "flow-rtol-below-scipy": (
+        lambda t: ["run", *TINY, "--set", "integrator=flow", "--set", "flow_rtol=1e-300"],
+        "flow_rtol: 1e-300 is below",
+    ),
+    "preset-empty": (lambda t: ["run", *TINY, "--preset", ""], "--preset: empty"),
+    "preset-twice": (
+        lambda t: ["run", *TINY, "--preset", "magen2025", "--set", "preset=tarzanagh2023"],
+        "name one preset, once",
+    ),
+    "check-grad-set-ignored": (lambda t: ["check-grad", "--set", "d=5"], "check-grad --set d:"),
+    "cwd-removed": (lambda t: (_remove_cwd(t), ["run", *TINY])[1], "the working directory was removed"),
     # already handled before
     "unknown-key": (lambda t: ["run", "--set", "dd=3"], "did you mean 'd'"),
     "bad-value": (lambda t: ["run", "--set", "lr=-1"], "lr:"),

@@ -40,8 +40,8 @@ def test_label_noise_iid_rate():
 
 
 def test_realized_noise_count_warns_when_off_by_more_than_one():
-    ds = generate(Config(n=20, d=10, noise_rate=0.05), make_streams(0))
-    assert ds.n_noisy == 0 and not ds.warnings  # off by exactly one: no warning
+    ds = generate(Config(n=20, d=10, noise_rate=0.1), make_streams(0))
+    assert ds.n_noisy == 2 and not ds.warnings
     cfg = Config(n=100, d=4, noise_rate=0.2, label_noise="iid")
     for seed in range(20):
         with warnings.catch_warnings(record=True) as caught:
@@ -49,6 +49,16 @@ def test_realized_noise_count_warns_when_off_by_more_than_one():
             ds = generate(cfg, make_streams(seed))
         off = abs(ds.n_noisy - 20) > 1
         assert bool(ds.warnings) == off == bool(caught)
+
+
+@pytest.mark.parametrize(
+    "n,eta,rule", [(2, 0.5, "balanced"), (4, 0.2, "balanced"), (20, 0.05, "balanced"), (4, 0.1, "exact")]
+)
+def test_a_flip_rule_that_flips_no_label_says_so(n, eta, rule):
+    """Off by less than one from n eta, and silent before: the run had clean labels."""
+    with pytest.warns(UserWarning, match=f"label_noise={rule} flips no label at n = {n}"):
+        ds = generate(Config(n=n, d=10, noise_rate=eta, label_noise=rule), make_streams(0))
+    assert ds.n_noisy == 0 and "the labels are clean" in ds.warnings[0]
 
 
 def test_tokens_have_roles_means_and_noise():

@@ -26,7 +26,7 @@ from attnsim.sweep.run import run_sweep
 from attnsim.sweep.spec import Task, parse_sweep, record_key
 from attnsim.sweep.store import Store
 
-TINY = {"n": 4, "T": 4, "d": 20, "steps": 5, "pop_points": 64}
+TINY = {"n": 6, "T": 4, "d": 20, "steps": 5, "pop_points": 64}
 BASE = {"n": 6, "T": 5, "steps": 60, "log_every": 30, "pop_points": 256, "pop_log_points": 2}
 
 
@@ -403,7 +403,11 @@ def test_plot_draws_a_finished_run(tmp_path, monkeypatch, capsys):
     png = run / "plot.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 20_000
     labels = seen[0]
-    assert [y for _, y, _ in labels] == ["mean attention score", "loss", "error (log; 0 not drawn)"]
+    assert [y for _, y, _ in labels] == [
+        "attention score per role (summed over its tokens)",
+        "loss",
+        "error (log; bars: 2 se)",
+    ]
     assert all(x == "step" for x, _, _ in labels)
     assert f"wrote {png}" in capsys.readouterr().out
 
@@ -417,7 +421,7 @@ def test_plot_draws_a_sweep_and_load_sweep_returns_its_table(tmp_path, monkeypat
     assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1"]) == 0
     seen = _captured_labels(monkeypatch)
     assert main(["plot", str(out / "s"), "--metric", "train_loss", "--logy"]) == 0
-    assert (out / "s" / "train_loss-vs-signal_norm.png").stat().st_size > 10_000
+    assert (out / "s" / "train_loss-vs-signal_norm-logy.png").stat().st_size > 10_000
     (x, y, title), = seen[0]  # fmt: skip
     assert x == "signal_norm" and y.startswith("train_loss") and "2 seed(s)" in title
     assert main(["plot", str(out / "s"), "--metric", "train_los"]) == 2

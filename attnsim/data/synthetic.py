@@ -216,11 +216,20 @@ def assemble(
         source=source,
     )
     expected = dk.n * dk.noise_rate
-    if abs(ds.n_noisy - expected) > 1:
+    msg = None
+    if dk.noise_rate > 0 and ds.n_noisy == 0:
+        rule = {"balanced": "an even number, ceil(n noise_rate) rounded down", "exact": "round(n noise_rate)"}
+        msg = (
+            f"label noise: label_noise={dk.label_noise} flips no label at n = {dk.n}, noise_rate = "
+            f"{dk.noise_rate:g} ({rule.get(dk.label_noise, 'each with probability noise_rate')}): the "
+            "labels are clean; use a larger n or another label_noise"
+        )
+    elif abs(ds.n_noisy - expected) > 1:
         msg = (
             f"label noise: {ds.n_noisy} noisy samples realized, n*noise_rate = {expected:g} "
             f"(label_noise={dk.label_noise})"
         )
+    if msg is not None:
         ds.warnings.append(msg)
         warnings.warn(msg, stacklevel=3)
     return ds

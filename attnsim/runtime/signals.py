@@ -50,11 +50,12 @@ def end_process(code: int) -> None:
     """End this process with exit code ``code`` without Python's teardown of
     what it loaded (0.1-0.2 s, mostly Numba's and LLVM's objects, for nothing:
     callers have written and closed every file and stopped their workers).
-    stdout and stderr are flushed first; if that fails (a closed pipe), Python
-    exits the usual way and reports it."""
+    stdout and stderr are flushed first; if that fails (a closed pipe, a full
+    device), the exit code says so (1 unless it already says failure)."""
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:
-        sys.exit(code)
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: closed by the caller (>&-)
+                stream.flush()
+    except (OSError, ValueError):  # ValueError: a stream closed under us
+        code = code or 1
     os._exit(code)

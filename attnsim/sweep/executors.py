@@ -247,10 +247,10 @@ def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
 def worker_identity() -> dict:
     """What a remote worker runs: attnsim's version and revision (a cluster mixing them
     would mix results), and its interpreter."""
-    import sys
+    import sys  # lazy: as the two below
 
-    from .._meta import __version__
-    from ..results import git_revision
+    from .._meta import __version__  # lazy: run on the worker, by name
+    from ..results import git_revision  # lazy: as above
 
     return {"attnsim": __version__, "git": dict(git_revision()), "python": sys.version.split()[0]}
 
@@ -268,7 +268,7 @@ def _run_executor(tasks, store: Store, bar, executor, report: SweepReport) -> No
     pool), so a dead worker loses one point: a point whose task raised (Dask's
     KilledWorker after its own retries, a broken pool) gets a failed record naming why
     and the sweep goes on (a rerun retries it)."""
-    from concurrent.futures import as_completed
+    from concurrent.futures import as_completed  # lazy: only remote sweeps wait on futures
 
     futures = {executor.submit(run_remote, t): t for group in tasks for t in group}
     for fut in as_completed(futures):

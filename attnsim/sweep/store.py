@@ -10,6 +10,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -155,16 +156,18 @@ class Store:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                print(
-                    f"attnsim: waiting for {path}: another process (pid {holder}) is computing this point",
-                    file=sys.stderr,
-                    flush=True,
+                pid, _, thread = os.pread(fd, 200, 0).decode(errors="replace").strip().partition(" ")
+                who = (
+                    f"another thread of this process ({thread or 'unnamed'})"
+                    if pid == str(os.getpid())
+                    else f"another process (pid {pid or 'unknown'})"
                 )
+                msg = f"attnsim: waiting for {path}: {who} is computing this point"
+                print(msg, file=sys.stderr, flush=True)
                 fcntl.flock(fd, fcntl.LOCK_EX)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
+                os.pwrite(fd, f"{os.getpid()} {threading.current_thread().name}".encode(), 0)
             yield
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,120 @@
+"""What attnsim says when it stops early or is handed something odd: each message names
+the cause the run really had, once, and the command line survives its own streams."""
+
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from attnsim.cli import main
+from attnsim.run import simulate
+from attnsim.words import suggest
+
+SMALL = {"n": 6, "T": 4, "d": 20, "steps": 20, "pop_points": 64}
+
+
+def _npz(path, X, seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.where(np.arange(X.shape[0]) % 2 == 0, 1.0, -1.0)
+    np.savez(path, X=X, y=y, nu=rng.standard_normal(X.shape[2]))
+    return str(path)
+
+
+def _warnings_of(config, data=None):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = simulate(config, data)
+    return res, [str(w.message) for w in caught]
+
+
+def test_a_gradient_zero_by_construction_is_not_blamed_on_lr(tmp_path):
+    res, said = _warnings_of({"steps": 20}, _npz(tmp_path / "zero.npz", np.zeros((6, 4, 10))))
+    (frozen,) = [w for w in said if "frozen" in w]
+    assert "no sample's scores are saturated" in frozen and "reduce lr" not in frozen
+    _, said = _warnings_of({"preset": "magen2025", "train": "W,p", "steps": 10, "pop_points": 64})
+    assert any("frozen after step 0" in w and "a smaller lr cannot help" in w for w in said), said
+
+
+def test_huge_tokens_are_named_as_the_cause_of_a_frozen_run(tmp_path):
+    X = np.random.default_rng(0).standard_normal((6, 4, 10)) * 2.0**63
+    _, said = _warnings_of({"steps": 5}, _npz(tmp_path / "big.npz", X))
+    (frozen,) = [w for w in said if "frozen" in w]
+    assert "data's scale (largest |x| entry" in frozen and "rescale the tokens" in frozen
+
+
+def test_a_run_and_its_clean_twin_say_a_warning_once_and_the_twin_says_who_it_is(capsys, tmp_path):
+    args = ["run", "--set", "lr=5", "--set", "steps=30", "--set", "d=200", "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert err and len(err) == len(set(err)), err
+    bare = [e.split("clean-label twin: ")[-1] for e in err]
+    assert len(bare) == len(set(bare))  # the twin's copy of the run's own warning is not repeated
+
+
+def test_a_toml_file_with_a_byte_order_mark_reads_and_choices_take_any_case(tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbfsteps = 7\nn = 6\nd = 20\npop_points = 64\n")
+    assert main(["run", str(path), "--preset", "Magen2025", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    import json
+
+    config = json.loads((tmp_path / "r" / "result.json").read_text())["config"]
+    assert config["steps"] == 7 and config["data_model"] == "magen2025"
+    from attnsim.cli import _data_name
+
+    assert _data_name("Digits", {"digits": None}) == "digits"
+    assert _data_name(str(path), {"digits": None}) == str(path)
+
+
+@pytest.mark.parametrize("word", ["ñ", "a.b", "x"])
+def test_no_typo_hint_for_a_key_nowhere_near_one(word):
+    from attnsim.config import Config
+
+    assert suggest(word, [f for f in Config.__dataclass_fields__]) is None
+    assert suggest("signal_nrm", ["signal_norm", "sigma"]) == "signal_norm"
+
+
+@pytest.mark.parametrize(
+    "redirect,code,needle",
+    [
+        ("exec >&-", 0, ""),  # stdout closed: the run still saves its result
+        ("exec >/dev/full", 1, "cannot write standard output: No space left on device"),
+    ],
+)
+def test_the_command_line_survives_its_standard_output(redirect, code, needle, tmp_path):
+    cmd = f"{redirect}; {sys.executable} -m attnsim.cli run --set steps=5 --set n=6 --out {tmp_path / 'r'}"
+    done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert done.returncode == code and "Traceback" not in done.stderr, done.stderr
+    assert needle in done.stderr and len(done.stderr.strip().splitlines()) <= 1, done.stderr
+    assert (tmp_path / "r" / "result.json").is_file()
+    piped = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m attnsim.cli keys | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in piped.stderr and piped.stdout.startswith("key")
+
+
+def test_two_threads_of_one_process_on_one_sweep_name_the_thread_not_a_process(tmp_path, capsys):
+    from attnsim.sweep.run import run_sweep
+    from attnsim.sweep.spec import parse_sweep
+
+    base = {**SMALL, "steps": 150_000}
+    spec = parse_sweep({"sweep": {"name": "t"}, "base": base, "grid": {"signal_norm": [2.0]}})
+    done = []
+    threads = [
+        threading.Thread(target=lambda: done.append(run_sweep(spec, tmp_path, workers=1, progress=False)))
+        for _ in range(2)
+    ]
+    threads[0].start()
+    time.sleep(0.3)
+    threads[1].start()
+    for th in threads:
+        th.join(120)
+    assert len(done) == 2 and all(r.ok == 1 for r in done)
+    err = capsys.readouterr().err
+    assert "another thread of this process" in err and "another process" not in err, err
