@@ -21,6 +21,7 @@ _LAZY = {
     "Result": "results",
     "load": "results",
     "load_sweep": "sweep",
+    "load_trajectories": "sweep",
     "simulate": "run",
     "Workspace": "runtime.workspace",
 }

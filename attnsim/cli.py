@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         "'digits' (built in) or an .npz with features (N,T,d) and labels (N,)",
     )
     r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
+    r.add_argument("--seeds", help="several seeds (0-4, 0,3,7): each run in OUT/seed-K, one summary of all")
+    r.add_argument("--csv", action="store_true", help="also write trajectory.csv (one row per log point)")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
     r.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     sw = sub.add_parser("sweep", help="run a grid of configurations x seeds (resumable)")
@@ -259,12 +261,14 @@ def _check_numba() -> None:
 
 
 def cmd_run(args: argparse.Namespace, t_start: float) -> int:
-    from .config import config_values, from_mapping, parse_set  # lazy
-    from .results import OutputError, check_output_dir, check_run_folder, free_sibling  # lazy
-    from .run import simulate  # lazy: the numerical stack
+    from .config import config_values, file_data, from_mapping, parse_set  # lazy
+    from .results import check_output_dir, check_run_folder  # lazy
 
     # the keys the user set (--data warns when it overrides them)
     values = config_values(args.config, args.sets)
+    named = file_data(values, args.config) if args.config is not None else None
+    if named is not None and args.data is None:
+        args.data = named  # data = "FILE.npz" in the config file, as in a sweep file
     if args.engine is not None:
         values["engine"] = args.engine
     if args.preset is not None:
@@ -275,13 +279,44 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
             raise UsageError(f"--preset {args.preset} and --set preset={given}: name one preset, once")
         values["preset"] = args.preset
     cfg = from_mapping(values)
-    from .data.real import BUILTIN  # lazy
+    from .data.real import BUILTIN, builtin_name  # lazy
 
-    args.data = _data_name(args.data, BUILTIN)
+    args.data = builtin_name(args.data)
     if args.data is not None and args.data not in BUILTIN and not Path(args.data).exists():
         raise UsageError(f"--data: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
     outdir = check_output_dir(args.out if args.out is not None else _default_outdir(cfg))  # before the run
     check_run_folder(outdir, args.force)
+    if args.seeds is not None:
+        return _run_seeds(args, values, outdir)
+    res = _run_one(args, values, outdir)
+    if not args.quiet:
+        from .report import format_summary  # lazy
+
+        print(format_summary(res))
+        files = "result.json, trajectory.npz" + (", trajectory.csv" if args.csv else "")
+        print(f"wrote {res.path}/{files}" + (f", {args.plot}.png" if args.plot else ""))
+    return 0
+
+
+def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
+    """``run --seeds``: each seed's run in ``outdir/seed-K``, then one summary."""
+    from .experiments.seeds import parse_seeds, seeds_summary  # lazy
+
+    if "seed" in values:
+        raise UsageError("run: give the seed with --seeds or with the seed key, not both")
+    seeds = parse_seeds(args.seeds)
+    runs = [_run_one(args, {**values, "seed": k}, outdir / f"seed-{k}") for k in seeds]
+    if not args.quiet:
+        print(seeds_summary(seeds, runs))
+        print(f"wrote {len(runs)} runs in {outdir}/seed-*")
+    return 0
+
+
+def _run_one(args: argparse.Namespace, values: dict, outdir: Path):
+    """One run of ``attnsim run``, saved (with its plot and CSV if asked); its Result."""
+    from .results import OutputError, free_sibling  # lazy
+    from .run import simulate  # lazy: the numerical stack
+
     quiet = args.quiet
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -301,23 +336,13 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
         res.save(kept)
         print(f"attnsim: warning: {exc}; this run is in {kept}", file=sys.stderr)
         outdir = kept
+    if args.csv:
+        res.to_csv(outdir / "trajectory.csv")
     if args.plot:
         from .report import plot_result  # lazy: matplotlib
 
         plot_result(res, args.plot, outdir / f"{args.plot}.png")
-    if not quiet:
-        from .report import format_summary  # lazy
-
-        print(format_summary(res))
-        print(f"wrote {outdir}/result.json, trajectory.npz" + (f", {args.plot}.png" if args.plot else ""))
-    return 0
-
-
-def _data_name(data: str | None, builtin) -> str | None:
-    """A built-in dataset's name in any case (as every choice), unless a file has that name."""
-    if data is None or Path(data).exists():
-        return data
-    return data.lower() if data.lower() in builtin else data
+    return res
 
 
 def _announce_compiling() -> None:
@@ -355,8 +380,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_real(args: argparse.Namespace) -> int:
     from .config import from_mapping, parse_set, regular_file  # lazy
-    from .data.real import BUILTIN  # lazy
-    from .experiments.real import format_table, run_protocol  # lazy
+    from .data.real import BUILTIN, builtin_name  # lazy
+    from .experiments.real import format_table, protocol_notes, run_protocol  # lazy
     from .results import check_output_dir  # lazy
     from .sweep.spec import MAX_POINTS  # lazy
 
@@ -367,7 +392,7 @@ def cmd_real(args: argparse.Namespace) -> int:
     total = (len(set(args.n)) if args.n else 3) * len(args.eta) * args.seeds  # before any list that long
     if total > MAX_POINTS:
         raise UsageError(f"real: {total:.3g} points (n x eta x seeds); at most {MAX_POINTS}")
-    args.data = _data_name(args.data, BUILTIN)
+    args.data = builtin_name(args.data)
     if args.data not in BUILTIN:
         if not Path(args.data).exists():
             raise UsageError(f"real: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
@@ -384,6 +409,8 @@ def cmd_real(args: argparse.Namespace) -> int:
     for msg in messages:
         print(f"attnsim: {msg}", file=sys.stderr)
     print(format_table(rows))
+    for note in protocol_notes(rows):
+        print(f"note: {note}")
     print(f"wrote {report.root / 'table.csv'}, {report.root / 'records.csv'}")
     return 1 if report.failed else 0
 
@@ -451,32 +478,9 @@ def cmd_check_grad(args: argparse.Namespace) -> int:
     check = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
     print("\n".join(check.heading))
     width = max(len(block) for errs in check.errors.values() for block in errs)
-    return _grad_verdict(check.errors, args.tol, width=width)
+    from .report import grad_verdict  # lazy
 
-
-def _grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:
-    """Print every block's errors and the verdict; the last line's last number
-    is the worst per-block relative error (SPEC §8). Exit 1 above ``tol``."""
-    worst, where = 0.0, ""
-    for loss, errs in errors.items():
-        for block, e in errs.items():
-            print(
-                f"  {loss:8s} {block:{width}s}: max |fd - analytic| {e['max_abs']:.2e}, "
-                f"mean {e['mean_abs']:.2e}, relative {e['rel']:.2e}"
-            )
-            if not e["rel"] <= worst:  # NaN counts as the worst
-                worst, where = e["rel"], f"{block} ({loss} loss)"
-    ok = worst <= tol
-    if not ok:
-        print(
-            f"attnsim: check-grad failed: block {where} has relative error {worst:.3g} > --tol {tol:g}",
-            file=sys.stderr,
-        )
-    print(
-        f"{'passed' if ok else 'FAILED'} at --tol {tol:g}; "
-        f"worst per-block relative error (max |fd - analytic| / max |analytic|): {worst:.3e}"
-    )
-    return 0 if ok else 1
+    return grad_verdict(check.errors, args.tol, width=width)
 
 
 def entry() -> None:

@@ -276,6 +276,8 @@ def _coerce(name: str, value: Any) -> Any:
                 "float64): it has lost precision and underflows to 0 in products; use 0 or a normal number"
             )
         return value
+    if name == "train" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)  # ["W", "p"], as TOML and Python write a set of blocks
     if not isinstance(value, str):
         raise ConfigError(f"{name}: expected a string, got {value!r}")
     if name == "train":
@@ -411,6 +413,18 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if set(data) == {"config"} and isinstance(data["config"], dict):
         data = data["config"]
     return data
+
+
+def file_data(values: dict[str, Any], path: str | Path) -> str | None:
+    """Pop a config file's ``data`` key (a data file relative to the config file, or a
+    built-in dataset's name), as a sweep file's ``[sweep] data``."""
+    data = values.pop("data", None)
+    if data is None:
+        return None
+    if not isinstance(data, str) or not data:
+        raise ConfigError(f"{path}: data: expected a file name or a built-in dataset, got {data!r}")
+    near = Path(path).parent / data
+    return str(near) if not Path(data).is_absolute() and near.exists() else data
 
 
 def config_values(path: str | Path | None = None, sets: list[str] | None = None) -> dict[str, Any]:

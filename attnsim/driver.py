@@ -112,7 +112,7 @@ def run(
     # whole between log points and reports its progress from the solver's own steps
     if stepper.whole_spans and bar is not None:
         stepper.progress = bar.to
-    walk = _Walk(stepper, recorder, bar, schedule.lr)
+    walk = _Walk(stepper, recorder, bar, schedule)
     try:
         for j, target in enumerate(grid):
             walk.to(int(target))
@@ -138,8 +138,8 @@ def run(
     finally:
         for _, job in pending:
             job.cancel()
-        if bar is not None:
-            bar.close()
+        if walk.bar is not None:
+            walk.bar.close()
         if stepper.whole_spans:
             stepper.progress = None
     arrays, fit, recorded_warnings = recorder.finish(stepper, steps)
@@ -155,20 +155,38 @@ def run(
 
 
 class _Walk:
-    """The stepper's way along the grid: advancing to each log point (in chunks while a
-    progress bar exists), stopping with the run's message at an outcome that ends it."""
+    """The stepper's way along the grid: advancing to each log point, stopping with the
+    run's message at an outcome that ends it. Unless progress is off, discrete steps go
+    in chunks that double while a chunk takes under a tenth of a second (exact in any
+    chunks), and a progress bar appears once the steps have taken a second, whatever
+    their count or their optimizer's cost (AdamW in the dense engine, the encoder)."""
 
-    def __init__(self, stepper: Stepper, recorder: Recorder, bar: _Bar | None, lr: float | None):
-        self.stepper, self.recorder, self.bar, self.lr = stepper, recorder, bar, lr
+    def __init__(self, stepper: Stepper, recorder: Recorder, bar: _Bar | None, schedule: Schedule):
+        self.stepper, self.recorder, self.bar, self.lr = stepper, recorder, bar, schedule.lr
+        self.schedule = schedule
         self.step = 0
         self.frozen_at: int | None = None
         self.warnings: list[str] = []
-        self.chunk = PROGRESS_CHUNK if bar is not None and not stepper.whole_spans else None
+        self.lazy = bar is None and schedule.progress is not False and not stepper.whole_spans
+        chunked = bar is not None and not stepper.whole_spans
+        self.chunk = PROGRESS_CHUNK if chunked else 16 if self.lazy else None
+        self.t0 = time.monotonic()
+
+    def _grow(self, took: float) -> None:
+        """The next chunk's size, and the bar once the steps have taken a second."""
+        if took < 0.1:
+            self.chunk = min(2 * self.chunk, PROGRESS_CHUNK)
+        steps = int(self.schedule.grid[-1])
+        if self.bar is None and time.monotonic() - self.t0 > 1.0 and self.step < steps:
+            self.bar = _Bar(steps, self.schedule.progress, self.schedule.log_bar)
 
     def to(self, target: int) -> None:
         while self.frozen_at is None and self.step < target:
             chunk = target - self.step if self.chunk is None else min(target - self.step, self.chunk)
+            t = time.monotonic()
             status, reached = self.stepper.advance(self.step, chunk)
+            if self.lazy:
+                self._grow(time.monotonic() - t)
             if status in (Outcome.DIVERGED, Outcome.STALLED):
                 raise SimulationError(status.message(reached, lr=self.lr, detail=self.stepper.detail))
             if status is Outcome.FROZEN:

@@ -39,10 +39,11 @@ class Recorder:
     """
 
     def __init__(
-        self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int, normalized: bool = False
+        self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int, optimizer: str = "gd"
     ):
         self.ds, self.grid = ds, grid
-        self.lr, self.d, self.normalized = lr, d, normalized  # for the saturation warning
+        self.lr, self.d, self.optimizer = lr, d, optimizer  # for the saturation warning
+        self.normalized = optimizer == "normalized"
         self._S_frozen: np.ndarray | None = None  # S_acc when the stepper froze, and its rate since
         self._incr: np.ndarray | None = None
         self._frozen_at: int | None = None
@@ -230,6 +231,12 @@ class Recorder:
                     f"{head} (every other score below exp(-745)), so their gradients are zero and "
                     "normalized steps follow the other samples alone from there on: read the "
                     "trajectory up to that step"
+                )
+            elif self.optimizer == "adam":  # each coordinate moves by about lr, whatever the gradient's size
+                msg = (
+                    f"{head}, so their gradients vanish; AdamW moves each coordinate by up to lr per step, "
+                    f"so a logit x.Wp moves by up to about lr*|x|_1 (lr*sigma*d for Gaussian tokens): reduce "
+                    f"lr (lr={self.lr:g}, d={self.d})"
                 )
             else:
                 msg = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,7 +124,7 @@ def format_summary(res: Result) -> str:
 
     c, f, th, e = res.config, res.final, res.theory, res.engine
     lines = [
-        f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {c['integrator']} "
+        f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {_method(c)} "
         f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s); engine {e['used']} ({e['reason']})",
         _data_line(res),
         f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
@@ -149,17 +150,52 @@ def format_summary(res: Result) -> str:
                 f"weak opposite {_fmt(f[f'score_{g}_weak_opposite'], '.3f')}, "
                 f"irrelevant {_fmt(f[f'score_{g}_irrelevant'], '.3f')}"
             )
-    never = "never (within the run)"
-    t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
     lines.append(f"regime: {f['regime']} ({_regime_reason(f, c)}); {_generalization(f, c)}")
     reference = _reference_line(f)
     if reference is not None:
         lines.append(reference)
+    fresh = f"fresh relevant score >= {c['gen_score']:g}"
     lines.append(
-        f"times: memorized at step {never if t_mem is None else t_mem}, "
-        f"fresh relevant score >= {c['gen_score']:g} from step {never if t_gen is None else t_gen}"
+        f"times: {_when('memorized', th.get('t_memorize'))}; {_when(fresh, th.get('t_generalize'), 'from')}"
     )
+    if res.limit:
+        lines.append(_limit_line(res.limit))
     return "\n".join(lines)
+
+
+def _method(c: dict) -> str:
+    """The training rule in words: the optimizer of discrete steps, or the flow."""
+    if c.get("integrator") == "flow":
+        return f"gradient flow ({c.get('flow_method', '')})"
+    return {"gd": "gradient descent", "adam": "AdamW", "normalized": "normalized gradient descent"}.get(
+        c.get("optimizer", "gd"), str(c.get("optimizer"))
+    )
+
+
+def format_step(t: float) -> str:
+    """A step as a person reads it: whole steps as integers, located times (the flow,
+    a refined crossing) to four significant figures."""
+    if float(t).is_integer() and abs(t) < 1e15:
+        return f"{int(t)}"
+    return f"{t:.4g}"
+
+
+def _when(what: str, t: float | None, at: str = "at") -> str:
+    return f"{what}: never within the run" if t is None else f"{what} {at} step {format_step(t)}"
+
+
+def _limit_line(lim: dict) -> str:
+    """The max-margin limit's verdict in one line (result.json's ``limit`` section)."""
+    if not lim.get("feasible", False):
+        return f"max-margin limit ({lim.get('variable', '?')}): infeasible ({lim.get('message', '')})"
+    err = metrics.format_error(lim.get("pop_error"), lim.get("pop_error_se"), lim.get("pop_error_resolved"))
+    cert = lim.get("certificate") or {}
+    return (
+        f"max-margin limit ({lim.get('variable')}-SVM): population error {err}, relevant token "
+        f"selected with probability {_fmt(lim.get('prob_relevant'), '.4f')}; cos to the run's "
+        f"direction {_fmt(lim.get('cos'), '.4f')}; KKT residual {_fmt(lim.get('kkt'), '.1e')}, "
+        f"{cert.get('n_violations', 0)} violation(s) of local optimality"
+    )
 
 
 FIGURE_FORMATS = ("png", "pdf", "svg")  # what ``attnsim plot --out`` writes, by the name's suffix
@@ -271,3 +307,28 @@ def plot_folder(
     fig.tight_layout()
     save_png(fig, path, fmt=fmt)
     return path, notes
+
+
+def grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:
+    """Print every block's errors and the verdict; the last line's last number
+    is the worst per-block relative error (SPEC §8). Exit 1 above ``tol``."""
+    worst, where = 0.0, ""
+    for loss, errs in errors.items():
+        for block, e in errs.items():
+            print(
+                f"  {loss:8s} {block:{width}s}: max |fd - analytic| {e['max_abs']:.2e}, "
+                f"mean {e['mean_abs']:.2e}, relative {e['rel']:.2e}"
+            )
+            if not e["rel"] <= worst:  # NaN counts as the worst
+                worst, where = e["rel"], f"{block} ({loss} loss)"
+    ok = worst <= tol
+    if not ok:
+        print(
+            f"attnsim: check-grad failed: block {where} has relative error {worst:.3g} > --tol {tol:g}",
+            file=sys.stderr,
+        )
+    print(
+        f"{'passed' if ok else 'FAILED'} at --tol {tol:g}; "
+        f"worst per-block relative error (max |fd - analytic| / max |analytic|): {worst:.3e}"
+    )
+    return 0 if ok else 1

@@ -75,6 +75,26 @@ class Result:
             }
         )
 
+    def to_csv(self, path: str | Path) -> Path:
+        """The logged arrays with one value per log point as CSV (a header row, then one
+        row per log point; per-sample and per-token arrays are left to trajectory.npz),
+        written atomically."""
+        import csv  # lazy: CSV is asked for rarely
+        import io  # lazy: as csv
+
+        steps = np.asarray(self.trajectory["step"])
+        cols = [k for k, v in self.trajectory.items() if np.ndim(v) == 1 and len(v) == steps.size]
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(cols)
+        for i in range(steps.size):
+            writer.writerow(
+                ["" if np.isnan(x) else repr(float(x)) for x in (self.trajectory[k][i] for k in cols)]
+            )
+        path = Path(path)
+        atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
+        return path
+
     def save(self, outdir: str | Path, force: bool = False) -> Path:
         """Write result.json and trajectory.npz into ``outdir`` atomically, under the
         folder's lock; on a failed write (a full disk, a read-only mount) nothing of

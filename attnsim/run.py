@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -41,19 +40,20 @@ def ensure_compiled(
     """Load (or compile, the first time ever) the kernels a run needs, and pay
     every other once-per-process cost (BLAS discovery, quadrature tables,
     first LAPACK calls) here rather than inside the simulation; seconds spent.
-    ``announce()`` is called if this takes more than a second (compiling)."""
+    ``announce()`` is called when a kernel is missing from Numba's cache (it compiles)."""
     ws = WORKSPACE if workspace is None else workspace
     if f"{model}/{integrator}" in ws.warm:
         return 0.0
-    timer = threading.Timer(1.0, announce) if announce is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
+    if announce is None:
+        return _warm_up(integrator, model, ws)
+    from .runtime.numba_cache import ON_MISS  # lazy: imports Numba, which the warm-up needs anyway
+
+    ON_MISS.append(announce)  # said when Numba compiles, not when a busy machine loads slowly
     try:
         return _warm_up(integrator, model, ws)
     finally:
-        if timer is not None:
-            timer.cancel()
+        if announce in ON_MISS:
+            ON_MISS.remove(announce)
 
 
 def _warm_up(integrator: str, model: str, ws: Workspace) -> float:
@@ -94,7 +94,7 @@ def _check_labels(ds: Dataset) -> None:
 
 
 def simulate(
-    config: Config | Mapping[str, Any] | None = None,
+    config: Config | Mapping[str, Any] | str | Path | None = None,
     data: str | Path | Dataset | None = None,
     *,
     save_scores: bool = False,
@@ -102,14 +102,18 @@ def simulate(
     announce: Callable[[], None] | None = None,
     workspace: Workspace | None = None,
     _warmup: bool = False,
+    **keys: Any,
 ) -> results.Result:
     """Simulate one training run.
 
     Parameters
     ----------
-    config : a :class:`Config` or a mapping of config keys (defaults for the rest).
+    config : a :class:`Config`, a mapping of config keys (defaults for the rest), or
+        the path of a TOML config file (as ``attnsim run FILE``; its ``data`` key names
+        a data file, relative to the TOML file).
     data : optional ``.npz`` path (or Dataset) with user-supplied arrays; n, T, d
         then come from the arrays.
+    **keys : config keys over ``config`` (``simulate(d=500, steps=2000)``).
     save_scores : keep every sample's token scores at every log point.
     progress : show a progress bar for long runs (None: only on a terminal).
     announce : called if loading the kernels takes more than a second (the first
@@ -119,6 +123,7 @@ def simulate(
     """
     ws = WORKSPACE if workspace is None else workspace
     t0 = time.perf_counter()
+    config, data = _with_keys(config, data, keys)
     cfg, ds, streams = _open(config, data)
     spec, engine, reason = _plan(cfg, ds, data is not None, save_scores)
     startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce, cfg.model, ws)
@@ -130,6 +135,22 @@ def simulate(
     setup = time.perf_counter() - t0 - startup
     run_ = _train_run(spec, problem, ds, cfg, pop, save_scores, progress)
     return _assemble(cfg, data, spec, problem, ds, pop, run_, ws, t0, setup, startup)
+
+
+def _with_keys(config, data, keys: dict) -> tuple[Any, Any]:
+    """``simulate``'s config as a mapping or Config: a TOML file read (its ``data`` key
+    taken unless ``data`` is given), keyword keys laid over it."""
+    if isinstance(config, (str, os.PathLike)):
+        from .config import file_data, load_toml  # lazy: start-up of runs without a file
+
+        path, config = config, load_toml(config)
+        named = file_data(config, path)
+        data = named if data is None else data
+    if keys:
+        if isinstance(config, Config):
+            config = config.to_dict(resolved=False)
+        config = {**(config or {}), **keys}
+    return config, data
 
 
 def _open(config, data) -> tuple[Config, Dataset | None, Any]:
@@ -332,7 +353,7 @@ def _train(
     grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     stepper = problem.stepper(cfg, rel, y=ds.y)
     evaluate = problem.evaluator(cfg, pop)
-    recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, normalized=cfg.optimizer == "normalized")
+    recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer)
     schedule = Schedule(
         grid, pop_indices(len(grid), cfg.pop_log_points), cfg.lr, progress, cfg.log_scale == "log"
     )

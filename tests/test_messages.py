@@ -63,10 +63,9 @@ def test_a_toml_file_with_a_byte_order_mark_reads_and_choices_take_any_case(tmp_
 
     config = json.loads((tmp_path / "r" / "result.json").read_text())["config"]
     assert config["steps"] == 7 and config["data_model"] == "magen2025"
-    from attnsim.cli import _data_name
+    from attnsim.data.real import builtin_name
 
-    assert _data_name("Digits", {"digits": None}) == "digits"
-    assert _data_name(str(path), {"digits": None}) == str(path)
+    assert builtin_name("Digits") == "digits" and builtin_name(str(path)) == str(path)
 
 
 @pytest.mark.parametrize("word", ["ñ", "a.b", "x"])
@@ -118,3 +117,103 @@ def test_two_threads_of_one_process_on_one_sweep_name_the_thread_not_a_process(t
     assert len(done) == 2 and all(r.ok == 1 for r in done)
     err = capsys.readouterr().err
     assert "another thread of this process" in err and "another process" not in err, err
+
+
+def test_the_compile_message_comes_with_a_compile_not_with_a_slow_load(monkeypatch):
+    """A busy machine that loads the cached kernels slowly says nothing; a kernel missing
+    from the cache (Numba compiles it) says so, once."""
+    import contextlib
+    import types
+
+    from numba.core import caching
+    from numba.core.registry import cpu_target
+
+    import attnsim.run
+    from attnsim.runtime.workspace import Workspace
+
+    said = []
+    monkeypatch.setattr(attnsim.run, "_warm_up", lambda *a: time.sleep(1.3) or 1.3)
+    attnsim.run.ensure_compiled(announce=lambda: said.append("compiling"), workspace=Workspace())
+    assert said == []  # the one-second timer said "compiling" here
+    missing = types.SimpleNamespace(
+        _py_func=types.SimpleNamespace(__module__="attnsim.models.attention.kernels"),
+        _guard_against_spurious_io_errors=contextlib.nullcontext,
+        _load_overload=lambda sig, ctx: None,  # not in the cache
+        _impl=None,
+    )
+
+    def warm(*_):
+        for _ in range(2):
+            caching.Cache.load_overload(missing, (), cpu_target.target_context)
+        return 0.0
+
+    monkeypatch.setattr(attnsim.run, "_warm_up", warm)
+    attnsim.run.ensure_compiled(announce=lambda: said.append("compiling"), workspace=Workspace())
+    assert said == ["compiling"]
+
+
+def test_the_first_hour_conveniences(tmp_path, capsys):
+    """simulate(**keys) and simulate("file.toml") with its data key, train as a list,
+    run --seeds with one summary, --csv, the summary's words and times."""
+    import json
+
+    from attnsim import load_trajectories
+    from attnsim.config import Config
+
+    assert Config(train=["p", "W"]).train == "W,p"
+    a = simulate(SMALL, steps=30)
+    b = simulate({**SMALL, "steps": 30})
+    assert json.dumps(a.final) == json.dumps(b.final) and a.config["steps"] == 30
+    data = tmp_path / "d.npz"
+    _npz(data, np.random.default_rng(1).standard_normal((6, 4, 10)))
+    (tmp_path / "c.toml").write_text('data = "d.npz"\nsteps = 10\n')
+    assert simulate(str(tmp_path / "c.toml")).data["file_sha256"]
+    assert main(["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "f"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "f" / "result.json").read_text())["data"]["file_sha256"]
+    sets = [a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")]
+    assert main(["run", *sets, "--seeds", "0-2", "--csv", "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert "3 seeds (0-2): mean +- standard deviation over seeds" in out and "regimes:" in out
+    rows = (tmp_path / "s" / "seed-1" / "trajectory.csv").read_text().splitlines()
+    logged = np.load(tmp_path / "s" / "seed-1" / "trajectory.npz")["step"]
+    assert rows[0].startswith("step,train_loss") and len(rows) == 1 + len(logged)
+    assert main(["run", *sets, "--seeds", "0-2", "--set", "seed=3", "--out", str(tmp_path / "t")]) == 2
+    assert main(["run", *sets, "--set", "optimizer=adam", "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "steps of AdamW" in out and "never (within" not in out and "at step never" not in out
+    from attnsim.sweep.run import run_sweep
+    from attnsim.sweep.spec import parse_sweep
+
+    spec = parse_sweep(
+        {"sweep": {"name": "tr", "save": ["train_loss"]}, "base": SMALL, "grid": {"lr": [1.0, 2.0]}}
+    )
+    run_sweep(spec, tmp_path, workers=1, progress=False)
+    long = load_trajectories(tmp_path / "tr")
+    assert len(long) == 2 * len(logged) and {"step", "train_loss", "config.lr"} <= set(long)
+
+
+def test_a_slow_optimizer_gets_a_progress_bar_whatever_its_step_count(monkeypatch):
+    import attnsim.driver
+
+    made = []
+    real = attnsim.driver._Bar
+
+    class Seen(real):
+        def __init__(self, *a, **k):
+            made.append(a)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(attnsim.driver, "_Bar", Seen)
+    clock = iter(range(0, 10_000, 2))  # every chunk "takes" two seconds
+    monkeypatch.setattr(attnsim.driver.time, "monotonic", lambda: float(next(clock)))
+    simulate({**SMALL, "steps": 200}, progress=True)
+    assert made and made[0][0] == 200  # 200 steps: no bar before (it needed 200 000)
+
+
+def test_times_read_as_a_person_reads_them_and_the_limit_is_summarized():
+    from attnsim.report import format_step, format_summary
+
+    assert format_step(681.4658145592106) == "681.5" and format_step(682.0) == "682"
+    res = simulate({**SMALL, "steps": 200, "limit": True, "train": "p", "init_W": "identity"})
+    text = format_summary(res)
+    assert "max-margin limit (p-SVM): population error" in text and "cos to the run's direction" in text

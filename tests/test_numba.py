@@ -23,17 +23,7 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
 
 
-def test_first_compilation_is_announced(monkeypatch):
-    from attnsim import run
-
-    calls = []
-    ws = attnsim.Workspace()
-    monkeypatch.setattr(run, "_warm_up", lambda integrator, model, ws: __import__("time").sleep(1.3) or 1.3)
-    run.ensure_compiled("gd", announce=lambda: calls.append(1), workspace=ws)
-    assert calls == [1]
-    monkeypatch.setattr(run, "_warm_up", lambda integrator, model, ws: 0.0)
-    run.ensure_compiled("gd", announce=lambda: calls.append(2), workspace=ws)
-    assert calls == [1]  # fast: nothing said
+# the compile message's test is in test_messages.py (said on a cache miss, not after a second)
 
 
 _NOJIT = """

@@ -252,6 +252,13 @@ def features_source(path: Path, arrays: dict[str, np.ndarray]) -> Source:
     )
 
 
+def builtin_name(data: str | None) -> str | None:
+    """A built-in dataset's name in any case (as every choice), unless a file has that name."""
+    if data is None or Path(data).exists():
+        return data
+    return data.lower() if data.lower() in BUILTIN else data
+
+
 def open_data(data: str | Path | Dataset) -> Source | Dataset:
     """What ``--data`` names: a built-in dataset or a features file (a
     :class:`Source`, one run of the protocol per seed), or a data file (SPEC §2)."""

@@ -148,6 +148,25 @@ def protocol_table(records: list[dict]) -> list[dict]:
     return rows
 
 
+def protocol_notes(rows: list[dict]) -> list[str]:
+    """Lines for the rows whose test accuracy sits below the head-only baseline by more
+    than the seeds' spread: why attention training can lose accuracy here."""
+    notes = []
+    for r in rows:
+        spread = max(r["test_acc_sd"], r["baseline_acc_sd"], 0.0) if r["seeds"] > 1 else 0.0
+        if not r["test_acc"] < r["baseline_acc"] - spread:
+            continue
+        notes.append(
+            f"n={r['n']}, eta={r['eta']:g}: test accuracy {r['test_acc']:.3f} is below the head-only "
+            f"baseline {r['baseline_acc']:.3f} (the fixed head on uniform attention, step 0): the head "
+            f"is fitted once on the pretraining split and never retrained, and attention trained on "
+            f"{r['n']} samples selects the tokens that fit them"
+            + (f" (flipped labels included: {r['noisy_fitted']:.2f} of them fitted)" if r["eta"] > 0 else "")
+            + ", not those the test samples need"
+        )
+    return notes
+
+
 def write_table(rows: list[dict], path: Path) -> Path:
     """The table as CSV (atomically)."""
 

@@ -47,6 +47,9 @@ CACHE = True  # every kernel: cold compilation takes 4-15 s here, a cached load 
 FASTMATH = False  # every kernel: kept off, results must not depend on reassociation
 
 
+ON_MISS: list = []  # called once each when one of attnsim's kernels is missing from the cache
+
+
 def _threading_layer_starter():
     """Numba's idempotent start of its threading layer (a no-op if this Numba has none)."""
     try:
@@ -95,7 +98,13 @@ def install() -> bool:
         if not _ours(self):
             return numba_load(self, sig, target_context)
         start_layer()
-        return load(self, sig, target_context)
+        loaded = load(self, sig, target_context)
+        if loaded is None and ON_MISS:  # not in the cache: Numba compiles it now
+            hooks = list(ON_MISS)
+            ON_MISS.clear()
+            for hook in hooks:
+                hook()
+        return loaded
 
     cache.load_overload = load_overload
     return fast is not None

@@ -39,7 +39,7 @@ current sweep file's records.
 
 from .run import run_sweep
 from .spec import SweepSpec, parse_sweep, read_spec, record_key
-from .store import Store, load_records, load_spec, load_sweep, write_csv
+from .store import Store, load_records, load_spec, load_sweep, load_trajectories, write_csv
 
 __all__ = [
     "Store",
@@ -47,6 +47,7 @@ __all__ = [
     "load_records",
     "load_spec",
     "load_sweep",
+    "load_trajectories",
     "parse_sweep",
     "read_spec",
     "record_key",

@@ -291,6 +291,27 @@ def load_sweep(root: str | Path) -> Any:
     return sweep_table(root)[1]
 
 
+def load_trajectories(root: str | Path) -> Any:
+    """The trajectories the sweep in ``root`` saved (its ``save`` list), as a long
+    table: one row per run and log point, with the run's ``config.<key>`` columns,
+    ``step`` and each saved array (a pandas DataFrame when pandas is installed,
+    else a dict of NumPy columns). Empty when the sweep saves none."""
+    spec = load_spec(root)
+    store = Store(Path(root), spec.data_id, create=False)
+    rows = []
+    for rec in store.records([record_key(c, spec.data_id) for c in spec.points()]):
+        traj = rec.get("trajectory") or {}
+        if rec.get("status") != "ok" or "step" not in traj:
+            continue
+        config = {f"config.{k}": v for k, v in rec.get("config", {}).items()}
+        saved = [
+            k for k, v in traj.items() if k != "step" and isinstance(v, list) and len(v) == len(traj["step"])
+        ]
+        for i, step in enumerate(traj["step"]):
+            rows.append({**config, "step": step, **{k: traj[k][i] for k in saved}})
+    return _table(rows)
+
+
 def sweep_table(root: str | Path) -> tuple[SweepSpec, Any, dict]:
     """(spec, :func:`load_sweep`'s table, what the table holds: ``points`` the sweep's
     point count, ``records`` those with a record, ``failed`` those whose record is a

@@ -1,0 +1,81 @@
+"""One configuration over several seeds (``attnsim run --seeds 0-4``): each seed's run
+saved in its own folder, and one summary of their spread (means, standard deviations,
+the regimes counted)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._meta import ConfigError
+
+if TYPE_CHECKING:  # names in annotations only
+    from ..results import Result
+
+MAX_SEEDS = 1000  # a run command for more is a sweep (resumable, in parallel)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"``, ``"0,3,7"`` or a mix (``"0-2,9"``) as a list of distinct seeds >= 0."""
+    seeds: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ConfigError(f"--seeds: {text!r}: write seeds as 0-4, 0,3,7 or 0-2,9")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ConfigError(f"--seeds: {part}: the range runs downwards")
+        if hi - lo + 1 + len(seeds) > MAX_SEEDS:
+            raise ConfigError(f"--seeds: more than {MAX_SEEDS} seeds; run them as a sweep (seeds = N)")
+        seeds += range(lo, hi + 1)
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"--seeds: {text!r} names a seed twice")
+    return seeds
+
+
+def _spread(values: list) -> str:
+    x = np.array([np.nan if v is None else v for v in values], dtype=float)
+    ok = x[np.isfinite(x)]
+    if not ok.size:
+        return "n/a"
+    sd = f" +- {np.std(ok, ddof=1):.3g} (sd)" if ok.size > 1 else ""
+    missing = f", {x.size - ok.size} n/a" if ok.size < x.size else ""
+    return f"{np.mean(ok):.4g}{sd}{missing}"
+
+
+def seeds_summary(seeds: list[int], runs: list[Result]) -> str:
+    """What ``attnsim run --seeds`` prints after every seed's run."""
+    finals = [r.final for r in runs]
+    regimes: dict[str, int] = {}
+    for f in finals:
+        regimes[f["regime"]] = regimes.get(f["regime"], 0) + 1
+    lines = [
+        f"{len(runs)} seeds ({_seed_text(seeds)}): mean +- standard deviation over seeds",
+        f"  population error {_spread([f.get('pop_error') for f in finals])}, "
+        f"excess over Bayes {_spread([f.get('excess_error') for f in finals])}",
+        f"  train acc {_spread([f.get('train_acc') for f in finals])}, "
+        f"noisy fitted {_spread([f.get('train_acc_noisy') for f in finals])}",
+        f"  {_times('memorized', [r.theory.get('t_memorize') for r in runs])}; "
+        f"{_times('generalized', [r.theory.get('t_generalize') for r in runs])}",
+        "  regimes: " + ", ".join(f"{k} {v}" for k, v in sorted(regimes.items(), key=lambda kv: -kv[1])),
+    ]
+    return "\n".join(lines)
+
+
+def _times(what: str, times: list) -> str:
+    never = sum(1 for t in times if t is None)
+    if never == len(times):
+        return f"{what}: never within the run"
+    done = [t for t in times if t is not None]
+    return f"{what} at step {_spread(done)}" + (f" ({never} never within the run)" if never else "")
+
+
+def _seed_text(seeds: list[int]) -> str:
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+__all__ = ["MAX_SEEDS", "parse_seeds", "seeds_summary"]
