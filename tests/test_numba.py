@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import attnsim
 from attnsim.cli import main
 
 SMALL = ["--set", "d=40", "--set", "n=6", "--set", "T=5", "--set", "steps=20", "--set", "pop_points=64"]
