@@ -105,24 +105,26 @@ class Result:
         created = not outdir.exists()
         written: list[Path] = []
         try:
+            outdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"{outdir}: cannot create the folder ({exc.strerror})") from None
+        # what this save wrote is removed under its lock only: a save that could not take
+        # the lock (another run is writing) must not take that run's folder away
+        with folder_lock(outdir):
             try:
-                outdir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise WriteError(f"{outdir}: cannot create the folder ({exc.strerror})") from None
-            with folder_lock(outdir):
                 check_run_folder(outdir, force)
                 if force:
                     for old in run_files(outdir):
                         old.unlink(missing_ok=True)
                 self._write(outdir, written)
-        except BaseException:
-            for path in written:
-                path.unlink(missing_ok=True)
-            if created:
-                with contextlib.suppress(OSError):
-                    (outdir / LOCK_NAME).unlink()
-                    outdir.rmdir()
-            raise
+            except BaseException:
+                for path in written:
+                    path.unlink(missing_ok=True)
+                if created:
+                    with contextlib.suppress(OSError):
+                        (outdir / LOCK_NAME).unlink()
+                        outdir.rmdir()
+                raise
         self.path = outdir
         return outdir
 
