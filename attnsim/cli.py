@@ -151,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except StreamError as exc:
         return stream_failed(exc, saved)
-    except Terminated:
-        print("attnsim: terminated", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("attnsim: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        # a signal handled inside a class body's __set_name__ (an import) arrives wrapped
+        cause = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
+        if not isinstance(cause, KeyboardInterrupt):
+            raise
+        ended = isinstance(cause, Terminated)
+        print(f"attnsim: {'terminated' if ended else 'interrupted'}", file=sys.stderr)
+        return 143 if ended else 130
     finally:
         for signum, handler in (previous or {}).items():
             signal.signal(signum, handler)

@@ -494,8 +494,13 @@ def stop():
     raise SystemExit(143)
 on_signal(signal.SIGTERM, stop)
 print("ready", flush=True)
-from attnsim.run import ensure_compiled
-ensure_compiled()
+try:
+    from attnsim.run import ensure_compiled
+    ensure_compiled()
+except RuntimeError as exc:  # raised inside a class body's __set_name__ (an import), Python wraps it
+    if isinstance(exc.__cause__, SystemExit):
+        raise exc.__cause__ from None
+    raise
 print("warm", flush=True)
 """
 

@@ -217,3 +217,21 @@ def test_times_read_as_a_person_reads_them_and_the_limit_is_summarized():
     res = simulate({**SMALL, "steps": 200, "limit": True, "train": "p", "init_W": "identity"})
     text = format_summary(res)
     assert "max-margin limit (p-SVM): population error" in text and "cos to the run's direction" in text
+
+
+def test_a_signal_inside_an_import_ends_as_the_signal_not_as_a_traceback(monkeypatch, capsys):
+    """Python wraps an exception raised in a class body's __set_name__ (a signal's, during an
+    import such as platform's) in a RuntimeError: the command still ends as the signal."""
+    import attnsim.cli
+
+    def wrapped(*_):
+        try:
+            raise attnsim.cli.Terminated
+        except attnsim.cli.Terminated as exc:
+            raise RuntimeError("Error calling __set_name__") from exc
+
+    monkeypatch.setattr(attnsim.cli, "_dispatch", wrapped)
+    assert main(["keys"]) == 143 and "attnsim: terminated" in capsys.readouterr().err
+    monkeypatch.setattr(attnsim.cli, "_dispatch", lambda *_: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):
+        main(["keys"])
