@@ -24,7 +24,7 @@ import numpy as np
 from ._meta import SimulationError
 from .models.base import Evaluator, Outcome, Stepper
 
-PROGRESS_CHUNK = 20_000  # GD steps per kernel call while a progress bar exists (flows are never cut)
+PROGRESS_CHUNK = 20_000  # most GD steps per kernel call while progress may show (flows are never cut)
 
 
 class Recorder(Protocol):
@@ -107,10 +107,10 @@ def run(
     defer = None if snapshots or evaluate is None else evaluate.defer
     pending: list[tuple[int, object]] = []  # (log point, job) of deferred evaluations
     snaps: dict[int, object] = {}
-    bar = _progress_bar(steps, schedule.progress, schedule.log_bar)
-    # GD steps are exact in any chunks, so a bar may cut them; a flow is integrated
-    # whole between log points and reports its progress from the solver's own steps
-    if stepper.whole_spans and bar is not None:
+    # a flow is integrated whole between log points and reports its progress from the
+    # solver's own steps; discrete steps get their bar from the walk, once they take time
+    bar = _progress_bar(steps, schedule.progress, schedule.log_bar) if stepper.whole_spans else None
+    if bar is not None:
         stepper.progress = bar.to
     walk = _Walk(stepper, recorder, bar, schedule)
     try:
@@ -167,9 +167,8 @@ class _Walk:
         self.step = 0
         self.frozen_at: int | None = None
         self.warnings: list[str] = []
-        self.lazy = bar is None and schedule.progress is not False and not stepper.whole_spans
-        chunked = bar is not None and not stepper.whole_spans
-        self.chunk = PROGRESS_CHUNK if chunked else 16 if self.lazy else None
+        self.lazy = schedule.progress is not False and not stepper.whole_spans
+        self.chunk = 16 if self.lazy else None
         self.t0 = time.monotonic()
 
     def _grow(self, took: float) -> None:

@@ -79,21 +79,13 @@ class Result:
         """The logged arrays with one value per log point as CSV (a header row, then one
         row per log point; per-sample and per-token arrays are left to trajectory.npz),
         written atomically."""
-        import csv  # lazy: CSV is asked for rarely
-        import io  # lazy: as csv
-
         steps = np.asarray(self.trajectory["step"])
         cols = [k for k, v in self.trajectory.items() if np.ndim(v) == 1 and len(v) == steps.size]
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(cols)
-        for i in range(steps.size):
-            writer.writerow(
-                ["" if np.isnan(x) else repr(float(x)) for x in (self.trajectory[k][i] for k in cols)]
-            )
-        path = Path(path)
-        atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
-        return path
+        rows = (
+            {k: "" if np.isnan(x) else repr(x) for k in cols for x in [float(self.trajectory[k][i])]}
+            for i in range(steps.size)
+        )
+        return write_csv_table(path, cols, rows)
 
     def save(self, outdir: str | Path, force: bool = False) -> Path:
         """Write result.json and trajectory.npz into ``outdir`` atomically, under the
@@ -329,6 +321,20 @@ def _follow(link: Path, path, what: str) -> None:
             raise OutputError(f"{what}: {path}: {link} is a symlink loop") from None
         target = os.readlink(link)
         raise OutputError(f"{what}: {path}: {link} is a dangling symlink (to {target})") from None
+
+
+def write_csv_table(path: str | Path, columns: list[str], rows, lineterminator: str = "\n") -> Path:
+    """Rows (mappings of ``columns``) as CSV under a header row, written atomically."""
+    import csv  # lazy: tables are written rarely
+    import io  # lazy: as csv
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator=lineterminator)
+    writer.writeheader()
+    writer.writerows(rows)
+    path = Path(path)
+    atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
+    return path
 
 
 class ResultError(ValueError):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +11,7 @@ from ..config import ConfigError
 from ..data.dataset import DataError
 from ..data.files import read_npz
 from ..data.real import BUILTIN, features_source, open_data
-from ..results import atomic_write
+from ..results import write_csv_table
 from ..run import check_run
 from ..sweep.run import run_sweep
 from ..sweep.spec import NAME_RE, parse_sweep
@@ -169,13 +167,7 @@ def protocol_notes(rows: list[dict]) -> list[str]:
 
 def write_table(rows: list[dict], path: Path) -> Path:
     """The table as CSV (atomically)."""
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
-    return path
+    return write_csv_table(path, TABLE_COLUMNS, rows)
 
 
 def format_table(rows: list[dict]) -> str:

@@ -4,9 +4,7 @@ and reading a finished sweep back as a table."""
 from __future__ import annotations
 
 import contextlib
-import csv
 import fcntl
-import io
 import json
 import os
 import sys
@@ -20,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, from_mapping
-from ..results import SCHEMA_VERSION, WriteError, atomic_write
+from ..results import SCHEMA_VERSION, WriteError, atomic_write, write_csv_table
 from .spec import SweepSpec, Task, _key_of, record_key
 
 # the final metrics that are words; the rest are numbers or null
@@ -222,13 +220,7 @@ def write_csv(
     cols: dict[str, None] = {}
     for row in rows:
         cols.update(dict.fromkeys(row))
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(cols))
-    writer.writeheader()
-    writer.writerows(rows)
-    path = path or store.root / "records.csv"
-    atomic_write(path, lambda fh: fh.write(buf.getvalue().encode()))
-    return path
+    return write_csv_table(path or store.root / "records.csv", list(cols), rows, lineterminator="\r\n")
 
 
 @dataclass
