@@ -288,10 +288,8 @@ def load_trajectories(root: str | Path) -> Any:
     table: one row per run and log point, with the run's ``config.<key>`` columns,
     ``step`` and each saved array (a pandas DataFrame when pandas is installed,
     else a dict of NumPy columns). Empty when the sweep saves none."""
-    spec = load_spec(root)
-    store = Store(Path(root), spec.data_id, create=False)
     rows = []
-    for rec in store.records([record_key(c, spec.data_id) for c in spec.points()]):
+    for rec in _current_records(root)[1]:
         traj = rec.get("trajectory") or {}
         if rec.get("status") != "ok" or "step" not in traj:
             continue
@@ -308,17 +306,23 @@ def sweep_table(root: str | Path) -> tuple[SweepSpec, Any, dict]:
     """(spec, :func:`load_sweep`'s table, what the table holds: ``points`` the sweep's
     point count, ``records`` those with a record, ``failed`` those whose record is a
     failure, ``damaged`` the records found damaged now and moved aside)."""
-    spec = load_spec(root)
-    store = Store(Path(root), spec.data_id, create=False)
-    keys = [record_key(c, spec.data_id) for c in spec.points()]
-    records = store.records(keys)
+    spec, records, damaged = _current_records(root)
     held = {
-        "points": len(keys),
+        "points": len(spec.points()),
         "records": len(records),
         "failed": sum(1 for r in records if r.get("status") != "ok"),
-        "damaged": list(store.damaged),
+        "damaged": damaged,
     }
     return spec, _table([_flat(r) for r in records]), held
+
+
+def _current_records(root: str | Path) -> tuple[SweepSpec, list[dict], list[str]]:
+    """The spec a sweep folder was last run with, the records of its points (read without
+    creating anything) and those found damaged and moved aside while reading."""
+    spec = load_spec(root)
+    store = Store(Path(root), spec.data_id, create=False)
+    records = store.records([record_key(c, spec.data_id) for c in spec.points()])
+    return spec, records, list(store.damaged)
 
 
 def _table(rows: list[dict]) -> Any:
