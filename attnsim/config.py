@@ -67,6 +67,7 @@ class CommonKeys:
     test_n: int | None = None  # the model's default (registry)
     engine: str = "auto"
     integrator: str = "gd"
+    batch: int = 0  # online SGD's fresh samples per step (0: n); population: 0 = the exact risk
     flow_method: str = "RK45"
     flow_rtol: float = 1e-8
     flow_atol: float = 1e-10
@@ -176,6 +177,7 @@ LATER_KEYS = {
     "init_nu": "head",
     "preset": "",
     "refine_times": "auto",
+    "batch": 0,
 }
 
 
@@ -205,13 +207,14 @@ def _default_clean_twin(model: str) -> bool:
 
 KEYS = tuple(f.name for f in fields(Config))
 _TYPES = {f.name: f.type for f in fields(Config)}
+FRESH_INTEGRATORS = ("population", "online")  # no training set: every step sees fresh samples (SPEC §17)
 _CHOICES = {
     "label_noise": ("balanced", "exact", "iid"),
     "init_W": ("kaiming_uniform", "gaussian", "identity"),
     "init_p": ("zeros", "gaussian"),
     "loss": ("logistic", "linear"),
     "engine": ("auto", *registry.engines()),
-    "integrator": ("gd", "flow"),
+    "integrator": ("gd", "flow", "population", "online"),
     "optimizer": ("gd", "normalized", "adam"),
     "data_model": ("sakamoto2025", "magen2025"),
     "init_nu": ("head", "zeros"),

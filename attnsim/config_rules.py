@@ -33,7 +33,7 @@ def validate(c: Any) -> None:
     for key in ("signal_norm", "sigma", "lr", "flow_rtol", "flow_atol"):
         _require(getattr(c, key) > 0, f"{key}: must be > 0, got {getattr(c, key)}")
     _require(0 <= c.noise_rate < 1, f"noise_rate: must be in [0, 1), got {c.noise_rate}")
-    for key in ("steps", "seed", "test_n"):
+    for key in ("steps", "seed", "test_n", "batch"):
         _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")
     _require(c.log_every >= 1, f"log_every: must be an integer >= 1, got {c.log_every}")
     for key in ("log_points", "pop_log_points"):
@@ -83,6 +83,7 @@ def validate(c: Any) -> None:
         c.optimizer == "gd" or c.integrator == "gd",
         f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
     )
+    _check_fresh(c)
     if c.data_model == "magen2025":
         _require(
             c.role_counts == (1, 0, 0, 1),
@@ -93,6 +94,12 @@ def validate(c: Any) -> None:
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
     )
+
+
+def _check_fresh(c: Any) -> None:
+    """``batch`` belongs to the integrators without a training set (the model checks the rest)."""
+    if c.integrator not in ("population", "online"):
+        _require(c.batch == 0, f"batch: applies to integrator=online or population, not {c.integrator}")
 
 
 def _check_scales(c: Any) -> None:

@@ -47,7 +47,14 @@ KEY_HELP = {
     "seed": ("integer >= 0", "seed of every random stream"),
     "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),
     "engine": (", ".join(("auto", *registry.engines())), "the exact coordinates the run uses"),
-    "integrator": ("gd, flow", "gradient descent, or gradient flow"),
+    "integrator": (
+        "gd, flow, population, online",
+        "GD, gradient flow, GD on the population risk (n -> infinity), or online SGD on fresh samples",
+    ),
+    "batch": (
+        "integer >= 0 (0: n)",
+        "online: fresh samples per step; population: > 0 adds online SGD's variance at dimension d",
+    ),
     "flow_method": ("RK45, DOP853", "the flow's Runge-Kutta method"),
     "flow_rtol": ("> 0", "the flow's relative tolerance"),
     "flow_atol": ("> 0", "the flow's absolute tolerance"),

@@ -10,7 +10,16 @@ import numpy as np
 from .data.dataset import ROLE_NAMES
 
 GROUPS = ("clean", "noisy")
-REGIMES = ("not_overfitting", "partial", "benign", "harmful", "underfit", "fitted", "clean_labels")
+REGIMES = (
+    "not_overfitting",
+    "partial",
+    "benign",
+    "harmful",
+    "underfit",
+    "fitted",
+    "clean_labels",
+    "fresh_samples",
+)
 SCORE_KEYS = tuple(f"score_{g}_{r}" for g in GROUPS for r in ROLE_NAMES)
 POP_KEYS = (
     "pop_error",
@@ -224,6 +233,7 @@ def final_metrics(
     bayes: dict | None = None,
     uniform: dict | None = None,
     test_n: int = 0,
+    fresh: bool = False,
 ) -> dict:
     """The "final" section of a result: every :data:`LOG_METRICS` key at the
     last log point (NaN for test and population metrics that were not
@@ -238,7 +248,8 @@ def final_metrics(
     (of ``test_n`` samples, with its binomial standard error). The regime's
     excess is error - bayes_error (without a data model, the error itself:
     ``regime_rule`` says which); ``regime_borderline`` is set when the +-2 se
-    interval of the excess contains ``benign_error`` (the verdict is kept).
+    interval of the excess contains ``benign_error`` (the verdict is kept). ``fresh``: the run
+    trained on fresh samples (integrator population or online): regime ``fresh_samples``.
     Differences assume their two terms independent (the twin shares the
     estimator's points, so its se is at most that); where a term is only an
     upper bound the difference is bounded by the run's error, and flagged.
@@ -298,6 +309,8 @@ def final_metrics(
         excess.value if measured else None,
         benign_error,
     )
+    if fresh:  # no training set, nothing memorized: no label-overfitting verdict (SPEC §17)
+        final["regime"] = "fresh_samples"
     lo, hi = excess.interval()
     final["regime_borderline"] = (
         bool(measured and lo <= benign_error < hi) if final["regime"] in ("benign", "harmful") else False

@@ -46,6 +46,8 @@ def _fmt(x, spec: str = ".4f") -> str:
 def _regime_reason(f: dict, c: dict) -> str:
     """What the regime was decided on (SPEC §3)."""
     regime = f["regime"]
+    if regime == "fresh_samples":
+        return "every step saw fresh samples: nothing memorized, no label-overfitting verdict"
     if regime == "clean_labels":
         return "no noisy training label: no label-overfitting verdict"
     if regime not in ("benign", "harmful"):
@@ -108,6 +110,13 @@ def _data_line(res) -> str:
     c, f, th = res.config, res.final, res.theory
     snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
     fit = f"train={c['train']}, lr={c['lr']:g}"
+    if c.get("integrator") in ("population", "online"):
+        monitor = "the quadrature's samples" if c["integrator"] == "population" else f"{c['n']} fresh samples"
+        return (
+            f"data: fresh samples, T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
+            f"rho={c['rho']:g} noise_rate={c['noise_rate']:g}, {fit}{snr.split(',')[0]}; "
+            f"train_* on {monitor} (no training set)"
+        )
     source = res.data.get("source", "generated")
     if not source.startswith("generated"):  # only what the file says
         known = "" if th.get("snr") is None else f" |mu|={c['signal_norm']:g} sigma={c['sigma']:g}"
@@ -167,6 +176,11 @@ def _method(c: dict) -> str:
     """The training rule in words: the optimizer of discrete steps, or the flow."""
     if c.get("integrator") == "flow":
         return f"gradient flow ({c.get('flow_method', '')})"
+    if c.get("integrator") == "population":
+        batch = f", with online SGD's variance at batch {c['batch']}" if c.get("batch") else ""
+        return f"gradient descent on the population risk{batch}"
+    if c.get("integrator") == "online":
+        return f"online SGD (a fresh batch of {c.get('batch') or c['n']} per step)"
     return {"gd": "gradient descent", "adam": "AdamW", "normalized": "normalized gradient descent"}.get(
         c.get("optimizer", "gd"), str(c.get("optimizer"))
     )

@@ -22,7 +22,7 @@ import scipy.linalg.cython_lapack  # noqa: F401
 
 from . import metrics, registry, results, theory
 from ._meta import PACKAGE_T0, ConfigError, SimulationError
-from .config import Config, as_config
+from .config import FRESH_INTEGRATORS, Config, as_config
 from .data.bayes import of_dataset as bayes_of
 from .data.dataset import DataError, Dataset, make_streams
 from .driver import Schedule, log_grid, pop_indices, run
@@ -290,6 +290,7 @@ def _assemble(
         bayes,
         uniform,
         test_n=problem.info.get("test_n", 0),
+        fresh=cfg.integrator in FRESH_INTEGRATORS,
     )
     theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
     if trained.limit is not None:

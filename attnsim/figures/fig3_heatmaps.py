@@ -31,6 +31,7 @@ REGIME_COLORS = {
     "underfit": "0.5",
     "fitted": "0.8",
     "clean_labels": "tab:olive",
+    "fresh_samples": "tab:purple",
 }
 
 

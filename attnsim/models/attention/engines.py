@@ -63,6 +63,10 @@ def build(
     (``ds`` None); returns the problem and the dataset (whose tokens live in
     the problem for the reduced and implicit engines). ``ws`` holds the
     process's reduced setups, W(0) buffer and kept draws."""
+    if cfg.integrator in ("population", "online"):
+        from .fresh import build as build_fresh  # lazy: the fresh-sample integrators' module
+
+        return build_fresh(cfg, streams, engine, reason)
     if engine == "implicit":
         return build_implicit(cfg, streams, reason)
     if ds is None and engine == "reduced":

@@ -20,8 +20,41 @@ class AttentionKeys:
     )
 
 
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _check_fresh(c: Any) -> None:
+    """The integrators without a training set (SPEC §17): what they can run."""
+    if c.integrator not in ("population", "online"):
+        return
+    what = f"integrator: {c.integrator}"
+    _require(c.optimizer == "gd", f"{what} takes plain gradient steps (optimizer=gd)")
+    _require(c.data_model == "sakamoto2025", f"{what} is built for data_model=sakamoto2025")
+    if c.integrator == "population":
+        _require(
+            c.init_W == "identity",
+            f"{what} needs W(0) = I (init_W=identity): then q = W p, nu and every gradient of the "
+            "population risk stay in span{mu+, mu-, p(0)} and a few overlaps are the exact state; with a "
+            "random W(0) the flow moves q through W(0) W(0)^T, which no fixed set of overlaps closes",
+        )
+        _require(
+            c.batch == 0 or "W" not in c.train_set,
+            "batch: the online variance term is derived for W fixed (train = p, nu or p,nu)",
+        )
+        _require(c.engine == "auto", f"engine: {what} runs in its own overlap coordinates (engine=auto)")
+    else:
+        _require(
+            c.engine != "reduced",
+            "engine: online SGD has no training set for the reduced basis to span; "
+            "use engine=dense or implicit (auto picks)",
+        )
+
+
 def check(cfg: Any) -> None:
     """ConfigError naming the key for a combination the attention model cannot run."""
+    _check_fresh(cfg)
     if cfg.limit and not cfg.train_set & {"W", "p"}:
         raise ConfigError(
             "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)"

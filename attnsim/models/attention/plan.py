@@ -13,6 +13,8 @@ KEEP_W0_BYTES = 256 * 1024**2  # setups up to d = 5792 draw W(0) once into a reu
 def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     """The engine to use and why (SPEC §4)."""
     dense_bytes = 8.0 * cfg.d * cfg.d
+    if cfg.integrator in ("population", "online"):
+        return _fresh_engine(cfg, user_data)
     if cfg.optimizer == "adam":
         return _adam_engine(cfg, dense_bytes)
     if cfg.engine == "implicit":
@@ -39,11 +41,60 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     return "implicit", why + "; implicit Bartlett construction"
 
 
+def _fresh_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
+    """The coordinates of the integrators that see fresh samples (SPEC §17)."""
+    if user_data:
+        raise ConfigError(
+            f"integrator: {cfg.integrator} draws fresh samples from the data model; a data file has a "
+            "fixed training set (integrator=gd or flow)"
+        )
+    if cfg.integrator == "population":
+        return "population", (
+            "integrator=population: the state's coordinates on span{mu+, mu-, p(0)} (W(0) = I), the "
+            "population risk's gradient by quasi-random quadrature there"
+        )
+    frame = cfg.init_W == "identity" and "W" not in cfg.train_set
+    if cfg.engine == "implicit" and not frame:
+        raise ConfigError(
+            "engine: implicit online SGD needs W fixed at the identity (init_W=identity, train = p, nu or "
+            "p,nu); use engine=dense"
+        )
+    if frame and cfg.engine in ("auto", "implicit"):
+        return "implicit", (
+            f"{'requested' if cfg.engine == 'implicit' else 'auto'}: online SGD with W = I in the frame "
+            "{mu+, mu-, q_perp, nu_perp}: each batch's noise outside it drawn as one Bartlett factor "
+            "(exact in distribution at any d)"
+        )
+    if 8.0 * cfg.d * cfg.d > DENSE_MAX_BYTES and cfg.engine == "auto":
+        raise ConfigError(
+            f"d: online SGD with W trained or W(0) random keeps a {cfg.d} x {cfg.d} W "
+            f"({8e-9 * cfg.d * cfg.d:.3g} GB); set init_W=identity with train = p, nu or p,nu, or a smaller d"
+        )
+    return (
+        "dense",
+        f"{'requested' if cfg.engine == 'dense' else 'auto'}: online SGD on fresh d-dimensional batches",
+    )
+
+
+POPULATION_SAMPLES = 1 << 14  # quasi-random fresh samples of the population gradient (half per class)
+
+
+def batch_size(cfg: Config) -> int:
+    """Fresh samples per online step (``batch``; 0 means n)."""
+    return cfg.batch or cfg.n
+
+
 def step_flops(cfg: Config, engine: str) -> float:
     """Flops of one GD step of the attention model: the W pass and q = W p
     (4 k r) and the token products (4 n T k), k = r = d (dense) or about
     n T + 2 (reduced)."""
     m = cfg.n * cfg.T
+    if engine == "population":
+        return 2 * 40.0 * POPULATION_SAMPLES * cfg.T
+    if engine == "implicit" and cfg.integrator == "online":
+        return 60.0 * batch_size(cfg) * cfg.T
+    if cfg.integrator == "online":  # dense: the batch drawn and its two products, and W's update
+        return 40.0 * batch_size(cfg) * cfg.T * cfg.d + 4.0 * cfg.d * cfg.d
     k = cfg.d if engine == "dense" else min(m + 2, cfg.d)
     r = k + (cfg.init_p != "zeros")
     return 4.0 * k * r + 4.0 * m * k
@@ -65,6 +116,17 @@ def keeps_w0(d: int) -> bool:
 def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list[tuple[str, str, float]]:
     """(keys, what, bytes) of the large arrays a run allocates, a conservative estimate."""
     n, T, d, m = cfg.n, cfg.T, cfg.d, cfg.n * cfg.T
+    if engine == "population":
+        return [
+            (
+                "T",
+                f"the quadrature sample ({POPULATION_SAMPLES}*T*3 floats, 2 label copies)",
+                8.0 * POPULATION_SAMPLES * T * 12,
+            )
+        ]
+    if cfg.integrator == "online":
+        n = max(n, batch_size(cfg))
+        m = n * T
     k = d if engine == "dense" else min(m + 2, d)
     r = k + 1
     f = 8.0
@@ -122,6 +184,8 @@ def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None
     finish, its setup included: one line naming the keys and the estimate (ConfigError, exit 2)."""
     k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
     flops = 6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k if cfg.integrator == "gd" else 0.0
+    if cfg.integrator in ("population", "online"):
+        flops = step_flops(cfg, engine)
     check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
     seconds = setup_seconds(cfg, engine)
     if seconds > MAX_SETUP_SECONDS:

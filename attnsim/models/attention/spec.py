@@ -25,6 +25,19 @@ class AttentionSpec(ModelSpec):
     warm_configs = {
         "gd": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "test_n": 2},
         "flow": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "integrator": "flow"},
+        **{
+            name: {
+                "n": 4,
+                "T": 4,
+                "d": 12,
+                "steps": 2,
+                "pop_points": 16,
+                "integrator": name,
+                "init_W": "identity",
+                "train": "p",
+            }
+            for name in ("population", "online")
+        },
     }
 
     def validate(self, cfg: Config, user_data: bool) -> None:
