@@ -53,7 +53,16 @@ import numpy as np
 
 from ...config import Config
 from ...data.dataset import Dataset, Streams
-from ...data.synthetic import clean_labels, data_keys, draw_tokens, flip_mask, head, role_template, signals
+from ...data.synthetic import (
+    clean_labels,
+    data_keys,
+    draw_tokens,
+    flip_mask,
+    head,
+    role_coefficients,
+    role_template,
+    signals,
+)
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from .buffers import Data, f64, loss_kind_code, work_for
@@ -68,9 +77,7 @@ FRAME = 4  # e1, e2, f3, f4
 
 def frame_means(y: np.ndarray, T: int, role_counts: tuple, rho: float, signal_norm: float) -> np.ndarray:
     """(m, T, 4) token means of samples of classes ``y`` in the frame (roles in the fixed order)."""
-    roles = role_template(role_counts)
-    own = np.select([roles == 0, roles == 1], [1.0, rho], 0.0) * signal_norm
-    other = np.where(roles == 2, rho, 0.0) * signal_norm
+    own, other = (c * signal_norm for c in role_coefficients(role_template(role_counts), rho))
     out = np.zeros((y.size, T, FRAME))
     pos = y > 0
     out[pos, :, 0], out[pos, :, 1] = own, other
