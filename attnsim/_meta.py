@@ -7,6 +7,12 @@ __version__ = "0.1.0"
 PACKAGE_T0 = _time.perf_counter()  # when the package's import began (run.py measures its import time from it)
 
 
+# the integrators without a training set (SPEC §17): GD and gradient flow on the population
+# risk, and online SGD (a fresh batch every step)
+POPULATION_INTEGRATORS = ("population", "population_flow")
+FRESH_INTEGRATORS = (*POPULATION_INTEGRATORS, "online")
+
+
 class DependencyError(ImportError):
     """An installed dependency attnsim cannot run with (the message says which and what to do)."""
 

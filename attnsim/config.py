@@ -207,14 +207,13 @@ def _default_clean_twin(model: str) -> bool:
 
 KEYS = tuple(f.name for f in fields(Config))
 _TYPES = {f.name: f.type for f in fields(Config)}
-FRESH_INTEGRATORS = ("population", "online")  # no training set: every step sees fresh samples (SPEC §17)
 _CHOICES = {
     "label_noise": ("balanced", "exact", "iid"),
     "init_W": ("kaiming_uniform", "gaussian", "identity"),
     "init_p": ("zeros", "gaussian"),
     "loss": ("logistic", "linear"),
     "engine": ("auto", *registry.engines()),
-    "integrator": ("gd", "flow", "population", "online"),
+    "integrator": ("gd", "flow", "population", "population_flow", "online"),
     "optimizer": ("gd", "normalized", "adam"),
     "data_model": ("sakamoto2025", "magen2025"),
     "init_nu": ("head", "zeros"),

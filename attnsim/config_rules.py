@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from . import registry
-from ._meta import ConfigError
+from ._meta import FRESH_INTEGRATORS, ConfigError
 
 MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
 MIN_NORM = 1e-100  # a |mu| below this underflows in |mu|^2 products (1e-150 froze, 1e-160 diverged)
@@ -98,8 +98,11 @@ def validate(c: Any) -> None:
 
 def _check_fresh(c: Any) -> None:
     """``batch`` belongs to the integrators without a training set (the model checks the rest)."""
-    if c.integrator not in ("population", "online"):
-        _require(c.batch == 0, f"batch: applies to integrator=online or population, not {c.integrator}")
+    if c.integrator not in FRESH_INTEGRATORS:
+        _require(
+            c.batch == 0,
+            f"batch: applies to integrator=online, population or population_flow, not {c.integrator}",
+        )
 
 
 def _check_scales(c: Any) -> None:

@@ -48,12 +48,13 @@ KEY_HELP = {
     "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),
     "engine": (", ".join(("auto", *registry.engines())), "the exact coordinates the run uses"),
     "integrator": (
-        "gd, flow, population, online",
-        "GD, gradient flow, GD on the population risk (n -> infinity), or online SGD on fresh samples",
+        "gd, flow, population, population_flow, online",
+        "GD, gradient flow, GD or gradient flow on the population risk (n -> infinity; "
+        "t = lr * step), or online SGD on fresh samples",
     ),
     "batch": (
         "integer >= 0 (0: n)",
-        "online: fresh samples per step; population: > 0 adds online SGD's variance at dimension d",
+        "online: fresh samples per step; population(_flow): > 0 adds online SGD's variance at dimension d",
     ),
     "flow_method": ("RK45, DOP853", "the flow's Runge-Kutta method"),
     "flow_rtol": ("> 0", "the flow's relative tolerance"),

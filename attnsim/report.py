@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import metrics
-from ._meta import PlotError
+from ._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS, PlotError
 from .results import load, save_png
 from .words import suggest
 
@@ -110,8 +110,9 @@ def _data_line(res) -> str:
     c, f, th = res.config, res.final, res.theory
     snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
     fit = f"train={c['train']}, lr={c['lr']:g}"
-    if c.get("integrator") in ("population", "online"):
-        monitor = "the quadrature's samples" if c["integrator"] == "population" else f"{c['n']} fresh samples"
+    if c.get("integrator") in FRESH_INTEGRATORS:
+        quadrature = c["integrator"] in POPULATION_INTEGRATORS
+        monitor = "the quadrature's samples" if quadrature else f"{c['n']} fresh samples"
         return (
             f"data: fresh samples, T={c['T']} d={c['d']} |mu|={c['signal_norm']:g} sigma={c['sigma']:g} "
             f"rho={c['rho']:g} noise_rate={c['noise_rate']:g}, {fit}{snr.split(',')[0]}; "
@@ -176,9 +177,10 @@ def _method(c: dict) -> str:
     """The training rule in words: the optimizer of discrete steps, or the flow."""
     if c.get("integrator") == "flow":
         return f"gradient flow ({c.get('flow_method', '')})"
-    if c.get("integrator") == "population":
+    if c.get("integrator") in POPULATION_INTEGRATORS:
         batch = f", with online SGD's variance at batch {c['batch']}" if c.get("batch") else ""
-        return f"gradient descent on the population risk{batch}"
+        rule = "gradient flow" if c["integrator"] == "population_flow" else "gradient descent"
+        return f"{rule} on the population risk{batch}"
     if c.get("integrator") == "online":
         return f"online SGD (a fresh batch of {c.get('batch') or c['n']} per step)"
     return {"gd": "gradient descent", "adam": "AdamW", "normalized": "normalized gradient descent"}.get(

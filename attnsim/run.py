@@ -21,8 +21,8 @@ import scipy.linalg.cython_blas  # noqa: F401
 import scipy.linalg.cython_lapack  # noqa: F401
 
 from . import metrics, registry, results, theory
-from ._meta import PACKAGE_T0, ConfigError, SimulationError
-from .config import FRESH_INTEGRATORS, Config, as_config
+from ._meta import FRESH_INTEGRATORS, PACKAGE_T0, ConfigError, SimulationError
+from .config import Config, as_config
 from .data.bayes import of_dataset as bayes_of
 from .data.dataset import DataError, Dataset, make_streams
 from .driver import Schedule, log_grid, pop_indices, run

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._meta import FRESH_INTEGRATORS
 from .data.dataset import RELEVANT
 
 
@@ -66,9 +67,7 @@ def summary(cfg: Any, traj: Any, known_signal: bool = True) -> dict:
     out = {
         "snr": s,
         "n_snr2": None if s is None else cfg.n * s * s,
-        "t_memorize": None
-        if cfg.integrator in ("population", "online")
-        else memorization_time(traj.fit_step),
+        "t_memorize": None if cfg.integrator in FRESH_INTEGRATORS else memorization_time(traj.fit_step),
         "t_generalize": None,
         "t_pop_loss_settled": None,
     }

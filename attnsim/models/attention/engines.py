@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..._meta import FRESH_INTEGRATORS
 from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...data.synthetic import assemble, data_keys, draw_labels, draw_noise, generate, signals
@@ -63,7 +64,7 @@ def build(
     (``ds`` None); returns the problem and the dataset (whose tokens live in
     the problem for the reduced and implicit engines). ``ws`` holds the
     process's reduced setups, W(0) buffer and kept draws."""
-    if cfg.integrator in ("population", "online"):
+    if cfg.integrator in FRESH_INTEGRATORS:
         from .fresh import build as build_fresh  # lazy: the fresh-sample integrators' module
 
         return build_fresh(cfg, streams, engine, reason)

@@ -100,6 +100,10 @@ class FreshProblem(Problem):
     dk: Any = None  # the data keys (dense batches)
 
     def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> Stepper:
+        if cfg.integrator == "population_flow":
+            from .fresh_flow import PopulationFlow  # lazy: that module builds on this one
+
+            return PopulationFlow(self, cfg)
         if cfg.integrator == "population":
             return PopulationGD(self, cfg)
         return (OnlineFrame if self.engine == "implicit" else OnlineDense)(self, cfg)
@@ -329,39 +333,40 @@ def _rotate(q: np.ndarray, nu: np.ndarray, add: np.ndarray) -> None:
 
 
 class OnlineFrame(_Fresh):
-    """Online SGD with W = I in the frame, exact in distribution at any d (module docstring)."""
+    """Online SGD with W = I in the frame, exact in distribution at any d (module docstring);
+    the steps run in :func:`.fresh_kernels.online_frame_steps`, a chunk of steps at a time."""
+
+    CHUNK_NUMBERS = 1 << 16  # the random numbers of one chunk of steps (512 kB)
 
     def __init__(self, pb: FreshProblem, cfg: Config):
         super().__init__(pb, cfg)
         self.B = batch_size(cfg)
-        self.rng = pb.data_rng
-        self.rel = np.zeros(self.B * cfg.T)
+        self.y_true = clean_labels(self.B)
+        self.means = frame_means(self.y_true, cfg.T, cfg.role_counts, cfg.rho, cfg.signal_norm)
+        # one stream per kind of number: the run does not depend on where a chunk begins
+        self.rng_tokens, self.rng_flips, self.rng_chi, self.rng_normal = pb.data_rng.spawn(4)
+        self.chunk = max(1, self.CHUNK_NUMBERS // (self.B * cfg.T * FRAME))
 
     def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        from .fresh_kernels import online_frame_steps  # lazy: only online runs load its object code
+
         cfg, B, T = self.cfg, self.B, self.cfg.T
-        dof = cfg.d - FRAME
-        for step in range(step0, step0 + nsteps):
-            y_true = clean_labels(B)
-            xi = self.rng.standard_normal((B, T, FRAME))
-            y = np.where(flip_mask("iid", cfg.noise_rate, y_true, self.rng), -y_true, y_true)
-            X = cfg.sigma * xi + frame_means(y_true, T, cfg.role_counts, cfg.rho, cfg.signal_norm)
-            X2 = np.ascontiguousarray(X.reshape(-1, FRAME))
-            wk = work_for(B * T, B, FRAME, FRAME)
-            L = _forward_backward(
-                Data(X2, y, self.rel, T, self.loss, False), self.W, self.p, self.nu, wk, True, True
-            )
-            if not math.isfinite(L):
-                return Outcome.DIVERGED, step
-            zero = np.zeros(B * T)
-            C = np.column_stack([wk.c if self.train[1] else zero, wk.w if self.train[2] else zero])
-            L00, L10, L11 = psd_pair(C.T @ C)
-            Lc = np.array([[L00, 0.0], [L10, L11]])
-            chi = np.sqrt(self.rng.chisquare(dof - np.arange(2)))
-            Bt = cfg.sigma * np.array([[chi[0], self.rng.standard_normal()], [0.0, chi[1]]])
-            gram = self.lr**2 * Lc @ (Bt.T @ Bt) @ Lc.T  # of the updates' parts outside the frame
-            self._update(wk.g.copy(), wk.gnu.copy())
-            _rotate(self.p, self.nu, gram)
-        return Outcome.FINISHED, step0 + nsteps
+        dof = cfg.d - FRAME - np.arange(2)
+        step, end = step0, step0 + nsteps
+        while step < end:
+            K = min(self.chunk, end - step)
+            xi = self.rng_tokens.standard_normal((K, B, T, FRAME))
+            flip_u = self.rng_flips.random((K, B))
+            chi = np.sqrt(self.rng_chi.chisquare(dof, size=(K, 2)))
+            zn = self.rng_normal.standard_normal(K)
+            done = online_frame_steps(
+                xi, flip_u, chi, zn, self.y_true, self.means, self.p, self.nu, cfg.sigma, self.lr,
+                self.eta, self.train[1], self.train[2], self.loss,
+            )  # fmt: skip
+            if done < K:
+                return Outcome.DIVERGED, step + done
+            step += K
+        return Outcome.FINISHED, end
 
     def _monitor_tokens(self) -> np.ndarray:
         cfg = self.cfg

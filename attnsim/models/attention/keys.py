@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._meta import ConfigError
+from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS, ConfigError
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,12 @@ def _require(ok: bool, message: str) -> None:
 
 def _check_fresh(c: Any) -> None:
     """The integrators without a training set (SPEC §17): what they can run."""
-    if c.integrator not in ("population", "online"):
+    if c.integrator not in FRESH_INTEGRATORS:
         return
     what = f"integrator: {c.integrator}"
     _require(c.optimizer == "gd", f"{what} takes plain gradient steps (optimizer=gd)")
     _require(c.data_model == "sakamoto2025", f"{what} is built for data_model=sakamoto2025")
-    if c.integrator == "population":
+    if c.integrator in POPULATION_INTEGRATORS:
         _require(
             c.init_W == "identity",
             f"{what} needs W(0) = I (init_W=identity): then q = W p, nu and every gradient of the "

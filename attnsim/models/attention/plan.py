@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS
 from ...config import Config, ConfigError
 from ...runtime.resources import GD_FLOPS_PER_S, check_fits
 
@@ -13,7 +14,7 @@ KEEP_W0_BYTES = 256 * 1024**2  # setups up to d = 5792 draw W(0) once into a reu
 def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     """The engine to use and why (SPEC §4)."""
     dense_bytes = 8.0 * cfg.d * cfg.d
-    if cfg.integrator in ("population", "online"):
+    if cfg.integrator in FRESH_INTEGRATORS:
         return _fresh_engine(cfg, user_data)
     if cfg.optimizer == "adam":
         return _adam_engine(cfg, dense_bytes)
@@ -48,9 +49,9 @@ def _fresh_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
             f"integrator: {cfg.integrator} draws fresh samples from the data model; a data file has a "
             "fixed training set (integrator=gd or flow)"
         )
-    if cfg.integrator == "population":
+    if cfg.integrator in POPULATION_INTEGRATORS:
         return "population", (
-            "integrator=population: the state's coordinates on span{mu+, mu-, p(0)} (W(0) = I), the "
+            f"integrator={cfg.integrator}: the state's coordinates on span{{mu+, mu-, p(0)}} (W(0) = I), the "
             "population risk's gradient by quasi-random quadrature there"
         )
     frame = cfg.init_W == "identity" and "W" not in cfg.train_set
@@ -184,7 +185,7 @@ def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None
     finish, its setup included: one line naming the keys and the estimate (ConfigError, exit 2)."""
     k = cfg.d if engine == "dense" else min(cfg.n * cfg.T + 2, cfg.d)
     flops = 6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k if cfg.integrator == "gd" else 0.0
-    if cfg.integrator in ("population", "online"):
+    if cfg.integrator in ("population", "online"):  # the flows' steps are time, not work
         flops = step_flops(cfg, engine)
     check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
     seconds = setup_seconds(cfg, engine)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._meta import FRESH_INTEGRATORS
 from ...config import Config
 from ...data.dataset import DataError, Dataset, Streams
 from ...runtime.workspace import Workspace
@@ -36,7 +37,7 @@ class AttentionSpec(ModelSpec):
                 "init_W": "identity",
                 "train": "p",
             }
-            for name in ("population", "online")
+            for name in FRESH_INTEGRATORS
         },
     }
 
