@@ -1,0 +1,162 @@
+"""Figure 18: the many-sample limit (SPEC §17). (a) Finite training sets of n = 20 ... 2000
+samples against gradient flow on the population risk (n -> infinity); (b) online SGD at
+d = 10^3 ... 10^5 with lr = c / d against the d -> infinity ODE (the population flow with
+online SGD's variance term), the deviation's rate in d fitted with its uncertainty;
+(c) the exit time from uniform attention (the fresh relevant score reaches 0.3) against d, the
+ODE's O(d) law beside the fit."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..plotting import log_steps
+from ..run import simulate
+from .common import save, write_numbers
+
+FINITE = {"train": "p", "init_W": "identity", "d": 500, "signal_norm": 3.0, "lr": 0.01, "steps": 3000}
+FINITE_LOG = {"log_scale": "log", "log_points": 40, "pop_log_points": 40}
+NS = (20, 50, 200, 500, 2000)
+C, TAU, BATCH = 10.0, 3.0, 8  # lr = C / d, steps = TAU d, batch of the online runs
+ONLINE = {"train": "p", "init_W": "identity", "signal_norm": 3.0, "batch": BATCH}
+DS = (1000, 3000, 10_000, 30_000, 100_000)
+D_ODE = 10**9  # the ODE: the population flow at this d (its variance rate c (1 - 4/d) / B)
+LOGS = 60
+EXIT = 0.3  # the fresh relevant score that ends the plateau at uniform attention (1/T = 0.125)
+
+
+def exit_step(tr: dict) -> float:
+    """The first step at which the fresh relevant score reaches EXIT, linearly interpolated
+    between the log points around it (NaN when it never does)."""
+    s = np.array([np.nan if v is None else v for v in tr["pop_score_relevant"]])
+    st = np.asarray(tr["step"], float)
+    ok = np.isfinite(s)
+    s, st = s[ok], st[ok]
+    up = np.flatnonzero(s >= EXIT)
+    if up.size == 0 or up[0] == 0:
+        return float("nan") if up.size == 0 else float(st[0])
+    i = up[0]
+    return float(st[i - 1] + (EXIT - s[i - 1]) / (s[i] - s[i - 1]) * (st[i] - st[i - 1]))
+
+
+def _quiet(cfg: dict):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tiny-SNR notes of the runs; their numbers are what is shown
+        return simulate(cfg)
+
+
+def _online(d: int, seed: int, integrator: str = "online") -> dict:
+    steps = int(TAU * d)
+    cfg = {**ONLINE, "d": d, "lr": C / d, "steps": steps, "log_every": steps // LOGS}
+    return _quiet({**cfg, "pop_log_points": LOGS + 2, "integrator": integrator, "seed": seed})
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Slope, its standard error and intercept of log y against log x."""
+    X, Y = np.log(x), np.log(y)
+    A = np.column_stack([X, np.ones_like(X)])
+    coef, res, *_ = np.linalg.lstsq(A, Y, rcond=None)
+    dof = max(len(X) - 2, 1)
+    s2 = float(np.sum((Y - A @ coef) ** 2)) / dof
+    return float(coef[0]), float(np.sqrt(s2 / np.sum((X - X.mean()) ** 2))), float(coef[1])
+
+
+def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
+    ns, ds, seeds = (NS[::2], DS[:3], range(3)) if quick else (NS, DS, range(4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
+    lines = []
+    # (a) finite n against the population flow
+    flow = _quiet({**FINITE, **FINITE_LOG, "integrator": "population_flow"}).trajectory
+    for i, n in enumerate(ns):
+        tr = _quiet({**FINITE, **FINITE_LOG, "n": n}).trajectory
+        st, ok = log_steps(tr["step"]), np.array([v is not None for v in tr["pop_error"]])
+        err = np.array([np.nan if v is None else v for v in tr["pop_error"]])
+        score = np.array([np.nan if v is None else v for v in tr["pop_score_relevant"]])
+        axes[0].plot(st[ok], err[ok], color=f"C{i}", label=f"n = {n}")
+        axes[1].plot(st[ok], score[ok], color=f"C{i}")
+        lines.append(
+            f"(a) n = {n}: final population error {err[ok][-1]:.4f}, fresh relevant score {score[ok][-1]:.4f}"
+        )
+    fe = np.array([np.nan if v is None else v for v in flow["pop_error"]])
+    fs = np.array([np.nan if v is None else v for v in flow["pop_score_relevant"]])
+    ok = np.isfinite(fe)
+    for ax, v in ((axes[0], fe), (axes[1], fs)):
+        ax.plot(log_steps(flow["step"])[ok], v[ok], "k--", lw=1.6, label="population flow (n = inf)")
+    lines.append(
+        f"(a) population flow: final population error {fe[ok][-1]:.4f}, fresh relevant score {fs[ok][-1]:.4f}"
+    )
+    # (b) online SGD against the ODE, (c) the exit time
+    ode = _online(D_ODE, 0, "population_flow")
+    t_ode = np.asarray(ode.trajectory["step"]) / D_ODE  # time in units of d steps
+    ode_norm = np.asarray(ode.trajectory["p_norm"])
+    rms, exits = [], []
+    for j, d in enumerate(ds):
+        dev, ex = [], []
+        for seed in seeds:
+            r = _online(d, seed)
+            tr = r.trajectory
+            t = np.asarray(tr["step"]) / d
+            x = np.asarray(tr["p_norm"])
+            dev.append(x - np.interp(t, t_ode, ode_norm))
+            ex.append(exit_step(tr))
+            if seed == 0:
+                axes[2].plot(t, x, color=f"C{j}", lw=0.9, label=f"online, d = {d:g}")
+        dev = np.array(dev)
+        rms.append(float(np.sqrt(np.mean(dev[:, 1:] ** 2))))
+        exits.append(ex)
+        lines.append(
+            f"(b) d = {d}: rms deviation of |q| from the ODE {rms[-1]:.3g} over {len(seeds)} seeds and "
+            f"{LOGS} log points; (c) exit steps {', '.join(f'{e:.5g}' for e in exits[-1])}"
+        )
+    axes[2].plot(t_ode, ode_norm, "k--", lw=1.6, label="ODE (d -> inf)")
+    slope, se, icpt = _fit(np.array(ds, float), np.array(rms))
+    axes[3].loglog(ds, rms, "o", color="C3", label=f"rms |q| - ODE: slope {slope:.2f} +- {se:.2f}")
+    dd = np.array([ds[0], ds[-1]], float)
+    axes[3].loglog(dd, np.exp(icpt) * dd**slope, "-", color="C3", lw=0.8)
+    axes[3].loglog(dd, rms[0] * (dd / dd[0]) ** -0.5, ":", color="C3", lw=1.0, label="1/sqrt(d)")
+    ex = np.array(exits, float)
+    mean_ex = np.nanmean(ex, axis=1)
+    eslope, ese, eicpt = _fit(np.array(ds, float), mean_ex)
+    t_star = exit_step(ode.trajectory)
+    ax2 = axes[3].twinx()
+    ax2.loglog(np.repeat(ds, ex.shape[1]), ex.ravel(), "s", color="C0", ms=3, alpha=0.6)
+    ax2.loglog(
+        dd,
+        np.exp(eicpt) * dd**eslope,
+        "-",
+        color="C0",
+        lw=0.8,
+        label=f"exit steps: fit slope {eslope:.3f} +- {ese:.3f}",
+    )
+    if np.isfinite(t_star):
+        ax2.loglog(dd, t_star / D_ODE * dd, "--", color="C0", lw=1.0, label="ODE: O(d), (t*/d) d")
+    ax2.set_ylabel(f"exit step (score reaches {EXIT})", color="C0")
+    ax2.legend(fontsize=7, loc="upper center")
+    lines.append(f"(b) deviation rate: rms ~ d^{slope:.3f} +- {se:.3f} (1/sqrt(d): -0.5)")
+    lines.append(
+        f"(c) exit step (score {EXIT}) ~ d^{eslope:.4f} +- {ese:.4f}; the ODE's exit {t_star / D_ODE:.4f} d "
+        "steps (information exponent 1: O(d)); measured mean exit / d "
+        + ", ".join(f"{m / d:.4f}" for m, d in zip(mean_ex, ds))
+    )
+    titles = (
+        "(a) population error: finite n against the population flow",
+        "(a) fresh relevant score",
+        f"(b) |q| against time (steps / d), lr = {C:g}/d, batch {BATCH}",
+        "(b) deviation from the ODE; (c) exit time against d",
+    )
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=9)
+    for ax in axes[:2]:
+        ax.set_xscale("log")
+        ax.set_xlabel("step")
+    axes[2].set_xlabel("step / d")
+    axes[3].set_xlabel("d")
+    axes[3].set_ylabel("rms deviation of |q|", color="C3")
+    axes[0].legend(fontsize=7)
+    axes[2].legend(fontsize=7)
+    axes[3].legend(fontsize=7, loc="lower center")
+    fig.tight_layout()
+    return [save(fig, outdir / "fig18_many_samples.png"), write_numbers(outdir, "fig18_many_samples", lines)]

@@ -1,0 +1,11 @@
+"""Regenerate figures/fig18_many_samples*.png (code: attnsim/figures/fig9_limit.py).
+
+Usage: python scripts/fig18_many_samples.py [--quick] [--outdir DIR]
+"""
+
+import sys
+
+from attnsim.cli import main
+
+if __name__ == "__main__":  # spawned sweep workers re-import this file
+    sys.exit(main(["figures", "many_samples", *sys.argv[1:]]))
