@@ -65,7 +65,7 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    ns, ds, seeds = (NS[::2], DS[:3], range(3)) if quick else (NS, DS, range(4))
+    ns, ds, seeds = ((20, 200), DS[:2], range(2)) if quick else (NS, DS, range(4))
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
     lines = []
     # (a) finite n against the population flow
