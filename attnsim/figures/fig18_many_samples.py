@@ -48,8 +48,8 @@ def _quiet(cfg: dict):
         return simulate(cfg)
 
 
-def _online(d: int, seed: int, integrator: str = "online") -> dict:
-    steps = int(TAU * d)
+def _online(d: int, seed: int, integrator: str = "online", tau: float = TAU) -> dict:
+    steps = int(tau * d)
     cfg = {**ONLINE, "d": d, "lr": C / d, "steps": steps, "log_every": steps // LOGS}
     return _quiet({**cfg, "pop_log_points": LOGS + 2, "integrator": integrator, "seed": seed})
 
@@ -69,9 +69,11 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
     lines = []
     # (a) finite n against the population flow
-    flow = _quiet({**FINITE, **FINITE_LOG, "integrator": "population_flow"}).trajectory
+    finite = {**FINITE, **FINITE_LOG, **({"steps": 500} if quick else {})}
+    tau = 1.2 if quick else TAU  # the exit (score 0.3) comes at 1.07 d steps
+    flow = _quiet({**finite, "integrator": "population_flow"}).trajectory
     for i, n in enumerate(ns):
-        tr = _quiet({**FINITE, **FINITE_LOG, "n": n}).trajectory
+        tr = _quiet({**finite, "n": n}).trajectory
         st, ok = log_steps(tr["step"]), np.array([v is not None for v in tr["pop_error"]])
         err = np.array([np.nan if v is None else v for v in tr["pop_error"]])
         score = np.array([np.nan if v is None else v for v in tr["pop_score_relevant"]])
@@ -89,14 +91,14 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         f"(a) population flow: final population error {fe[ok][-1]:.4f}, fresh relevant score {fs[ok][-1]:.4f}"
     )
     # (b) online SGD against the ODE, (c) the exit time
-    ode = _online(D_ODE, 0, "population_flow")
+    ode = _online(D_ODE, 0, "population_flow", tau)
     t_ode = np.asarray(ode.trajectory["step"]) / D_ODE  # time in units of d steps
     ode_norm = np.asarray(ode.trajectory["p_norm"])
     rms, exits = [], []
     for j, d in enumerate(ds):
         dev, ex = [], []
         for seed in seeds:
-            r = _online(d, seed)
+            r = _online(d, seed, tau=tau)
             tr = r.trajectory
             t = np.asarray(tr["step"]) / d
             x = np.asarray(tr["p_norm"])
