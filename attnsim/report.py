@@ -165,9 +165,12 @@ def format_summary(res: Result) -> str:
     if reference is not None:
         lines.append(reference)
     fresh = f"fresh relevant score >= {c['gen_score']:g}"
-    lines.append(
-        f"times: {_when('memorized', th.get('t_memorize'))}; {_when(fresh, th.get('t_generalize'), 'from')}"
+    memorized = (
+        "memorized: no training set"
+        if c.get("integrator") in FRESH_INTEGRATORS
+        else _when("memorized", th.get("t_memorize"))
     )
+    lines.append(f"times: {memorized}; {_when(fresh, th.get('t_generalize'), 'from')}")
     if res.limit:
         lines.append(_limit_line(res.limit))
     return "\n".join(lines)
