@@ -31,8 +31,7 @@ EXIT = 0.3  # the fresh relevant score that ends the plateau at uniform attentio
 def exit_step(tr: dict) -> float:
     """The first step at which the fresh relevant score reaches EXIT, linearly interpolated
     between the log points around it (NaN when it never does)."""
-    s = np.array([np.nan if v is None else v for v in tr["pop_score_relevant"]])
-    st = np.asarray(tr["step"], float)
+    s, st = np.asarray(tr["pop_score_relevant"], float), np.asarray(tr["step"], float)
     ok = np.isfinite(s)
     s, st = s[ok], st[ok]
     up = np.flatnonzero(s >= EXIT)
@@ -74,16 +73,14 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     flow = _quiet({**finite, "integrator": "population_flow"}).trajectory
     for i, n in enumerate(ns):
         tr = _quiet({**finite, "n": n}).trajectory
-        st, ok = log_steps(tr["step"]), np.array([v is not None for v in tr["pop_error"]])
-        err = np.array([np.nan if v is None else v for v in tr["pop_error"]])
-        score = np.array([np.nan if v is None else v for v in tr["pop_score_relevant"]])
+        err, score = np.asarray(tr["pop_error"], float), np.asarray(tr["pop_score_relevant"], float)
+        st, ok = log_steps(tr["step"]), np.isfinite(err)
         axes[0].plot(st[ok], err[ok], color=f"C{i}", label=f"n = {n}")
         axes[1].plot(st[ok], score[ok], color=f"C{i}")
         lines.append(
             f"(a) n = {n}: final population error {err[ok][-1]:.4f}, fresh relevant score {score[ok][-1]:.4f}"
         )
-    fe = np.array([np.nan if v is None else v for v in flow["pop_error"]])
-    fs = np.array([np.nan if v is None else v for v in flow["pop_score_relevant"]])
+    fe, fs = np.asarray(flow["pop_error"], float), np.asarray(flow["pop_score_relevant"], float)
     ok = np.isfinite(fe)
     for ax, v in ((axes[0], fe), (axes[1], fs)):
         ax.plot(log_steps(flow["step"])[ok], v[ok], "k--", lw=1.6, label="population flow (n = inf)")

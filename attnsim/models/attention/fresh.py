@@ -298,15 +298,19 @@ class PopulationGD(_Fresh):
                 self._add_variance(stats)
         return Outcome.FINISHED, step0 + nsteps
 
+    def _variance(self, stats: np.ndarray, factor: float) -> np.ndarray:
+        """factor sigma^2 (d - 4) E[C^T C] / B: the batch gradient's variance outside the frame,
+        on (q, nu) as far as they are trained (factor lr^2 per step, lr per unit time)."""
+        cc, cw, ww = stats
+        tp, tn = self.train[1], self.train[2]
+        cw = cw if tp and tn else 0.0
+        S = np.array([[cc if tp else 0.0, cw], [cw, ww if tn else 0.0]])
+        return factor * self.cfg.sigma**2 * max(self.cfg.d - FRAME, 0) / self.batch * S
+
     def _add_variance(self, stats: np.ndarray) -> None:
         """The Gram matrix of the parts of q, nu outside the signals grows by the batch
         gradient's variance outside the frame; the frame turns to keep them on f3, f4."""
-        cc, cw, ww = stats
-        tp, tn = self.train[1], self.train[2]
-        scale = self.lr**2 * self.cfg.sigma**2 * max(self.cfg.d - FRAME, 0) / self.batch
-        add = scale * np.array([[cc if tp else 0.0, cw if tp and tn else 0.0], [0.0, ww if tn else 0.0]])
-        add[1, 0] = add[0, 1]
-        _rotate(self.p, self.nu, add)
+        _rotate(self.p, self.nu, self._variance(stats, self.lr**2))
 
     def _monitor_tokens(self) -> np.ndarray:
         return self.pb.X2.reshape(-1, self.cfg.T, FRAME)

@@ -43,7 +43,6 @@ class PopulationFlow(PopulationGD):
         super().__init__(pb, cfg)
         self._solve = solve_ivp
         self.gram = not self.train[0]  # W fixed: the overlaps and G are the state
-        self.rate = cfg.lr * cfg.sigma**2 * max(cfg.d - FRAME, 0) / cfg.batch if cfg.batch else 0.0
         self.evals = 0
 
     def _pack(self) -> np.ndarray:
@@ -88,10 +87,8 @@ class PopulationFlow(PopulationGD):
         P = np.stack([self.p[2:], self.nu[2:]])
         H = np.stack([dp[2:], dnu[2:]])
         dG = P @ H.T + H @ P.T
-        if self.rate:
-            cc, cw, ww = stats
-            cw = cw if tp and tn else 0.0
-            dG += self.rate * np.array([[cc if tp else 0.0, cw], [cw, ww if tn else 0.0]])
+        if self.batch:
+            dG += self._variance(stats, self.lr)
         return np.array([dp[0], dp[1], dnu[0], dnu[1], dG[0, 0], dG[0, 1], dG[1, 1]])
 
     def _advance(self, step0: float, nsteps: float) -> tuple[int, float]:
