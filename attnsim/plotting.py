@@ -183,6 +183,8 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
     _lines(axes[1], tr, keep, x, curves)
     axes[1].set_ylabel("loss")
     _plot_errors(axes[2], tr, keep, x)
+    if "twin_train_loss" in tr:
+        _plot_twin(axes, result, keep, x)
     for i, ax in enumerate(axes):
         ax.set_xlabel("step")
         if logx:
@@ -193,6 +195,36 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
         else:
             ax.legend(fontsize=7, loc="best")
+
+
+def _plot_twin(axes: Sequence[Axes], result: Result, keep: np.ndarray, x: np.ndarray) -> None:
+    """The precision twin beside the run (dotted, black), its first saturated step marked."""
+    tr, pr = result.trajectory, result.precision or {}
+    fmt = pr.get("dtype", "twin")
+    pairs = (
+        (0, "twin_score_clean_relevant", "relevant (clean)"),
+        (0, "twin_score_noisy_relevant", "relevant (noisy)"),
+        (1, "twin_train_loss", "train loss"),
+        (1, "twin_pop_loss", "population loss"),
+        (2, "twin_pop_error", "population error"),
+    )
+    for i, key, what in pairs:
+        if key in tr:
+            y = np.asarray(tr[key], dtype=float)[keep]
+            m = np.isfinite(y) & ((y > 0) if i == 2 else True)
+            if m.any():
+                ls = "--" if "noisy" in key or "pop_loss" in key else ":"
+                axes[i].plot(x[m], y[m], color="k", ls=ls, lw=1.2, label=f"{fmt} twin: {what}")
+    sat = pr.get("first_saturated_step")
+    if sat is not None and sat > 0:
+        for ax in axes:
+            ax.axvline(
+                sat,
+                color="0.5",
+                lw=0.8,
+                ls="-.",
+                label=f"first score = 1 in {fmt}" if ax is axes[1] else None,
+            )
 
 
 def _role_counts(tr: Mapping[str, np.ndarray]) -> dict[str, int]:

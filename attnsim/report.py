@@ -173,7 +173,31 @@ def format_summary(res: Result) -> str:
     lines.append(f"times: {memorized}; {_when(fresh, th.get('t_generalize'), 'from')}")
     if res.limit:
         lines.append(_limit_line(res.limit))
+    if res.precision:
+        lines.append(precision_line(res.precision))
     return "\n".join(lines)
+
+
+def precision_line(pr: dict) -> str:
+    """The precision twin in one line (SPEC §16)."""
+    err = metrics.format_error(
+        pr.get("pop_error", float("nan")), pr.get("pop_error_se"), pr.get("pop_error_resolved")
+    )
+    sat = pr.get("first_saturated_step")
+    stop = pr.get("stopped_at")
+    dep = pr.get("departure_step")
+    parts = [
+        f"precision twin ({pr['dtype']}): regime {pr.get('regime')}, population error {err}",
+        "no score rounds to 1" if sat is None else f"a score first rounds to 1 at step {format_step(sat)}",
+        f"{_fmt(pr.get('saturated_fraction'), '.0%')} of samples saturated at the end",
+        "within 1% of the exact run throughout"
+        if dep is None
+        else f"departs (1%) by step {format_step(dep)}",
+        _when("fresh relevant score reached", pr.get("t_generalize"), "from"),
+    ]
+    if stop is not None:
+        parts.append(f"stops moving after step {format_step(stop)}")
+    return "; ".join(parts)
 
 
 def _method(c: dict) -> str:

@@ -50,6 +50,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     limit: dict[str, Any] | None = None  # the max-margin limit (config limit = true)
+    precision: dict[str, Any] | None = None  # the precision twin (config precision_twin)
     schema_version: int = SCHEMA_VERSION
     path: Path | None = None
     problem: Any = field(default=None, repr=False)  # engine Problem (not saved)
@@ -65,6 +66,7 @@ class Result:
                 "final": self.final,
                 "theory": self.theory,
                 **({"limit": self.limit} if self.limit is not None else {}),
+                **({"precision": self.precision} if self.precision is not None else {}),
                 "warnings": self.warnings,
                 "versions": self.versions,
                 "threads": self.threads,
@@ -376,6 +378,7 @@ def load(outdir: str | Path) -> Result:
         warnings=meta.get("warnings", []),
         data=meta.get("data", {}),
         limit=meta.get("limit"),
+        precision=meta.get("precision"),
         schema_version=meta.get("schema_version", 0),
         path=outdir,
     )

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401
 import scipy.linalg.cython_lapack  # noqa: F401
 
-from . import metrics, registry, results, theory
+from . import metrics, precision, registry, results, theory
 from ._meta import FRESH_INTEGRATORS, PACKAGE_T0, ConfigError, SimulationError
 from .config import Config, as_config
 from .data.bayes import of_dataset as bayes_of
@@ -227,13 +227,17 @@ class _Trained(NamedTuple):
     traj: Any
     twin: dict
     limit: dict | None
+    precision: tuple | None = None  # the precision twin and its trajectory
 
 
 def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, progress) -> _Trained:
     """The run's training with its observers, the clean-label twin (trained while
     the run's last population evaluations finish) and the limit's section."""
     rel = ds.relevant_indicator(problem.T)
-    watch = spec.limit_watch(problem) if cfg.limit else None
+    limit = spec.limit_watch(problem) if cfg.limit else None
+    low = spec.precision_twin(problem, cfg, rel, ds.y)  # the precision twin (None unless asked for)
+    watches = [w for w in (limit, None if low is None else low.watch_run) if w is not None]
+    watch = (lambda state: [w(state) for w in watches]) if len(watches) > 1 else (watches or [None])[0]
     twin: dict = {}
     meanwhile = (
         (lambda: twin.update(clean_twin(problem, ds, cfg, pop, rel)))
@@ -256,8 +260,12 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
             refine=refines_times(cfg),
             meanwhile=meanwhile,
         )
-        limit_section = watch.finish(cfg, traj, pop) if watch is not None else None
-    return _Trained(traj, twin, limit_section)
+        limit_section = limit.finish(cfg, traj, pop) if limit is not None else None
+        low_run = None
+        if low is not None:
+            on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, progress=progress, stepper=stepper)  # noqa: E731
+            low_run = precision.train(low, on, problem)
+    return _Trained(traj, twin, limit_section, low_run)
 
 
 def _assemble(
@@ -292,7 +300,14 @@ def _assemble(
         test_n=problem.info.get("test_n", 0),
         fresh=cfg.integrator in FRESH_INTEGRATORS,
     )
-    theory_section = theory.summary(cfg, traj, known_signal=ds.mu_pos is not None and ds.sigma is not None)
+    known = ds.mu_pos is not None and ds.sigma is not None
+    theory_section = theory.summary(cfg, traj, known_signal=known)
+    low = None
+    if trained.precision is not None:
+        final_of = lambda a: metrics.final_metrics(  # noqa: E731
+            a, ds.n_noisy, cfg.benign_error, None, bayes, uniform, test_n=problem.info.get("test_n", 0)
+        )
+        low = precision.assemble(trained.precision, arrays, final_of, lambda t: theory.summary(cfg, t, known))
     if trained.limit is not None:
         theory_section["gen_never"] = trained.limit.get("gen_never")
     elapsed = time.perf_counter() - t0 - startup
@@ -308,7 +323,9 @@ def _assemble(
         elapsed_s=elapsed,
         setup_s=setup,
         startup_s=IMPORT_S + startup,
-        warnings=_run_warnings(ds.warnings + traj.warnings, trained.twin.get("warnings", [])),
+        warnings=_run_warnings(
+            ds.warnings + traj.warnings, trained.twin.get("warnings", []) + (low or {}).get("warnings", [])
+        ),
         data={
             "source": ds.source,
             **_file_identity(data),
@@ -323,6 +340,7 @@ def _assemble(
             "frozen_at": traj.frozen_at,
         },
         limit=trained.limit,
+        precision=low,
         problem=problem,  # in memory only (not saved): the engine problem and final state, for figures
         state=traj.state,
     )
@@ -347,12 +365,13 @@ def _train(
     watch=None,
     refine: bool = False,
     meanwhile=None,
+    stepper=None,
 ):
-    """The driver on ``problem``'s stepper along the run's log grid, recording the
-    paper's metrics; with ``refine`` the times of generalization and of the settled
-    population loss are located between log points."""
+    """The driver on ``problem``'s stepper (or ``stepper``, another of the same problem)
+    along the run's log grid, recording the paper's metrics; with ``refine`` the times of
+    generalization and of the settled population loss are located between log points."""
     grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
-    stepper = problem.stepper(cfg, rel, y=ds.y)
+    stepper = problem.stepper(cfg, rel, y=ds.y) if stepper is None else stepper
     evaluate = problem.evaluator(cfg, pop)
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer)
     schedule = Schedule(

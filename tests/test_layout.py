@@ -16,7 +16,7 @@ LAYERS = [
     ["data", "init", "results", "metrics", "theory"],
     ["models"],
     ["driver", "observers"],
-    ["run"],
+    ["run", "precision"],
     ["sweep"],
     ["experiments"],
     ["plotting", "report", "figures"],

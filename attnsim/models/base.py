@@ -296,6 +296,14 @@ class ModelSpec(ABC):
         """The observer of the max-margin limit (config limit = true)."""
         raise ConfigError(f"limit: the max-margin limit is not defined for model={self.name}")
 
+    def precision_twin(self, problem: Problem, cfg: Config, rel: np.ndarray, y: np.ndarray) -> Any:
+        """The run's precision twin (SPEC §16), or None: a :class:`Stepper` of the same
+        problem in a lower precision, whose ``watch_run(state)`` is shown the run's state
+        at every log point (to log how far the twin has moved from it), whose ``problem``
+        measures its states (None: the run's), and whose ``fmt``, ``unit_roundoff`` and
+        ``first_saturated`` name its format and its first saturated step."""
+        return None
+
 
 def finite_difference_errors(
     loss_fn: Callable[..., float],

@@ -18,6 +18,22 @@ class AttentionKeys:
         default=False,
         metadata={"allowed": "true, false", "help": "compute the max-margin limit of the selection"},
     )
+    precision_twin: str = field(
+        default="none",
+        metadata={
+            "allowed": "none, float32, bfloat16, float64",
+            "help": "train beside the run a twin rounded to this format as torch computes on CPU "
+            "(float64: the twin's own operation order, a check)",
+        },
+    )
+    precision_graph: str = field(
+        default="qform",
+        metadata={
+            "allowed": "qform, official",
+            "help": "the twin's graph: z = X (W p), O(d^2) per step, or the official loop's (X W) p, "
+            "O(n T d^2)",
+        },
+    )
 
 
 def _require(ok: bool, message: str) -> None:
@@ -52,9 +68,38 @@ def _check_fresh(c: Any) -> None:
         )
 
 
+PRECISION_FORMATS = ("none", "float32", "bfloat16", "float64")
+
+
+def _check_twin(c: Any) -> None:
+    """What the precision twin (SPEC §16) runs: GD or AdamW steps of the logistic loss."""
+    _require(
+        c.precision_graph in ("qform", "official"),
+        f"precision_graph: {c.precision_graph!r} (qform or official)",
+    )
+    if c.precision_twin == "none":
+        _require(c.precision_graph == "qform", "precision_graph: applies with precision_twin (float32, ...)")
+        return
+    what = f"precision_twin: {c.precision_twin}"
+    _require(
+        c.precision_twin in PRECISION_FORMATS,
+        f"precision_twin: {c.precision_twin!r} (one of {', '.join(PRECISION_FORMATS)})",
+    )
+    _require(c.integrator == "gd", f"{what} follows GD steps (integrator=gd), not {c.integrator}")
+    _require(c.optimizer in ("gd", "adam"), f"{what} runs optimizer=gd or adam, not {c.optimizer}")
+    _require(c.loss == "logistic", f"{what} follows the official loss log(1 + exp(-y f)) (loss=logistic)")
+    _require(
+        c.engine != "implicit",
+        f"{what} trains torch's d x d W on the run's d-dimensional tokens, which the implicit engine "
+        "never forms; use engine=auto, dense or reduced (the twin itself is always d-dimensional: "
+        "reduced coordinates would round otherwise than torch does)",
+    )
+
+
 def check(cfg: Any) -> None:
     """ConfigError naming the key for a combination the attention model cannot run."""
     _check_fresh(cfg)
+    _check_twin(cfg)
     if cfg.limit and not cfg.train_set & {"W", "p"}:
         raise ConfigError(
             "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)"

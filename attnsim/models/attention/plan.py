@@ -18,6 +18,12 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
         return _fresh_engine(cfg, user_data)
     if cfg.optimizer == "adam":
         return _adam_engine(cfg, dense_bytes)
+    if cfg.precision_twin != "none" and dense_bytes > DENSE_MAX_BYTES:
+        raise ConfigError(
+            f"d: precision_twin trains a {cfg.d} x {cfg.d} W as torch holds it, which would need "
+            f"{dense_bytes / 2e9:.3g} GB in float32 beside the run (at most {DENSE_MAX_BYTES / 1e9:.3g} "
+            "in float64)"
+        )
     if cfg.engine == "implicit":
         _check_implicit(cfg, user_data)
         return "implicit", "requested"
@@ -138,6 +144,10 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
         )
     if engine == "dense":
         items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
+    if cfg.precision_twin != "none":
+        blocks = 3 + 2 * (cfg.optimizer == "adam")  # W, W(0), dW (and AdamW's moments)
+        what = f"the precision twin's {blocks} d x d arrays, X, X W and dA ({cfg.precision_twin})"
+        items.append(("precision_twin, d", what, f * (blocks * d * d + 3 * m * d)))
     elif engine == "reduced":
         items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
         if keeps_w0(d):

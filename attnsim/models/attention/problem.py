@@ -113,6 +113,30 @@ class Problem:
             init, copy.deepcopy(rng), self.Q.shape[0]
         )  # never from kept draws: a copy of the stream
 
+    def dense_view(self) -> Problem:
+        """This problem in the d coordinates of the tokens (the dense engine's own): for the
+        reduced engine the tokens X2 Q^T, the initial state lifted and the signals Q mu
+        (the same numbers to float64 rounding; no test set). For a second stepper that
+        needs d-dimensional arrays (the precision twin)."""
+        if self.engine == "dense":
+            return self
+        if self.engine != "reduced":
+            raise ValueError(f"the {self.engine} engine has no d-dimensional tokens")
+        full = self.lift(self.W0, self.p0, self.nu0)
+        Q = self.Q
+        return Problem(
+            engine="dense",
+            reason=self.reason,
+            X2=self.X2 @ Q.T,
+            y=self.y,
+            T=self.T,
+            W0=full["W"],
+            p0=full["p"],
+            nu0=full["nu"],
+            mu_pos=None if self.mu_pos is None else Q @ self.mu_pos,
+            mu_neg=None if self.mu_neg is None else Q @ self.mu_neg,
+        )
+
     def lift(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:
         """Full-space W, p, q = W p and nu (dense engine: the arrays themselves)."""
         if self.engine == "dense":

@@ -118,6 +118,32 @@ class AttentionSpec(ModelSpec):
 
         return LimitWatch(problem)
 
+    def precision_twin(self, problem: Any, cfg: Config, rel: np.ndarray, y: np.ndarray) -> Any:
+        if cfg.precision_twin == "none":
+            return None
+        from .precision import PrecisionTwin  # lazy: its kernels load only for a twin
+
+        adam = (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay)
+        full = problem.dense_view()  # the twin holds d x d W as torch does, whatever the run's engine
+        twin = PrecisionTwin(
+            full.X2,
+            y,
+            full.W0,
+            full.p0,
+            full.nu0,
+            full.T,
+            rel,
+            cfg.train_set,
+            cfg.lr,
+            cfg.precision_twin,
+            adam=adam if cfg.optimizer == "adam" else None,
+            graph=cfg.precision_graph,
+        )
+        twin.problem = full  # its states are measured in these coordinates
+        if full is not problem:  # the run's q in the twin's coordinates
+            twin.run_q_of = lambda state: problem.lift(state["W"], state["p"], state["nu"])["q"]
+        return twin
+
     def population_note(self, ds: Dataset, problem: Any) -> str:
         return ds.population_reason or POPULATION_METHOD
 

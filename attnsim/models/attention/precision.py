@@ -1,0 +1,218 @@
+"""The precision twin (SPEC §16): the attention model trained beside the run in
+float32 or bfloat16, as PyTorch's CPU code computes it.
+
+:class:`PrecisionTwin` is a second stepper of the same problem (dense engine:
+the twin's W is the d x d matrix torch holds). Its kernels
+(:mod:`.precision_kernels`) follow the official loop's graph and round every
+operation to the twin's format; see their docstring for which operation
+accumulates in which format. The driver, the recorder and the population
+metrics see it as any stepper: its states are handed out in float64 (the
+values the format holds, exactly), so the population error of the twin's
+parameters is as exact as the run's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..base import Observation, Outcome, Stepper
+from .precision_kernels import ADAMW, GD, _bf16, _forward, _twin_steps
+from .steppers import state_q
+
+FORMATS = {"float32": (np.float32, False), "bfloat16": (np.float32, True), "float64": (np.float64, False)}
+GRAPHS = ("qform", "official")  # z = X (W p), or the official loop's (X W) p
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float64": 2.0**-53}
+
+
+class TwinWork(NamedTuple):
+    """The buffers every twin step overwrites, in the twin's dtype."""
+
+    A: np.ndarray  # (n*T, d) X W
+    z: np.ndarray  # (n*T,) logits
+    u: np.ndarray  # (n*T,) token values X nu
+    s: np.ndarray  # (n*T,) scores
+    m: np.ndarray  # (n*T,) s u
+    f: np.ndarray  # (n,) outputs
+    e: np.ndarray  # (n,) exp(-y f)
+    b: np.ndarray  # (n,) 1 + e
+    lterm: np.ndarray  # (n,) log b
+    gb: np.ndarray  # (n,) dL/df
+    gs: np.ndarray  # (n*T,) dL/ds
+    gu: np.ndarray  # (n*T,) dL/du
+    gz: np.ndarray  # (n*T,) dL/dz
+    gp: np.ndarray  # (d,)
+    gnu: np.ndarray  # (d,)
+    gA: np.ndarray  # (n*T, d) dL/dA = dz p^T
+    gW: np.ndarray  # (d, d) X^T dA (qform: gq p^T)
+    q: np.ndarray  # (d,) W p (qform)
+    gq: np.ndarray  # (d,) X^T dz (qform)
+    row: np.ndarray  # (d,) scratch of the fused W pass (qform)
+    scalar: np.ndarray  # (1,) the mean loss, then 1 / n
+    consts: np.ndarray  # (2,) 0 and 1 in the twin's type
+
+
+def twin_work(nT: int, n: int, d: int, dtype, train_W: bool, qform: bool, fused: bool) -> TwinWork:
+    e = lambda *shape: np.zeros(shape, dtype=dtype)  # noqa: E731
+    A = (0, d) if qform else (nT, d)  # X W: the official graph only
+    gA = (nT, d) if train_W and not qform else (0, d)  # dA and dW only when W trains
+    return TwinWork(
+        e(*A),
+        e(nT),
+        e(nT),
+        e(nT),
+        e(nT),
+        e(n),
+        e(n),
+        e(n),
+        e(n),
+        e(n),
+        e(nT),
+        e(nT),
+        e(nT),
+        e(d),
+        e(d),
+        e(*gA),
+        e(d, d) if train_W and not fused else e(0, 0),
+        e(d),
+        e(d),
+        e(d),
+        e(1),
+        np.array([0, 1], dtype=dtype),
+    )
+
+
+def to_format(a: np.ndarray, fmt: str) -> np.ndarray:
+    """A C-contiguous copy of ``a`` holding the values of the format ``fmt``
+    (bfloat16 values in float32 arrays, rounded to nearest even)."""
+    dtype, bf = FORMATS[fmt]
+    out = np.array(a, dtype=dtype, order="C", copy=True)
+    if bf:
+        _bf16(out)
+    return out
+
+
+class PrecisionTwin(Stepper):
+    """GD or AdamW on the attention model in the format ``fmt`` (dense engine).
+
+    X2 : (n*T, d) tokens; y : (n,) labels; W0 : (d, d), p0, nu0 : (d,) the run's
+    initial state (rounded to the format here); rel : (n*T,) relevant-token
+    indicator; train : subset of {"W", "p", "nu"}; adam : (beta1, beta2, eps,
+    weight_decay) or None for GD. ``first_saturated`` : the first state in which
+    some sample's largest score is exactly 1 in the format (-1 until one)."""
+
+    def __init__(self, X2, y, W0, p0, nu0, T, rel, train, lr, fmt, adam=None, graph="qform"):
+        dtype, bf = FORMATS[fmt]
+        self.fmt, self.T, self.lr = fmt, int(T), float(lr)
+        self.unit_roundoff = UNIT_ROUNDOFF[fmt]
+        self.X, self.y = to_format(X2, fmt), to_format(y, fmt)
+        self.W, self.p, self.nu = to_format(W0, fmt), to_format(p0, fmt), to_format(nu0, fmt)
+        self.W0 = self.W.copy()
+        n, d = self.y.size, self.p.size
+        tW, tp, tnu = ("W" in train), ("p" in train), ("nu" in train)
+        if graph not in GRAPHS:
+            raise ValueError(f"graph: {graph!r} (one of {', '.join(GRAPHS)})")
+        self.graph = graph
+        fused = graph == "qform" and adam is None  # W's gradient and update in one pass (no d x d dW)
+        self.wk = twin_work(self.X.shape[0], n, d, dtype, tW, graph == "qform", fused)
+        opt = GD if adam is None else ADAMW
+        self.flags = np.array([tW, tp, tnu, bf, opt, graph == "qform"], dtype=np.int64)
+        b1, b2, eps, wd = adam if adam is not None else (0.9, 0.999, 1e-8, 0.0)
+        self.hyper = np.array([lr, b1, b2, eps, wd], dtype=np.float64)
+        self.scal = np.zeros(7, dtype=dtype)
+        shapes = ((d, d), (d, d), d, d, d, d) if adam is not None else ((0, 0), (0, 0), 0, 0, 0, 0)
+        self.moments = tuple(np.zeros(s, dtype=dtype) for s in shapes)
+        self.marks = np.array([-1, 0], dtype=np.int64)
+        self.rel_flat = np.ascontiguousarray(rel, dtype=np.float64).reshape(-1)
+        self._init_records(n, self.rel_flat, self.T)
+        self.run_q: list[np.ndarray] = []  # the run's q = W p at each log point (watch_run)
+        self.run_q_of = state_q  # a run state's q in the twin's coordinates (the run's engine sets it)
+        self.problem = None  # the problem in the twin's d coordinates (its states are measured there)
+        self._logged = 0
+
+    def watch_run(self, state) -> None:
+        """The run's state at its next log point: its q is kept to measure the twin's
+        distance from it at the same log point."""
+        self.run_q.append(np.array(self.run_q_of(state), dtype=np.float64))
+
+    @property
+    def first_saturated(self) -> int:
+        return int(self.marks[0])
+
+    def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        if self.flags[4] == GD:
+            self.scal[0] = self.lr
+            if self.flags[3]:  # torch rounds SGD's alpha to a bfloat16 tensor's type
+                _bf16(self.scal[:1])
+        status, step = _twin_steps(
+            self.X,
+            self.y,
+            self.W,
+            self.p,
+            self.nu,
+            self.wk,
+            self.flags,
+            self.hyper,
+            self.scal,
+            self.moments,
+            self.rel_flat,
+            self.T,
+            self.fit_since,
+            self.S_acc,
+            self.marks,
+            int(step0),
+            int(nsteps),
+        )
+        if status == 1:
+            self.detail = f"diverged at step {step}: the {self.fmt} twin's training loss is not finite"
+        return (Outcome.FINISHED, Outcome.DIVERGED, Outcome.FROZEN)[status], int(step)
+
+    def observe(self) -> Observation:
+        wk = self.wk
+        bf, qform = bool(self.flags[3]), bool(self.flags[5])
+        L = _forward(self.X, self.y, self.W, self.p, self.nu, wk, True, True, bf, self.T, qform)
+        n, T = self.y.size, self.T
+        as64 = lambda a: np.asarray(a, dtype=np.float64).reshape(n, T)  # noqa: E731
+        return Observation(as64(wk.z), as64(wk.u), as64(wk.s), wk.f.astype(np.float64), float(L))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """W, p, q = W p and nu as float64 arrays holding the twin's values (q in float64:
+        what the population metrics evaluate is the twin's parameters, exactly)."""
+        W, p, nu = (a.astype(np.float64) for a in (self.W, self.p, self.nu))
+        return {"W": W, "p": p, "q": W @ p, "nu": nu}
+
+    def final_state(self) -> dict[str, np.ndarray]:
+        return self.state()
+
+    def _restore_arrays(self, arrays) -> None:
+        for k in ("W", "p", "nu"):
+            getattr(self, k)[...] = arrays[k]
+
+    def _snapshot_extra(self):
+        return tuple(m.copy() for m in self.moments), self.marks.copy()
+
+    def _restore_extra(self, extra) -> None:
+        moments, marks = extra
+        for dst, src in zip(self.moments, moments):
+            dst[...] = src
+        self.marks[...] = marks
+
+    def extra_metrics(self) -> dict[str, float]:
+        """|p|, |W - W(0)| and the fraction of samples whose largest score is exactly 1
+        (of the state the recorder has just observed)."""
+        p, dW = self.p.astype(np.float64), (self.W.astype(np.float64) - self.W0)
+        s = self.wk.s.reshape(self.y.size, self.T)
+        out = {
+            "p_norm": math.sqrt(p @ p),
+            "W_dev": float(np.sqrt(np.sum(dW * dW))),
+            "saturated_fraction": float(np.mean(s.max(axis=1) == 1)),
+        }
+        j, self._logged = self._logged, self._logged + 1
+        if j < len(self.run_q):  # |q_twin - q_run| / |q_run| at the same log point (0 when both are 0)
+            q_run = self.run_q[j]
+            gap = float(np.linalg.norm(self.state()["q"] - q_run))
+            scale = float(np.linalg.norm(q_run))
+            out["q_rel_dev"] = gap / scale if scale > 0 else (0.0 if gap == 0 else math.inf)
+        return out

@@ -1,0 +1,122 @@
+"""The precision twin's record in a result (SPEC §16): its logged arrays under the
+prefix ``twin_``, and the ``precision`` section of result.json, which compares the
+twin, trained in float32 or bfloat16, with the exact run beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+DEPARTURE = 0.01  # the twin has departed once its train loss or q = W p differs by 1 % relative
+
+# the twin's own numbers beside the run's (each a key of the twin's final metrics)
+_FINAL_KEYS = (
+    "pop_error",
+    "pop_error_se",
+    "pop_error_resolved",
+    "test_acc",
+    "train_acc",
+    "regime",
+    "generalized",
+    "excess_error",
+    "excess_error_se",
+    "n_fitted_clean",
+    "n_fitted_noisy",
+)
+
+
+def departure_step(run: dict[str, np.ndarray], twin: dict[str, np.ndarray]) -> int | None:
+    """The first logged step at which the twin's train loss, or its q = W p, differs
+    from the run's by ``DEPARTURE`` relative (None: never on the log grid)."""
+    loss, twin_loss = run["train_loss"], twin["train_loss"]
+    m = min(loss.size, twin_loss.size)
+    off = np.abs(twin_loss[:m] - loss[:m]) > DEPARTURE * np.abs(loss[:m])
+    if "q_rel_dev" in twin:
+        off |= twin["q_rel_dev"][:m] > DEPARTURE
+    hit = np.flatnonzero(off)
+    return int(run["step"][hit[0]]) if hit.size else None
+
+
+def twin_arrays(twin: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The twin's logged arrays under the run's names with the prefix ``twin_``
+    (its log grid is the run's: ``step`` is not repeated)."""
+    return {f"twin_{k}": v for k, v in twin.items() if k not in ("step", "y", "y_clean", "roles")}
+
+
+def section(
+    fmt: str,
+    twin: Any,
+    traj: Any,
+    run_arrays: dict[str, np.ndarray],
+    final: dict[str, Any],
+    theory: dict[str, Any],
+    unit_roundoff: float,
+) -> dict[str, Any]:
+    """The ``precision`` section: the twin's format, its first saturated step, the
+    fraction of samples saturated at the end, the step it departs from the run and
+    where it stopped moving, its generalization time, regime and population error
+    (``final``, ``theory``: the twin's own final metrics and theory sections)."""
+    arrays = traj.arrays
+    sat = arrays.get("saturated_fraction")
+    out: dict[str, Any] = {
+        "dtype": fmt,
+        "unit_roundoff": unit_roundoff,
+        "first_saturated_step": None if twin.first_saturated < 0 else twin.first_saturated,
+        "saturated_fraction": None if sat is None else float(sat[-1]),
+        "departure_step": departure_step(run_arrays, arrays),
+        "stopped_at": traj.frozen_at,
+        "status": traj.status,
+        "t_generalize": theory.get("t_generalize"),
+        "t_memorize": theory.get("t_memorize"),
+    }
+    out.update({k: final[k] for k in _FINAL_KEYS if k in final})
+    out["warnings"] = list(dict.fromkeys(traj.warnings))
+    return out
+
+
+def frozen_message(fmt: str, step: int, saturated: float) -> str:
+    """The twin's own account of a state no update moves."""
+    why = (
+        f"{saturated:.0%} of the training samples have a score of exactly 1, whose gradients vanish, "
+        "and the others' updates fall below half a unit of the entries they add to"
+        if saturated > 0
+        else "no score is 1: every update falls below half a unit of the entry it adds to (the "
+        "absorption is in the parameters, not in the softmax)"
+    )
+    return (
+        f"precision twin ({fmt}): stops moving after step {step:g}: every update rounds away in {fmt} "
+        f"({why}); later steps keep that state"
+    )
+
+
+def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
+    """The twin trained along the run's log grid with the run's observers (its population
+    metrics evaluate the twin's parameters, in the twin's own problem's coordinates):
+    ``train_on(problem, stepper)`` is the run's training; returns (twin, trajectory)."""
+    import warnings  # lazy: only a twin's run gets here
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        traj = train_on(twin.problem or problem, twin)
+    if traj.frozen_at is not None:
+        sat = traj.arrays.get("saturated_fraction", np.zeros(1))[-1]
+        traj.warnings = [frozen_message(twin.fmt, traj.frozen_at, float(sat))]
+    else:
+        traj.warnings = [f"precision twin ({twin.fmt}): {w}" for w in traj.warnings]
+    del said  # the twin's words are its own, labelled above
+    return twin, traj
+
+
+def assemble(trained: tuple, run_arrays: dict, final_of, theory_of) -> dict[str, Any]:
+    """The ``precision`` section, the twin's arrays added to ``run_arrays`` under ``twin_``;
+    ``final_of(arrays)`` and ``theory_of(traj)`` compute a trajectory's final metrics and
+    theory as the run's own."""
+    twin, traj = trained
+    arrays = dict(traj.arrays)
+    arrays["fit_step"] = traj.fit_step
+    arrays["y"], arrays["y_clean"] = run_arrays["y"], run_arrays["y_clean"]
+    out = section(twin.fmt, twin, traj, run_arrays, final_of(arrays), theory_of(traj), twin.unit_roundoff)
+    run_arrays.update(twin_arrays(arrays))
+    return out
