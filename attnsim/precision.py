@@ -104,7 +104,9 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
         sat = traj.arrays.get("saturated_fraction", np.zeros(1))[-1]
         traj.warnings = [frozen_message(twin.fmt, traj.frozen_at, float(sat))]
     else:
-        traj.warnings = [f"precision twin ({twin.fmt}): {w}" for w in traj.warnings]
+        # the recorder's words are a float64 run's: its scores were the twin's format's
+        said_of = lambda w: w.replace("in float64", f"in {twin.fmt}")  # noqa: E731
+        traj.warnings = [f"precision twin ({twin.fmt}): {said_of(w)}" for w in traj.warnings]
     del said  # the twin's words are its own, labelled above
     return twin, traj
 

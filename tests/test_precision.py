@@ -123,6 +123,28 @@ def test_saturation_step_is_where_torch_softmax_first_returns_one(fix, fmt):
     assert _rel(ours, fix[f"sat_{fmt}_loss_before_step"]) < 1e-6  # float32: one unit apart at the last
 
 
+def test_float32_adamw_saturates_where_torch_does(fix):
+    """Where float32 AdamW saturates every score (d = 200, lr 0.001): torch's own loop
+    and the twin first return a score of exactly 1 at the same step (6762, recorded)."""
+    from attnsim.config import Config
+    from attnsim.data.dataset import make_streams
+    from attnsim.models.attention import engines
+    from attnsim.runtime.workspace import Workspace
+
+    cfg = Config(d=200, optimizer="adam", lr=0.001)
+    pb, _ = engines.build(cfg, None, make_streams(cfg.seed), "dense", "test", Workspace())
+    rel = np.zeros(pb.X2.shape[0])
+    adam = (0.9, 0.999, 1e-8, 0.01)
+    twin = PrecisionTwin(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, rel, ("W", "p"), cfg.lr, "float32", adam)
+    torch_loss = fix["adamw_d200_loss_every_100"]
+    ours = np.empty(torch_loss.size)
+    for j in range(torch_loss.size):
+        ours[j] = twin.observe().loss
+        twin.advance(100 * j, 100)
+    assert twin.first_saturated == int(fix["adamw_d200_first_saturated"]) == 6762
+    assert _rel(ours, torch_loss) < 1e-5  # measured 2.6e-7
+
+
 def test_float64_twin_is_the_run_in_another_order_and_changes_nothing():
     """A float64 twin follows torch's order of operations, not the run's kernels (which
     centre the softmax and associate x (W p)): they agree to float64 rounding, not bits

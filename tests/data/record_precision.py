@@ -16,6 +16,11 @@ dtype, on the CPU:
   torch's softmax returns exactly 1.0 for some training sample
   (``NAME_first_saturated``, -1 if none).
 
+And ``adamw_d200``: attnsim's default data at d = 200 (seed 0, built by
+attnsim's dense engine), ``x @ (W @ p)``, float32 ``torch.optim.AdamW`` at lr
+0.001 (defaults otherwise) on W and p for 20 000 steps, where float32 saturates
+every score: ``adamw_d200_loss_every_100`` and ``adamw_d200_first_saturated``.
+
 Each run stores ``NAME_loss_before_step`` (the loss before every update, as a
 float64 copy of the run's value) and ``NAME_lr``.
 
@@ -65,6 +70,35 @@ def record(f, dtype, graph, lr, steps, adamw=False, p_alone=False):
     return np.array(losses), first
 
 
+def record_adamw_d200(steps=20_000):
+    from attnsim.config import Config
+    from attnsim.data.dataset import make_streams
+    from attnsim.models.attention import engines
+    from attnsim.runtime.workspace import Workspace
+
+    cfg = Config(d=200, optimizer="adam", lr=0.001)
+    pb, _ = engines.build(cfg, None, make_streams(cfg.seed), "dense", "fixture", Workspace())
+    n, T = pb.y.size, pb.T
+    X, y = torch.tensor(pb.X2.reshape(n, T, -1)), torch.tensor(pb.y)
+    X, y = X.float(), y.float()
+    W = torch.tensor(pb.W0, dtype=torch.float32, requires_grad=True)
+    p = torch.tensor(pb.p0.reshape(-1, 1), dtype=torch.float32, requires_grad=True)
+    nu = torch.tensor(pb.nu0.reshape(-1, 1), dtype=torch.float32)
+    opt = torch.optim.AdamW([W, p], lr=cfg.lr)
+    losses, first = [], -1
+    for t in range(steps):
+        opt.zero_grad()
+        s = torch.softmax((X @ (W @ p)).squeeze(-1), dim=-1)
+        loss = torch.log(1.0 + torch.exp(-y * torch.sum(s * (X @ nu).squeeze(-1), dim=1))).mean()
+        if t % 100 == 0:
+            losses.append(loss.item())
+        if first < 0 and bool((s.max(dim=1).values == 1.0).any()):
+            first = t
+        loss.backward()
+        opt.step()
+    return np.array(losses), first
+
+
 def main():
     f = dict(np.load(HERE / "peer_small.npz"))
     out = {k: f[k] for k in ("X", "y", "y_clean", "W0", "p0", "nu", "mu_pos", "mu_neg", "sigma")}
@@ -77,6 +111,9 @@ def main():
         print(
             f"{name}: {losses.size} steps, loss {losses[0]:.6f} -> {losses[-1]:.6f}, first saturated {first}"
         )
+    losses, first = record_adamw_d200()
+    out["adamw_d200_loss_every_100"], out["adamw_d200_first_saturated"] = losses, np.int64(first)
+    print(f"adamw_d200: first saturated {first}, loss {losses[0]:.6f} -> {losses[-1]:.6f}")
     out["torch_version"] = np.array(torch.__version__)
     np.savez_compressed(HERE / "precision_small.npz", **out)
 
