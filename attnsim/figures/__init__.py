@@ -33,6 +33,7 @@ NAMES = {
     "collapse": "fig14_collapse",
     "normalized": "fig15_normalized",
     "magen": "fig16_magen",
+    "precision": "fig17_precision",
     "many_samples": "fig18_many_samples",
     "neighbours": "fig13_neighbours",  # last: it reads figures 6 and 16's sweeps and reruns 15's runs
 }
