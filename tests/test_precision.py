@@ -223,3 +223,34 @@ def test_twin_refuses_what_it_does_not_follow(keys, words):
 def test_graph_without_a_twin_is_refused():
     with pytest.raises(ConfigError, match="precision_graph"):
         attnsim.Config(precision_graph="official")
+
+
+def test_the_twin_is_saved_loaded_summarized_and_plotted(tmp_path):
+    """A frozen bfloat16 twin: its section and twin_ arrays survive a save and a load, the
+    summary says where it stopped, and the run's plot draws it."""
+    from attnsim.report import format_summary, plot_result
+    from attnsim.results import load
+
+    with pytest.warns(UserWarning, match="precision twin .bfloat16.: stops moving after step 1415"):
+        r = attnsim.simulate({"d": 200, "steps": 3000, "log_scale": "log", "precision_twin": "bfloat16"})
+    pr = r.precision
+    assert pr["stopped_at"] == 1415 and pr["status"] == "frozen"  # absorbed in the parameters
+    assert pr["first_saturated_step"] is None and pr["saturated_fraction"] == 0.0
+    assert any("stops moving after step 1415" in w for w in r.warnings)
+    r.save(tmp_path / "run")
+    back = load(tmp_path / "run")
+    assert back.precision == json_like(pr)
+    for key in ("twin_train_loss", "twin_pop_error", "twin_saturated_fraction", "twin_q_rel_dev"):
+        np.testing.assert_array_equal(back.trajectory[key], r.trajectory[key])
+    text = format_summary(back)
+    assert "precision twin (bfloat16):" in text and "stops moving after step 1415" in text
+    plot_result(back, "scores", tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def json_like(d: dict) -> dict:
+    import json
+
+    from attnsim.results import json_safe
+
+    return json.loads(json.dumps(json_safe(d)))

@@ -20,9 +20,9 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
         return _adam_engine(cfg, dense_bytes)
     if cfg.precision_twin != "none" and dense_bytes > DENSE_MAX_BYTES:
         raise ConfigError(
-            f"d: precision_twin trains a {cfg.d} x {cfg.d} W as torch holds it, which would need "
-            f"{dense_bytes / 2e9:.3g} GB in float32 beside the run (at most {DENSE_MAX_BYTES / 1e9:.3g} "
-            "in float64)"
+            f"d: precision_twin holds d x d arrays as torch does (W and W(0) in the twin's format, W(0) "
+            f"in float64 to start it from the run's): at d = {cfg.d} a float64 one takes "
+            f"{dense_bytes / 1e9:.3g} GB, above the {DENSE_MAX_BYTES / 1e9:.3g} GB a d x d array may take"
         )
     if cfg.engine == "implicit":
         _check_implicit(cfg, user_data)
