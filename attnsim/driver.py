@@ -192,7 +192,8 @@ class _Walk:
                 self.frozen_at = reached
                 msg = self.recorder.frozen(self.stepper, reached)
                 self.warnings.append(msg)
-                warnings.warn(msg, stacklevel=4)
+                if not getattr(self.recorder, "quiet", False):
+                    warnings.warn(msg, stacklevel=4)
                 return
             if self.bar is not None:
                 self.bar.to(reached)

@@ -38,6 +38,8 @@ class Recorder:
     observations wait in a buffer of at most ``RECORD_CHUNK`` log points.
     """
 
+    quiet = False  # True: the run's warnings are returned, not also warned (a run on another thread)
+
     def __init__(
         self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int, optimizer: str = "gd"
     ):
@@ -244,7 +246,8 @@ class Recorder:
                     f"reduce lr (lr={self.lr:g}, d={self.d})"
                 )
             out.append(msg)
-            warnings.warn(msg, stacklevel=3)
+            if not self.quiet:
+                warnings.warn(msg, stacklevel=3)
         return self.arrays(), fit, out
 
 

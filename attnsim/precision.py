@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ._meta import SimulationError
+
 DEPARTURE = 0.01  # the twin has departed once its train loss or q = W p differs by 1 % relative
 
 # the twin's own numbers beside the run's (each a key of the twin's final metrics)
@@ -94,12 +96,13 @@ def frozen_message(fmt: str, step: int, saturated: float) -> str:
 def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
     """The twin trained along the run's log grid with the run's observers (its population
     metrics evaluate the twin's parameters, in the twin's own problem's coordinates):
-    ``train_on(problem, stepper)`` is the run's training; returns (twin, trajectory)."""
-    import warnings  # lazy: only a twin's run gets here
-
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
+    ``train_on(problem, stepper)`` is the run's training, quiet (its warnings are returned,
+    never warned: it may run on another thread). Returns (twin, trajectory or None, the
+    reason it has none: a twin that diverges ends alone, the run keeps its results)."""
+    try:
         traj = train_on(twin.problem or problem, twin)
+    except SimulationError as exc:
+        return twin, None, f"precision twin ({twin.fmt}): {exc}"
     if traj.frozen_at is not None:
         sat = traj.arrays.get("saturated_fraction", np.zeros(1))[-1]
         traj.warnings = [frozen_message(twin.fmt, traj.frozen_at, float(sat))]
@@ -107,15 +110,47 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
         # the recorder's words are a float64 run's: its scores were the twin's format's
         said_of = lambda w: w.replace("in float64", f"in {twin.fmt}")  # noqa: E731
         traj.warnings = [f"precision twin ({twin.fmt}): {said_of(w)}" for w in traj.warnings]
-    del said  # the twin's words are its own, labelled above
-    return twin, traj
+    return twin, traj, None
+
+
+class Beside:
+    """The twin trained on a thread of its own while the run steps on the caller's (the
+    twins' kernels release the GIL; the machine's second core takes them). ``result()``
+    waits for :func:`train`'s value; ``cancel()`` stops the twin at its next span."""
+
+    def __init__(self, twin: Any, train_on: Callable, problem: Any):
+        import threading  # lazy: only a twin's run gets here
+
+        self.twin, self._out = twin, {}
+        self._thread = threading.Thread(target=self._go, args=(train_on, problem), daemon=True)
+        self._thread.start()
+
+    def _go(self, train_on: Callable, problem: Any) -> None:
+        try:
+            self._out["value"] = train(self.twin, train_on, problem)
+        except BaseException as exc:  # handed to the caller's thread by result()
+            self._out["error"] = exc
+
+    def result(self) -> tuple:
+        self._thread.join()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["value"]
+
+    def cancel(self) -> None:
+        self.twin.cancelled = True
 
 
 def assemble(trained: tuple, run_arrays: dict, final_of, theory_of) -> dict[str, Any]:
     """The ``precision`` section, the twin's arrays added to ``run_arrays`` under ``twin_``;
     ``final_of(arrays)`` and ``theory_of(traj)`` compute a trajectory's final metrics and
     theory as the run's own."""
-    twin, traj = trained
+    twin, traj, reason = trained
+    if traj is None:
+        return {"dtype": twin.fmt, "status": "failed", "reason": reason, "warnings": [reason]}
+    dev = twin.q_rel_dev()  # |q_twin - q| / |q| at each log point, once both runs are done
+    if dev is not None:
+        traj.arrays["q_rel_dev"] = dev
     arrays = dict(traj.arrays)
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = run_arrays["y"], run_arrays["y_clean"]

@@ -248,23 +248,29 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
     # matrices are small, and the encoder's rank-n products are bound by memory
     # bandwidth (measured: 70 ms per step at d = mlp_dim = 2000 on one thread, 80-140 on two)
     with blas().limit(limits=1, user_api="blas"):
-        traj = _train(
-            problem,
-            ds,
-            cfg,
-            pop,
-            rel,
-            save_scores=save_scores,
-            progress=progress,
-            watch=watch,
-            refine=refines_times(cfg),
-            meanwhile=meanwhile,
-        )
+        beside = None
+        if low is not None:  # on the other core while the run steps
+            on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True)  # noqa: E731
+            beside = precision.Beside(low, on, problem)
+        try:
+            traj = _train(
+                problem,
+                ds,
+                cfg,
+                pop,
+                rel,
+                save_scores=save_scores,
+                progress=progress,
+                watch=watch,
+                refine=refines_times(cfg),
+                meanwhile=meanwhile,
+            )
+        except BaseException:
+            if beside is not None:
+                beside.cancel()
+            raise
         limit_section = limit.finish(cfg, traj, pop) if limit is not None else None
-        low_run = None
-        if low is not None:
-            on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, progress=progress, stepper=stepper)  # noqa: E731
-            low_run = precision.train(low, on, problem)
+        low_run = None if beside is None else beside.result()
     return _Trained(traj, twin, limit_section, low_run)
 
 
@@ -366,6 +372,7 @@ def _train(
     refine: bool = False,
     meanwhile=None,
     stepper=None,
+    quiet: bool = False,
 ):
     """The driver on ``problem``'s stepper (or ``stepper``, another of the same problem)
     along the run's log grid, recording the paper's metrics; with ``refine`` the times of
@@ -374,6 +381,7 @@ def _train(
     stepper = problem.stepper(cfg, rel, y=ds.y) if stepper is None else stepper
     evaluate = problem.evaluator(cfg, pop)
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer)
+    recorder.quiet = quiet
     schedule = Schedule(
         grid, pop_indices(len(grid), cfg.pop_log_points), cfg.lr, progress, cfg.log_scale == "log"
     )

@@ -128,6 +128,8 @@ class PrecisionTwin(Stepper):
         self.rel_flat = np.ascontiguousarray(rel, dtype=np.float64).reshape(-1)
         self._init_records(n, self.rel_flat, self.T)
         self.run_q: list[np.ndarray] = []  # the run's q = W p at each log point (watch_run)
+        self.twin_q: list[np.ndarray] = []  # the twin's, at each of its log points
+        self.cancelled = False  # set from another thread: the next span ends the twin
         self.run_q_of = state_q  # a run state's q in the twin's coordinates (the run's engine sets it)
         self.problem = None  # the problem in the twin's d coordinates (its states are measured there)
         self._logged = 0
@@ -142,6 +144,9 @@ class PrecisionTwin(Stepper):
         return int(self.marks[0])
 
     def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        if self.cancelled:
+            self.detail = f"the {self.fmt} twin was stopped at step {step0} (its run ended)"
+            return Outcome.STALLED, int(step0)
         if self.flags[4] == GD:
             self.scal[0] = self.lr
             if self.flags[3]:  # torch rounds SGD's alpha to a bfloat16 tensor's type
@@ -209,10 +214,16 @@ class PrecisionTwin(Stepper):
             "W_dev": float(np.sqrt(np.sum(dW * dW))),
             "saturated_fraction": float(np.mean(s.max(axis=1) == 1)),
         }
-        j, self._logged = self._logged, self._logged + 1
-        if j < len(self.run_q):  # |q_twin - q_run| / |q_run| at the same log point (0 when both are 0)
-            q_run = self.run_q[j]
-            gap = float(np.linalg.norm(self.state()["q"] - q_run))
-            scale = float(np.linalg.norm(q_run))
-            out["q_rel_dev"] = gap / scale if scale > 0 else (0.0 if gap == 0 else math.inf)
+        self.twin_q.append(self.state()["q"])  # beside the run's, once both are done (q_rel_dev)
         return out
+
+    def q_rel_dev(self) -> np.ndarray | None:
+        """|q_twin - q_run| / |q_run| at each log point (0 where both are 0; None unless the
+        run's q was watched at every log point)."""
+        if len(self.run_q) != len(self.twin_q) or not self.twin_q:
+            return None
+        dev = np.empty(len(self.twin_q))
+        for j, (q_twin, q_run) in enumerate(zip(self.twin_q, self.run_q)):
+            gap, scale = float(np.linalg.norm(q_twin - q_run)), float(np.linalg.norm(q_run))
+            dev[j] = gap / scale if scale > 0 else (0.0 if gap == 0 else math.inf)
+        return dev
