@@ -48,13 +48,7 @@ def twin_arrays(twin: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def section(
-    fmt: str,
-    twin: Any,
-    traj: Any,
-    run_arrays: dict[str, np.ndarray],
-    final: dict[str, Any],
-    theory: dict[str, Any],
-    unit_roundoff: float,
+    twin: Any, traj: Any, run_arrays: dict[str, np.ndarray], final: dict[str, Any], theory: dict[str, Any]
 ) -> dict[str, Any]:
     """The ``precision`` section: the twin's format, its first saturated step, the
     fraction of samples saturated at the end, the step it departs from the run and
@@ -63,8 +57,8 @@ def section(
     arrays = traj.arrays
     sat = arrays.get("saturated_fraction")
     out: dict[str, Any] = {
-        "dtype": fmt,
-        "unit_roundoff": unit_roundoff,
+        "dtype": twin.fmt,
+        "unit_roundoff": twin.unit_roundoff,
         "first_saturated_step": None if twin.first_saturated < 0 else twin.first_saturated,
         "saturated_fraction": None if sat is None else float(sat[-1]),
         "departure_step": departure_step(run_arrays, arrays),
@@ -154,6 +148,6 @@ def assemble(trained: tuple, run_arrays: dict, final_of, theory_of) -> dict[str,
     arrays = dict(traj.arrays)
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = run_arrays["y"], run_arrays["y_clean"]
-    out = section(twin.fmt, twin, traj, run_arrays, final_of(arrays), theory_of(traj), twin.unit_roundoff)
+    out = section(twin, traj, run_arrays, final_of(arrays), theory_of(traj))
     run_arrays.update(twin_arrays(arrays))
     return out

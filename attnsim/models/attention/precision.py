@@ -55,33 +55,15 @@ class TwinWork(NamedTuple):
 
 
 def twin_work(nT: int, n: int, d: int, dtype, train_W: bool, qform: bool, fused: bool) -> TwinWork:
-    e = lambda *shape: np.zeros(shape, dtype=dtype)  # noqa: E731
-    A = (0, d) if qform else (nT, d)  # X W: the official graph only
-    gA = (nT, d) if train_W and not qform else (0, d)  # dA and dW only when W trains
-    return TwinWork(
-        e(*A),
-        e(nT),
-        e(nT),
-        e(nT),
-        e(nT),
-        e(n),
-        e(n),
-        e(n),
-        e(n),
-        e(n),
-        e(nT),
-        e(nT),
-        e(nT),
-        e(d),
-        e(d),
-        e(*gA),
-        e(d, d) if train_W and not fused else e(0, 0),
-        e(d),
-        e(d),
-        e(d),
-        e(1),
-        np.array([0, 1], dtype=dtype),
-    )
+    shapes = dict.fromkeys(("z", "u", "s", "m", "gs", "gu", "gz"), (nT,))
+    shapes |= dict.fromkeys(("f", "e", "b", "lterm", "gb"), (n,))
+    shapes |= dict.fromkeys(("gp", "gnu", "q", "gq", "row"), (d,))
+    shapes["A"] = (0, d) if qform else (nT, d)  # X W: the official graph only
+    shapes["gA"] = (nT, d) if train_W and not qform else (0, d)  # dA and dW only when W trains
+    shapes["gW"] = (d, d) if train_W and not fused else (0, 0)
+    shapes["scalar"] = (1,)
+    arrays = {name: np.zeros(shape, dtype=dtype) for name, shape in shapes.items()}
+    return TwinWork(**arrays, consts=np.array([0, 1], dtype=dtype))
 
 
 def to_format(a: np.ndarray, fmt: str) -> np.ndarray:
@@ -100,10 +82,29 @@ class PrecisionTwin(Stepper):
     X2 : (n*T, d) tokens; y : (n,) labels; W0 : (d, d), p0, nu0 : (d,) the run's
     initial state (rounded to the format here); rel : (n*T,) relevant-token
     indicator; train : subset of {"W", "p", "nu"}; adam : (beta1, beta2, eps,
-    weight_decay) or None for GD. ``first_saturated`` : the first state in which
-    some sample's largest score is exactly 1 in the format (-1 until one)."""
+    weight_decay) or None for GD; graph : "qform" or "official"; problem : the problem
+    in the twin's d coordinates that measures its states (None: the run's own);
+    run_q_of : a run state's q in those coordinates (default: its q as it is).
+    ``first_saturated`` : the first state in which some sample's largest score is
+    exactly 1 in the format (-1 until one)."""
 
-    def __init__(self, X2, y, W0, p0, nu0, T, rel, train, lr, fmt, adam=None, graph="qform"):
+    def __init__(
+        self,
+        X2,
+        y,
+        W0,
+        p0,
+        nu0,
+        T,
+        rel,
+        train,
+        lr,
+        fmt,
+        adam=None,
+        graph="qform",
+        problem=None,
+        run_q_of=None,
+    ):
         dtype, bf = FORMATS[fmt]
         self.fmt, self.T, self.lr = fmt, int(T), float(lr)
         self.unit_roundoff = UNIT_ROUNDOFF[fmt]
@@ -130,9 +131,8 @@ class PrecisionTwin(Stepper):
         self.run_q: list[np.ndarray] = []  # the run's q = W p at each log point (watch_run)
         self.twin_q: list[np.ndarray] = []  # the twin's, at each of its log points
         self.cancelled = False  # set from another thread: the next span ends the twin
-        self.run_q_of = state_q  # a run state's q in the twin's coordinates (the run's engine sets it)
-        self.problem = None  # the problem in the twin's d coordinates (its states are measured there)
-        self._logged = 0
+        self.run_q_of = state_q if run_q_of is None else run_q_of  # a run state's q in the twin's coordinates
+        self.problem = problem  # the problem in the twin's d coordinates (None: the run's)
 
     def watch_run(self, state) -> None:
         """The run's state at its next log point: its q is kept to measure the twin's
@@ -207,14 +207,15 @@ class PrecisionTwin(Stepper):
     def extra_metrics(self) -> dict[str, float]:
         """|p|, |W - W(0)| and the fraction of samples whose largest score is exactly 1
         (of the state the recorder has just observed)."""
-        p, dW = self.p.astype(np.float64), (self.W.astype(np.float64) - self.W0)
+        W, p = self.W.astype(np.float64), self.p.astype(np.float64)
+        dW = W - self.W0
         s = self.wk.s.reshape(self.y.size, self.T)
         out = {
             "p_norm": math.sqrt(p @ p),
             "W_dev": float(np.sqrt(np.sum(dW * dW))),
             "saturated_fraction": float(np.mean(s.max(axis=1) == 1)),
         }
-        self.twin_q.append(self.state()["q"])  # beside the run's, once both are done (q_rel_dev)
+        self.twin_q.append(W @ p)  # beside the run's, once both are done (q_rel_dev)
         return out
 
     def q_rel_dev(self) -> np.ndarray | None:

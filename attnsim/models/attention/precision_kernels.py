@@ -238,23 +238,19 @@ def _fused_w_step(W, gq, p, gp, lr, bf, row):
                 changed += new != w
                 W[a, c] = new
         return changed
-    for a in range(k):
+    for a in range(k):  # bfloat16: each row's products, then its new values, rounded at once
         g = gq[a]
         for c in range(r):
             gp[c] += W[a, c] * g
             row[c] = g * p[c]
-        if bf:
-            _bf16(row)
+        _bf16(row)
         for c in range(r):
             row[c] = _fma(-lr, row[c], W[a, c])
-        if bf:
-            _bf16(row)
+        _bf16(row)
         for c in range(r):
-            if row[c] != W[a, c]:
-                changed += 1
-                W[a, c] = row[c]
-    if bf:
-        _bf16(gp)
+            changed += row[c] != W[a, c]
+            W[a, c] = row[c]
+    _bf16(gp)
     return changed
 
 
@@ -283,7 +279,7 @@ def _adamw(x, g, mom, vel, scal, bf):
     decay, w1, b2, w2, eps, size, bc2 = scal[0], scal[1], scal[2], scal[3], scal[4], scal[5], scal[6]
     xf, gf, mf, vf = x.reshape(-1), g.reshape(-1), mom.reshape(-1), vel.reshape(-1)
     lerp_low = w1 < 0.5
-    w1c = w1 - w1 + 1 - w1  # torch's other branch: end - (end - self) (1 - weight)
+    w1c = xf.dtype.type(1.0) - w1  # torch's other branch: end - (end - self) (1 - weight)
     for j in range(xf.size):
         xf[j] = xf[j] * decay
         dm = gf[j] - mf[j]

@@ -125,7 +125,7 @@ class AttentionSpec(ModelSpec):
 
         adam = (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay)
         full = problem.dense_view()  # the twin holds d x d W as torch does, whatever the run's engine
-        twin = PrecisionTwin(
+        return PrecisionTwin(
             full.X2,
             y,
             full.W0,
@@ -138,11 +138,9 @@ class AttentionSpec(ModelSpec):
             cfg.precision_twin,
             adam=adam if cfg.optimizer == "adam" else None,
             graph=cfg.precision_graph,
+            problem=full,
+            run_q_of=None if full is problem else lambda st: problem.lift(st["W"], st["p"], st["nu"])["q"],
         )
-        twin.problem = full  # its states are measured in these coordinates
-        if full is not problem:  # the run's q in the twin's coordinates
-            twin.run_q_of = lambda state: problem.lift(state["W"], state["p"], state["nu"])["q"]
-        return twin
 
     def population_note(self, ds: Dataset, problem: Any) -> str:
         return ds.population_reason or POPULATION_METHOD
