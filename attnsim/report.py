@@ -180,6 +180,8 @@ def format_summary(res: Result) -> str:
 
 def precision_line(pr: dict) -> str:
     """The precision twin in one line (SPEC §16)."""
+    if pr.get("status") == "failed":
+        return pr.get("reason") or f"precision twin ({pr['dtype']}): failed"
     err = metrics.format_error(
         pr.get("pop_error", float("nan")), pr.get("pop_error_se"), pr.get("pop_error_resolved")
     )

@@ -254,3 +254,12 @@ def json_like(d: dict) -> dict:
     from attnsim.results import json_safe
 
     return json.loads(json.dumps(json_safe(d)))
+
+
+def test_memory_estimate_counts_the_twin_beside_each_engine():
+    from attnsim.models.attention.plan import memory_estimate
+
+    for engine in ("dense", "reduced"):
+        what = [w for _, w, _ in memory_estimate(attnsim.Config(d=200, precision_twin="float32"), engine)]
+        assert any("precision twin" in w for w in what)
+        assert any(("bases Q" if engine == "reduced" else "W, W(0) and the update") in w for w in what)

@@ -144,16 +144,16 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
         )
     if engine == "dense":
         items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
-    if cfg.precision_twin != "none":
-        blocks = 3 + 2 * (cfg.optimizer == "adam")  # W, W(0), dW (and AdamW's moments)
-        what = f"the precision twin's {blocks} d x d arrays, X, X W and dA ({cfg.precision_twin})"
-        items.append(("precision_twin, d", what, f * (blocks * d * d + 3 * m * d)))
     elif engine == "reduced":
         items.append(("n, T, d", f"the bases Q, R and W(0) R (4 d k floats, k = {k:.3g})", 4 * f * d * k))
         if keeps_w0(d):
             items.append(("d", "W(0)", f * d * d))
         else:
             items.append(("d", "W(0) row blocks", f * max(1 << 22, 64.0 * d)))
+    if cfg.precision_twin != "none":
+        blocks = 3 + 2 * (cfg.optimizer == "adam")  # W, W(0), dW (and AdamW's moments)
+        what = f"the precision twin's {blocks} d x d arrays, X, X W and dA ({cfg.precision_twin})"
+        items.append(("precision_twin, d", what, f * (blocks * d * d + 3 * m * d)))
     if engine != "dense":
         what = f"the reduced W, W(0), factors, X W, X W(0) and X X^T (8 k^2 floats, k = {k:.3g})"
         items.append(("n, T", what, 8 * f * k * r))
