@@ -81,6 +81,7 @@ class CommonKeys:
     clean_twin: bool | None = None  # the model's default (registry)
     model: str = "attention"
     refine_times: str = "auto"  # locate the times between log points: auto = with the flow or the limit
+    precision_twin: str = "none"  # a twin of the run in float32 or bfloat16 (SPEC §16)
     preset: str = ""  # the preset the other keys started from ("": none); a label, never hashed
 
 
@@ -178,6 +179,7 @@ LATER_KEYS = {
     "preset": "",
     "refine_times": "auto",
     "batch": 0,
+    "precision_twin": "none",
 }
 
 
@@ -221,6 +223,7 @@ _CHOICES = {
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
     "refine_times": ("auto", "true", "false"),
+    "precision_twin": ("none", "float32", "bfloat16", "float64"),
     "model": tuple(registry.MODELS),
 }
 

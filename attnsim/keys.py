@@ -68,6 +68,11 @@ KEY_HELP = {
     "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
     "clean_twin": ("true, false (default true; false for the encoder)", "train the clean-label twin"),
     "model": (", ".join(registry.MODELS), "the model"),
+    "precision_twin": (
+        "none, float32, bfloat16, float64",
+        "train beside the run a twin rounded to this format as torch computes on CPU (float64: the "
+        "twin's own operation order, a check)",
+    ),
     "refine_times": (
         "auto, true, false",
         "locate t_generalize and t_pop_loss_settled between log points by stepping again (auto: with the "

@@ -96,7 +96,9 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
     try:
         traj = train_on(twin.problem or problem, twin)
     except SimulationError as exc:
-        return twin, None, f"precision twin ({twin.fmt}): {exc}"
+        note = getattr(twin, "nan_note", lambda: "")()  # the format's own reason, when it has one
+        text = str(exc) if note in str(exc) else f"{exc}{note}"
+        return twin, None, f"precision twin ({twin.fmt}): {text}"
     if traj.frozen_at is not None:
         sat = traj.arrays.get("saturated_fraction", np.zeros(1))[-1]
         traj.warnings = [frozen_message(twin.fmt, traj.frozen_at, float(sat))]

@@ -13,24 +13,33 @@ LOSSES = ("logistic", "linear")
 MODES = ("W", "p", "nu", "W,p", "p,nu", "W,nu", "W,p,nu")
 
 
+ATTENTIONS = ("softmax", "stablemax")
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("shape", [(4, 5, 6, 7), (3, 8, 10, 4), (5, 2, 3, 3)])
-def test_loss_and_grads_match_reference(loss, shape):
+def test_loss_and_grads_match_reference(loss, shape, attention):
     n, T, k, r = shape
     X, y, W, p, nu = random_instance(1, n, T, k, r)
-    L, gW, gp, gnu = steppers.loss_and_grads(X, y, W, p, nu, loss)
-    assert L == pytest.approx(model.loss(X, y, W, p, nu, loss), rel=1e-13)
-    for a, b in zip((gW, gp, gnu), model.grads(X, y, W, p, nu, loss)):
+    L, gW, gp, gnu = steppers.loss_and_grads(X, y, W, p, nu, loss, attention)
+    assert L == pytest.approx(model.loss(X, y, W, p, nu, loss, attention), rel=1e-13)
+    for a, b in zip((gW, gp, gnu), model.grads(X, y, W, p, nu, loss, attention)):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
 
 
+@pytest.mark.parametrize("attention", ATTENTIONS)
 @pytest.mark.parametrize("loss", LOSSES)
-def test_grads_match_central_differences_per_block(loss):
+def test_grads_match_central_differences_per_block(loss, attention):
     X, y, W, p, nu = random_instance(2)
     assert np.all(p != 0)
+    if attention == "stablemax":  # logits of both signs, away from StableMax's kink at 0
+        p = 3.0 * p
+        z = X @ (W @ p)
+        assert (z > 0.05).any() and (z < -0.05).any() and np.abs(z).min() > 1e-3
     errs = finite_difference_errors(
-        lambda W_, p_, nu_: model.loss(X, y, W_, p_, nu_, loss),
-        lambda W_, p_, nu_: model.grads(X, y, W_, p_, nu_, loss),
+        lambda W_, p_, nu_: model.loss(X, y, W_, p_, nu_, loss, attention),
+        lambda W_, p_, nu_: model.grads(X, y, W_, p_, nu_, loss, attention),
         {"W": W, "p": p, "nu": nu},
     )
     for block, e in errs.items():

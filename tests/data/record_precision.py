@@ -11,6 +11,10 @@ dtype, on the CPU:
 - ``qform_float32``, ``qform_bfloat16``: the same with ``x @ (W @ p)``;
 - ``adamw_float32``, ``adamw_bfloat16``: ``torch.optim.AdamW`` at its defaults,
   lr 0.01, W and p, 300 steps (official graph);
+- ``stablemax_qform_float32``, ``stablemax_qform_bfloat16``: the q form's SGD with
+  StableMax for the softmax, as Prieto et al.'s reference code writes it
+  (``where(z < 0, 1 / (1 - z + 1e-30), z + 1)``, divided by its sum), lr 0.05,
+  1000 steps; ``stablemax_float64``: the same in float64 (the exact run's check);
 - ``sat_float32`` (W = I fixed, p alone, lr 12.5) and ``sat_bfloat16`` (W = I,
   p alone, lr 2): up to 10^4 steps, stopping at the first step at which
   torch's softmax returns exactly 1.0 for some training sample
@@ -40,12 +44,21 @@ RUNS = {
     "qform_bfloat16": dict(dtype=torch.bfloat16, graph="qform", lr=0.05, steps=1000),
     "adamw_float32": dict(dtype=torch.float32, graph="official", lr=0.01, steps=300, adamw=True),
     "adamw_bfloat16": dict(dtype=torch.bfloat16, graph="official", lr=0.01, steps=300, adamw=True),
+    "stablemax_qform_float32": dict(dtype=torch.float32, graph="qform", lr=0.05, steps=1000, stable=True),
+    "stablemax_qform_bfloat16": dict(dtype=torch.bfloat16, graph="qform", lr=0.05, steps=1000, stable=True),
+    "stablemax_float64": dict(dtype=torch.float64, graph="qform", lr=0.05, steps=1000, stable=True),
     "sat_float32": dict(dtype=torch.float32, graph="official", lr=12.5, steps=10_000, p_alone=True),
     "sat_bfloat16": dict(dtype=torch.bfloat16, graph="official", lr=2.0, steps=10_000, p_alone=True),
 }
 
 
-def record(f, dtype, graph, lr, steps, adamw=False, p_alone=False):
+def stablemax(z):
+    """Prieto et al.'s StableMax over the last axis, as their reference code writes it."""
+    w = torch.where(z < 0, 1 / (1 - z + 1e-30), z + 1)
+    return w / torch.sum(w, dim=-1, keepdim=True)
+
+
+def record(f, dtype, graph, lr, steps, adamw=False, p_alone=False, stable=False):
     X, y = (torch.tensor(f[k], dtype=dtype) for k in ("X", "y"))
     d = X.shape[2]
     W = torch.eye(d, dtype=dtype) if p_alone else torch.tensor(f["W0"], dtype=dtype)
@@ -58,7 +71,7 @@ def record(f, dtype, graph, lr, steps, adamw=False, p_alone=False):
     for t in range(steps):
         opt.zero_grad()
         z = (X @ W @ p) if graph == "official" else (X @ (W @ p))
-        s = torch.softmax(z.squeeze(-1), dim=-1)
+        s = stablemax(z.squeeze(-1)) if stable else torch.softmax(z.squeeze(-1), dim=-1)
         out = torch.sum(s * (X @ nu).squeeze(-1), dim=1)
         loss = torch.log(1.0 + torch.exp(-y * out)).mean()
         losses.append(loss.item())

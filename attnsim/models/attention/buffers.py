@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .kernels import LINEAR, LOGISTIC, N_CHUNKS
+from .kernels import LINEAR, LOGISTIC, N_CHUNKS, SOFTMAX, STABLEMAX
 
 XW_MAX_TOKENS = 4096  # the X W form keeps K = X X^T (n*T squared floats): at most 128 MB
 XW_MAX_COND = 1e6  # ... and is used when K's condition number is at most this (W rebuilt to ~1e-10)
@@ -26,6 +26,7 @@ class Data(NamedTuple):
     T: int
     loss_kind: int
     threaded: bool = True  # large W passes on the threading layer (False in a forked child)
+    attention: int = SOFTMAX  # the scores' normalization: SOFTMAX or STABLEMAX
 
 
 class Work(NamedTuple):
@@ -57,3 +58,8 @@ def f64(a: ArrayLike) -> np.ndarray:
 
 def loss_kind_code(loss: str) -> int:
     return {"logistic": LOGISTIC, "linear": LINEAR}[loss]
+
+
+def attention_code(attention: str) -> int:
+    """The kernels' code of ``attention = softmax | stablemax``."""
+    return {"softmax": SOFTMAX, "stablemax": STABLEMAX}[attention]

@@ -27,6 +27,7 @@ N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads
 PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel
 CHUNK_FLOATS = 1 << 16  # token block of the forward-backward pass (512 kB: stays in a core's L2 cache)
 LOGISTIC, LINEAR = 0, 1
+SOFTMAX, STABLEMAX = 0, 1  # the attention normalization (docs/engines.md)
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -46,24 +47,43 @@ def _sigmoid(x):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
-def _outputs(z, u, y, T, loss_kind, s, f):
-    """Stable softmax of logits z (n*T,), outputs f (n,); returns the mean loss."""
+def _stable(x):
+    """StableMax's weight of a logit x: x + 1 for x >= 0, 1 / (1 - x) below."""
+    return x + 1.0 if x >= 0.0 else 1.0 / (1.0 - x)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _scores(z, s, base, T, attention):
+    """Scores of the sample at z[base:base+T] into s: the stable softmax (largest logit
+    subtracted), or StableMax; returns the index of the top-scored token."""
+    top = base
+    for t in range(base + 1, base + T):
+        if z[t] > z[top]:
+            top = t
+    ssum = 0.0
+    if attention == SOFTMAX:
+        for t in range(base, base + T):
+            s[t] = math.exp(z[t] - z[top])
+            ssum += s[t]
+    else:
+        for t in range(base, base + T):
+            s[t] = _stable(z[t])
+            ssum += s[t]
+    for t in range(base, base + T):
+        s[t] /= ssum
+    return top
+
+
+@njit(cache=CACHE, fastmath=FASTMATH)
+def _outputs(z, u, y, T, loss_kind, attention, s, f):
+    """Scores of logits z (n*T,) (softmax or StableMax), outputs f (n,); returns the mean loss."""
     n = f.size
     total = 0.0
     for i in range(n):
         base = i * T
-        zmax = z[base]
-        for t in range(1, T):
-            if z[base + t] > zmax:
-                zmax = z[base + t]
-        ssum = 0.0
-        for t in range(T):
-            e = math.exp(z[base + t] - zmax)
-            s[base + t] = e
-            ssum += e
+        _scores(z, s, base, T, attention)
         fi = 0.0
         for t in range(T):
-            s[base + t] /= ssum
             fi += s[base + t] * u[base + t]
         f[i] = fi
         m = y[i] * fi
@@ -90,7 +110,7 @@ def _forward(data, W, p, nu, work, values_stale):
     if values_stale:
         np.dot(data.X2, nu, work.u)
     np.dot(data.X2, work.q, work.z)
-    return _outputs(work.z, work.u, data.y, data.T, data.loss_kind, work.s, work.f)
+    return _outputs(work.z, work.u, data.y, data.T, data.loss_kind, data.attention, work.s, work.f)
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)
@@ -133,28 +153,22 @@ def _forward_backward(data, W, p, nu, work, values_stale, want_gnu):
 
 @njit(cache=CACHE, fastmath=FASTMATH)
 def _block_coeffs(data, i0, i1, work):
-    """Samples i0..i1-1: stable softmax s, outputs f, c_it = a_i s_it (u_it - f_i)
-    = dL/dz_it and w_it = a_i s_it, with a_i = dL/df_i; returns their summed loss.
+    """Samples i0..i1-1: scores s, outputs f, c_it = dL/dz_it and w_it = a_i s_it, with
+    a_i = dL/df_i; returns their summed loss. The softmax's c_it = w_it (u_it - f_i);
+    StableMax's c_it = w_it (u_it - f_i) / (1 + |z_it|) (its weight's log-derivative).
     u_it - f_i is formed as (u_it - u_top) - sum_t' s_it' (u_it' - u_top) around
     the top-scored token, so the gradient keeps its direction while the other
     tokens' scores are below float64's resolution of 1 (down to exp(-745))."""
     y, T, n = data.y, data.T, data.y.size
     z, u, s, c, w = work.z, work.u, work.s, work.c, work.w
+    stable = data.attention == STABLEMAX
     total = 0.0
     for i in range(i0, i1):
         base = i * T
-        top = base
-        for t in range(base + 1, base + T):
-            if z[t] > z[top]:
-                top = t
-        ssum = 0.0
-        for t in range(base, base + T):
-            s[t] = math.exp(z[t] - z[top])
-            ssum += s[t]
+        top = _scores(z, s, base, T, data.attention)
         fi = 0.0
         rest = 0.0  # f_i - u_top as sum_t s_t (u_t - u_top): no cancellation when s_top rounds to 1
         for t in range(base, base + T):
-            s[t] /= ssum
             fi += s[t] * u[t]
             rest += s[t] * (u[t] - u[top])
         work.f[i] = fi
@@ -168,6 +182,8 @@ def _block_coeffs(data, i0, i1, work):
         for t in range(base, base + T):
             w[t] = a * s[t]
             c[t] = w[t] * ((u[t] - u[top]) - rest)
+            if stable:
+                c[t] /= 1.0 + abs(z[t])
     return total
 
 

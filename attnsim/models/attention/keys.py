@@ -14,17 +14,17 @@ from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS, ConfigError
 
 @dataclass(frozen=True)
 class AttentionKeys:
+    attention: str = field(
+        default="softmax",
+        metadata={
+            "allowed": "softmax, stablemax",
+            "help": "the scores' normalization: softmax, or StableMax (s(z) = z + 1 for z >= 0, "
+            "1 / (1 - z) below, normalized; Prieto et al. 2025)",
+        },
+    )
     limit: bool = field(
         default=False,
         metadata={"allowed": "true, false", "help": "compute the max-margin limit of the selection"},
-    )
-    precision_twin: str = field(
-        default="none",
-        metadata={
-            "allowed": "none, float32, bfloat16, float64",
-            "help": "train beside the run a twin rounded to this format as torch computes on CPU "
-            "(float64: the twin's own operation order, a check)",
-        },
     )
     precision_graph: str = field(
         default="qform",
@@ -96,10 +96,37 @@ def _check_twin(c: Any) -> None:
     )
 
 
+def _check_attention(c: Any) -> None:
+    """What StableMax runs: the engines whose kernels score tokens one by one."""
+    _require(c.attention in ("softmax", "stablemax"), f"attention: {c.attention!r} (softmax or stablemax)")
+    if c.attention == "softmax":
+        return
+    what = "attention: stablemax"
+    _require(
+        c.integrator in ("gd", "flow"),
+        f"{what} runs GD or its flow on a training set; the integrators without one are derived "
+        f"for the softmax (not integrator={c.integrator})",
+    )
+    _require(
+        c.engine != "implicit",
+        f"{what}: the implicit engine is built on the softmax's shift invariance; use engine=auto, "
+        "dense or reduced",
+    )
+    _require(
+        c.data_model == "sakamoto2025",
+        f"{what}: the population metrics are built for data_model=sakamoto2025",
+    )
+    _require(
+        not c.limit,
+        f"{what}: the max-margin limit is the softmax's argmax; StableMax of growing logits is not hard",
+    )
+
+
 def check(cfg: Any) -> None:
     """ConfigError naming the key for a combination the attention model cannot run."""
     _check_fresh(cfg)
     _check_twin(cfg)
+    _check_attention(cfg)
     if cfg.limit and not cfg.train_set & {"W", "p"}:
         raise ConfigError(
             "limit: the max-margin limit needs the attention logits to move: train W or p (not nu alone)"

@@ -19,12 +19,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base import Observation, Outcome, Stepper
+from ..formats import FORMATS, UNIT_ROUNDOFF, to_format  # noqa: F401  (to_format: the twin's API)
 from .precision_kernels import ADAMW, GD, _bf16, _forward, _twin_steps
 from .steppers import state_q
 
-FORMATS = {"float32": (np.float32, False), "bfloat16": (np.float32, True), "float64": (np.float64, False)}
 GRAPHS = ("qform", "official")  # z = X (W p), or the official loop's (X W) p
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float64": 2.0**-53}
 
 
 class TwinWork(NamedTuple):
@@ -50,30 +49,29 @@ class TwinWork(NamedTuple):
     q: np.ndarray  # (d,) W p (qform)
     gq: np.ndarray  # (d,) X^T dz (qform)
     row: np.ndarray  # (d,) scratch of the fused W pass (qform)
+    w: np.ndarray  # (n*T,) StableMax's weights z + 1 or 1 / (1 - z)
+    S: np.ndarray  # (n,) StableMax's sums of weights
+    gS: np.ndarray  # (n,) their gradients
     scalar: np.ndarray  # (1,) the mean loss, then 1 / n
-    consts: np.ndarray  # (2,) 0 and 1 in the twin's type
+    consts: np.ndarray  # (3,) 0, 1 and StableMax's 1e-30 in the twin's type
 
 
-def twin_work(nT: int, n: int, d: int, dtype, train_W: bool, qform: bool, fused: bool) -> TwinWork:
+def twin_work(
+    nT: int, n: int, d: int, dtype, train_W: bool, qform: bool, fused: bool, stable: bool, bf: bool = False
+) -> TwinWork:
     shapes = dict.fromkeys(("z", "u", "s", "m", "gs", "gu", "gz"), (nT,))
     shapes |= dict.fromkeys(("f", "e", "b", "lterm", "gb"), (n,))
+    shapes |= {"w": (nT if stable else 0,), "S": (n if stable else 0,), "gS": (n if stable else 0,)}
     shapes |= dict.fromkeys(("gp", "gnu", "q", "gq", "row"), (d,))
     shapes["A"] = (0, d) if qform else (nT, d)  # X W: the official graph only
     shapes["gA"] = (nT, d) if train_W and not qform else (0, d)  # dA and dW only when W trains
     shapes["gW"] = (d, d) if train_W and not fused else (0, 0)
     shapes["scalar"] = (1,)
     arrays = {name: np.zeros(shape, dtype=dtype) for name, shape in shapes.items()}
-    return TwinWork(**arrays, consts=np.array([0, 1], dtype=dtype))
-
-
-def to_format(a: np.ndarray, fmt: str) -> np.ndarray:
-    """A C-contiguous copy of ``a`` holding the values of the format ``fmt``
-    (bfloat16 values in float32 arrays, rounded to nearest even)."""
-    dtype, bf = FORMATS[fmt]
-    out = np.array(a, dtype=dtype, order="C", copy=True)
-    if bf:
-        _bf16(out)
-    return out
+    consts = np.array([0, 1, 1e-30], dtype=dtype)
+    if dtype == np.float32 and bf:
+        _bf16(consts)
+    return TwinWork(**arrays, consts=consts)
 
 
 class PrecisionTwin(Stepper):
@@ -82,7 +80,8 @@ class PrecisionTwin(Stepper):
     X2 : (n*T, d) tokens; y : (n,) labels; W0 : (d, d), p0, nu0 : (d,) the run's
     initial state (rounded to the format here); rel : (n*T,) relevant-token
     indicator; train : subset of {"W", "p", "nu"}; adam : (beta1, beta2, eps,
-    weight_decay) or None for GD; graph : "qform" or "official"; problem : the problem
+    weight_decay) or None for GD; graph : "qform" or "official"; attention : "softmax"
+    or "stablemax"; problem : the problem
     in the twin's d coordinates that measures its states (None: the run's own);
     run_q_of : a run state's q in those coordinates (default: its q as it is).
     ``first_saturated`` : the first state in which some sample's largest score is
@@ -102,6 +101,7 @@ class PrecisionTwin(Stepper):
         fmt,
         adam=None,
         graph="qform",
+        attention="softmax",
         problem=None,
         run_q_of=None,
     ):
@@ -117,15 +117,16 @@ class PrecisionTwin(Stepper):
             raise ValueError(f"graph: {graph!r} (one of {', '.join(GRAPHS)})")
         self.graph = graph
         fused = graph == "qform" and adam is None  # W's gradient and update in one pass (no d x d dW)
-        self.wk = twin_work(self.X.shape[0], n, d, dtype, tW, graph == "qform", fused)
+        stable = attention == "stablemax"
+        self.wk = twin_work(self.X.shape[0], n, d, dtype, tW, graph == "qform", fused, stable, bf)
         opt = GD if adam is None else ADAMW
-        self.flags = np.array([tW, tp, tnu, bf, opt, graph == "qform"], dtype=np.int64)
+        self.flags = np.array([tW, tp, tnu, bf, opt, graph == "qform", stable], dtype=np.int64)
         b1, b2, eps, wd = adam if adam is not None else (0.9, 0.999, 1e-8, 0.0)
         self.hyper = np.array([lr, b1, b2, eps, wd], dtype=np.float64)
         self.scal = np.zeros(7, dtype=dtype)
         shapes = ((d, d), (d, d), d, d, d, d) if adam is not None else ((0, 0), (0, 0), 0, 0, 0, 0)
         self.moments = tuple(np.zeros(s, dtype=dtype) for s in shapes)
-        self.marks = np.array([-1, 0], dtype=np.int64)
+        self.marks = np.array([-1, 0, -1], dtype=np.int64)
         self.rel_flat = np.ascontiguousarray(rel, dtype=np.float64).reshape(-1)
         self._init_records(n, self.rel_flat, self.T)
         self.run_q: list[np.ndarray] = []  # the run's q = W p at each log point (watch_run)
@@ -172,12 +173,23 @@ class PrecisionTwin(Stepper):
         )
         if status == 1:
             self.detail = f"diverged at step {step}: the {self.fmt} twin's training loss is not finite"
+            self.detail += self.nan_note()
         return (Outcome.FINISHED, Outcome.DIVERGED, Outcome.FROZEN)[status], int(step)
+
+    def nan_note(self) -> str:
+        """Why the twin's gradient became NaN when the format, not the dynamics, made it so."""
+        if self.marks[2] < 0:
+            return ""
+        return (
+            f" (StableMax's gradient at step {self.marks[2]} is NaN, as torch's: a logit of exactly 1 "
+            "makes the branch torch.where discards, 1 / (1 - z + 1e-30), overflow when squared in its "
+            "backward)"
+        )
 
     def observe(self) -> Observation:
         wk = self.wk
-        bf, qform = bool(self.flags[3]), bool(self.flags[5])
-        L = _forward(self.X, self.y, self.W, self.p, self.nu, wk, True, True, bf, self.T, qform)
+        bf, qform, stable = bool(self.flags[3]), bool(self.flags[5]), bool(self.flags[6])
+        L = _forward(self.X, self.y, self.W, self.p, self.nu, wk, True, True, bf, self.T, qform, stable)
         n, T = self.y.size, self.T
         as64 = lambda a: np.asarray(a, dtype=np.float64).reshape(n, T)  # noqa: E731
         return Observation(as64(wk.z), as64(wk.u), as64(wk.s), wk.f.astype(np.float64), float(L))

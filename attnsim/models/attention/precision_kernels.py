@@ -4,8 +4,11 @@ float32 or bfloat16, operation by operation as PyTorch computes it on a CPU.
 The twin follows the graph of the official loop, ``z = (X @ W) @ p``
 (``graph = official``; or ``z = X @ (W @ p)``, ``graph = qform``, the same
 model written with q = W p first: O(d^2 + n T d) per step instead of O(n T d^2)),
-``s = softmax(z)``, ``f = sum(s * (X @ nu))``, ``loss = mean(log(1 + exp(-y f)))``,
-and its autograd backward, rounding every result to the twin's format:
+``s = softmax(z)`` (or StableMax, written as Prieto et al.'s reference code,
+``w = where(z < 0, 1 / (1 - z + 1e-30), z + 1)``, ``s = w / w.sum(-1, keepdim=True)``;
+the 1e-30 never changes a value, since 1 - z >= 1), ``f = sum(s * (X @ nu))``,
+``loss = mean(log(1 + exp(-y f)))``, and its autograd backward, rounding every
+result to the twin's format:
 
 - float32: every array is float32 and every operation rounds to float32, as
   Numba's float32 arithmetic does; products of matrices go to BLAS (sgemm /
@@ -52,10 +55,88 @@ def _bf16(a):
 
 
 @njit(cache=CACHE, nogil=True)
-def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform):
+def _stablemax(z, wk, bf, T):
+    """StableMax of each sample's logits into wk.s, as torch computes the reference code:
+    w = z + 1 or 1 / (1 - z) (each operation rounded), the sum S per sample (accumulated in
+    the twin's type), s = w / S; keeps w and S for the backward pass."""
+    w, S, s = wk.w, wk.S, wk.s
+    one = wk.consts[1]
+    for j in range(z.size):
+        w[j] = one - z[j] if z[j] < 0 else z[j] + one
+    if bf:
+        _bf16(w)
+    for j in range(z.size):
+        if z[j] < 0:
+            w[j] = one / w[j]
+    if bf:
+        _bf16(w)
+    for i in range(S.size):
+        tot = wk.consts[0]
+        for t in range(i * T, i * T + T):
+            tot += w[t]
+        S[i] = tot
+    if bf:
+        _bf16(S)
+    for i in range(S.size):
+        for t in range(i * T, i * T + T):
+            s[t] = w[t] / S[i]
+
+
+@njit(cache=CACHE, nogil=True)
+def _stablemax_backward(z, gs, gz, wk, bf, T):
+    """Autograd's backward of :func:`_stablemax`: DivBackward (gs / S, and -gs ((w / S) / S)
+    summed into S's gradient), SumBackward, WhereBackward, then ReciprocalBackward
+    (-grad r^2) and RsubBackward (-grad) on the negative logits: each product rounded."""
+    w, S, s, tmp = wk.w, wk.S, wk.s, wk.m
+    zero, one = wk.consts[0], wk.consts[1]
+    for i in range(S.size):
+        for t in range(i * T, i * T + T):
+            gz[t] = gs[t] / S[i]  # the gradient of w through the quotient
+            tmp[t] = s[t] / S[i]  # (w / S) / S, w / S being the forward's s
+    if bf:
+        _bf16(gz)
+        _bf16(tmp)
+    for j in range(z.size):
+        tmp[j] = gs[j] * tmp[j]
+    if bf:
+        _bf16(tmp)
+    for i in range(S.size):  # S's gradient: the sum of -gs (w / S) / S over the sample's tokens
+        tot = wk.consts[0]
+        for t in range(i * T, i * T + T):
+            tot += -tmp[t]
+        wk.gS[i] = tot
+    if bf:
+        _bf16(wk.gS)
+    for i in range(S.size):
+        for t in range(i * T, i * T + T):
+            gz[t] = gz[t] + wk.gS[i]  # the two gradients of w accumulated
+    if bf:
+        _bf16(gz)
+    for j in range(z.size):
+        if z[j] < 0:
+            tmp[j] = w[j] * w[j]
+    if bf:
+        _bf16(tmp)
+    for j in range(z.size):
+        if z[j] < 0:
+            gz[j] = gz[j] * tmp[j]
+    if bf:
+        _bf16(gz)
+    # the branch torch.where discards still runs backward: at a logit of exactly 1 its
+    # 1 / (0 + 1e-30) squared overflows float32, and 0 * inf makes that gradient NaN
+    r = one / wk.consts[2]
+    rr = r * r
+    for j in range(z.size):
+        if z[j] == one:
+            gz[j] = gz[j] + (zero * rr)
+
+
+@njit(cache=CACHE, nogil=True)
+def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform, stable=False):
     """The twin's forward pass: fills A = X W (when ``fresh_A``) and z = A p, or
-    (``qform``) q = W p and z = X q; u (when ``fresh_u``), s, m = s u, f and the
-    loss terms e = exp(-y f), b = 1 + e; returns the mean loss (in the twin's format)."""
+    (``qform``) q = W p and z = X q; u (when ``fresh_u``), s (softmax, or StableMax
+    when ``stable``), m = s u, f and the loss terms e = exp(-y f), b = 1 + e;
+    returns the mean loss (in the twin's format)."""
     A, z, u, s, m, f, e, b, lterm = wk.A, wk.z, wk.u, wk.s, wk.m, wk.f, wk.e, wk.b, wk.lterm
     zero, one = wk.consts[0], wk.consts[1]  # in the twin's type: sums accumulate in it
     n = y.size
@@ -76,7 +157,7 @@ def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform):
         np.dot(X, nu, u)
         if bf:
             _bf16(u)
-    for i in range(n):  # softmax over each sample's tokens (max subtracted, as torch)
+    for i in range(0 if stable else n):  # softmax over each sample's tokens (max subtracted, as torch)
         base = i * T
         zmax = z[base]
         for t in range(1, T):
@@ -88,6 +169,8 @@ def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform):
         inv = one / ssum  # torch multiplies by the sum's reciprocal
         for t in range(base, base + T):
             s[t] = s[t] * inv
+    if stable:
+        _stablemax(z, wk, bf, T)
     if bf:
         _bf16(s)
     for j in range(n * T):
@@ -123,7 +206,7 @@ def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform):
 
 
 @njit(cache=CACHE, nogil=True)
-def _backward(X, y, W, p, wk, want_W, want_nu, bf, T, qform, fused=False):
+def _backward(X, y, W, p, wk, want_W, want_nu, bf, T, qform, fused=False, stable=False):
     """Autograd's backward of :func:`_forward`'s graph: gp = A^T dz and, when asked,
     gW = X^T (dz p^T), gnu = X^T du; or (``qform``) gq = X^T dz, gp = W^T gq and
     gW = gq p^T (``fused``: gq alone; :func:`_fused_w_step` does the rest)."""
@@ -152,14 +235,16 @@ def _backward(X, y, W, p, wk, want_W, want_nu, bf, T, qform, fused=False):
     if bf:
         _bf16(gs)
         _bf16(gu)
-    for i in range(n):  # SoftmaxBackward: s (g - sum_t g_t s_t)
+    if stable:
+        _stablemax_backward(z, gs, gz, wk, bf, T)
+    for i in range(0 if stable else n):  # SoftmaxBackward: s (g - sum_t g_t s_t)
         base = i * T
         dot = zero
         for t in range(base, base + T):
             dot += gs[t] * s[t]
         for t in range(base, base + T):
             gz[t] = s[t] * (gs[t] - dot)
-    if bf:
+    if bf and not stable:
         _bf16(gz)
     if qform:
         np.dot(gz, X, wk.gq)
@@ -345,24 +430,29 @@ def _twin_steps(
     train_p, train_nu, bf16, optimizer, qform); ``hyper`` = (lr, b1, b2, eps, wd) in
     float64; ``scal`` (7,) a buffer in the twin's dtype for AdamW's scalars;
     ``moments`` = (mW, vW, mp, vp, mnu, vnu) for AdamW; ``marks`` = (first
-    saturated step or -1, saturated count of the last state seen). Returns
+    saturated step or -1, saturated count of the last state seen, first step whose
+    StableMax gradient is NaN or -1). Returns
     (status, step): (0, step0 + nsteps); (1, tau) when the loss at state tau is
     not finite; (2, tau) when GD's update of state tau rounds away in every entry
     (every later state is state tau)."""
     train_W, train_p, train_nu, bf, opt = flags[0] != 0, flags[1] != 0, flags[2] != 0, flags[3] != 0, flags[4]
-    qform = flags[5] != 0
+    qform, stable = flags[5] != 0, flags[6] != 0
     mW, vW, mp, vp, mnu, vnu = moments
     sat = marks[1:2]
     lr = scal[0]  # GD: lr as torch's SGD casts it to the tensors' type (set by the caller)
     for step in range(step0, step0 + nsteps):
-        L = _forward(X, y, W, p, nu, wk, train_W or step == step0, train_nu or step == step0, bf, T, qform)
+        L = _forward(
+            X, y, W, p, nu, wk, train_W or step == step0, train_nu or step == step0, bf, T, qform, stable
+        )
         _records(y, wk.f, wk.s, rel, T, step, fit_since, S_acc, sat)
         if marks[0] < 0 and marks[1] > 0:
             marks[0] = step
         if not math.isfinite(L):
             return 1, step
         fused = qform and opt == GD and train_W
-        _backward(X, y, W, p, wk, train_W, train_nu, bf, T, qform, fused)
+        _backward(X, y, W, p, wk, train_W, train_nu, bf, T, qform, fused, stable)
+        if stable and marks[2] < 0 and not math.isfinite(wk.gz.sum()):
+            marks[2] = step  # a logit of exactly 1 (see _stablemax_backward)
         if opt == GD:
             changed = 0
             if fused:

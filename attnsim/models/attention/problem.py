@@ -81,7 +81,17 @@ class Problem:
         problem's observed labels)."""
         y = self.y if y is None else y
         arrays = ModelArrays(
-            self.X2, y, self.W0, self.p0, self.nu0, self.T, cfg.lr, cfg.train_set, cfg.loss, rel
+            self.X2,
+            y,
+            self.W0,
+            self.p0,
+            self.nu0,
+            self.T,
+            cfg.lr,
+            cfg.train_set,
+            cfg.loss,
+            rel,
+            cfg.attention,
         )
         if cfg.integrator == "gd":
             seg = make_segment(
@@ -102,7 +112,7 @@ class Problem:
         or None when there are neither."""
         if self.X2_test is None and pop is None:
             return None
-        return StateEvaluator(self, pop, cfg.loss)
+        return StateEvaluator(self, pop, cfg.loss, cfg.attention)
 
     def W0_full(self) -> np.ndarray:
         """The d x d W(0) (redrawn from its stream when it was not kept)."""
@@ -161,15 +171,15 @@ class StateEvaluator:
     thread (:func:`attnsim.runtime.threads.in_background`) from the state's
     scalars, so the caller may move the state on at once."""
 
-    def __init__(self, problem: Problem, pop: Population | None, loss: str):
-        self.pb, self.pop, self.loss = problem, pop, loss
+    def __init__(self, problem: Problem, pop: Population | None, loss: str, attention: str = "softmax"):
+        self.pb, self.pop, self.loss, self.attention = problem, pop, loss, attention
 
     def _test_part(self, state) -> dict:
         pb = self.pb
         if pb.X2_test is None:
             return {}
         W, p, nu = state["W"], state["p"], state["nu"]
-        return test_set_metrics(pb.X2_test, pb.O_test, pb.y_test, pb.T, W, p, nu, self.loss)
+        return test_set_metrics(pb.X2_test, pb.O_test, pb.y_test, pb.T, W, p, nu, self.loss, self.attention)
 
     def _scalars(self, state) -> tuple[float, ...]:
         return state_scalars(self.pb, None, state["p"], state["nu"], q=state_q(state))
@@ -220,6 +230,7 @@ def test_set_metrics(
     p: np.ndarray,
     nu: np.ndarray,
     loss: str,
+    attention: str = "softmax",
 ) -> dict[str, float]:
     """Loss and accuracy of the state (W, p, nu) on a finite test set.
 
@@ -236,7 +247,7 @@ def test_set_metrics(
         if outside is not None:
             z += outside[rows] @ p
         u = X2[rows] @ nu
-        _, f, L = outputs(z.reshape(-1, T), u.reshape(-1, T), y[lo:hi], loss)
+        _, f, L = outputs(z.reshape(-1, T), u.reshape(-1, T), y[lo:hi], loss, attention)
         vals[lo:hi] = y[lo:hi] * f
         total += L * (hi - lo)
     return {"test_loss": total / m, "test_acc": float(np.mean(vals > 0))}

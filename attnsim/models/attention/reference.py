@@ -15,21 +15,31 @@ import numpy as np
 Array = np.ndarray
 
 
-def forward(X: Array, W: Array, p: Array, nu: Array) -> tuple[Array, Array, Array, Array]:
+def weights(z: Array, attention: str = "softmax") -> Array:
+    """Unnormalized scores of logits z (n, T): e^(z - max z) (softmax), or StableMax's
+    z + 1 for z >= 0 and 1 / (1 - z) below."""
+    if attention == "stablemax":
+        return np.where(z >= 0, z + 1.0, 1.0 / (1.0 - np.minimum(z, 0.0)))
+    return np.exp(z - z.max(axis=1, keepdims=True))
+
+
+def forward(
+    X: Array, W: Array, p: Array, nu: Array, attention: str = "softmax"
+) -> tuple[Array, Array, Array, Array]:
     """Logits z, scores s, token values u (all (n, T)) and outputs f (n,)."""
     q = W @ p
-    z = X @ q
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
+    e = weights(X @ q, attention)
     s = e / e.sum(axis=1, keepdims=True)
     u = X @ nu
     f = (s * u).sum(axis=1)
     return X @ q, s, u, f
 
 
-def loss(X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logistic") -> float:
+def loss(
+    X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logistic", attention: str = "softmax"
+) -> float:
     """Mean loss: logistic log(1 + exp(-y f)) or linear -y f."""
-    f = forward(X, W, p, nu)[3]
+    f = forward(X, W, p, nu, attention)[3]
     m = y * f
     if kind == "linear":
         return float(np.mean(-m))
@@ -37,16 +47,19 @@ def loss(X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logisti
 
 
 def grads(
-    X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logistic"
+    X: Array, y: Array, W: Array, p: Array, nu: Array, kind: str = "logistic", attention: str = "softmax"
 ) -> tuple[Array, Array, Array]:
-    """(grad_W, grad_p, grad_nu) of :func:`loss`."""
+    """(grad_W, grad_p, grad_nu) of :func:`loss`. dL/dz_t = a s_t (u_t - f) times the
+    weight's log-derivative: 1 for the softmax, 1 / (1 + |z_t|) for StableMax."""
     n = X.shape[0]
-    _, s, u, f = forward(X, W, p, nu)
+    z, s, u, f = forward(X, W, p, nu, attention)
     if kind == "linear":
         a = -y / n
     else:
         a = -(y / n) / (1.0 + np.exp(y * f))  # -(y/n) * sigmoid(-y f)
     c = a[:, None] * s * (u - f[:, None])
+    if attention == "stablemax":
+        c = c / (1.0 + np.abs(z))
     g = np.einsum("it,itk->k", c, X)
     g_nu = np.einsum("it,itk->k", a[:, None] * s, X)
     return np.outer(g, p), W.T @ g, g_nu

@@ -111,7 +111,9 @@ class AttentionSpec(ModelSpec):
 
         roles = np.repeat(np.arange(4), ds.role_counts)
         rho = ds.rho if ds.rho is not None else cfg.rho
-        return cached_population(ws, cfg.seed, roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng)
+        return cached_population(
+            ws, cfg.seed, roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng, cfg.attention
+        )
 
     def limit_watch(self, problem: Any) -> Any:
         from .limit import LimitWatch  # lazy
@@ -138,6 +140,7 @@ class AttentionSpec(ModelSpec):
             cfg.precision_twin,
             adam=adam if cfg.optimizer == "adam" else None,
             graph=cfg.precision_graph,
+            attention=cfg.attention,
             problem=full,
             run_q_of=None if full is problem else lambda st: problem.lift(st["W"], st["p"], st["nu"])["q"],
         )

@@ -14,7 +14,17 @@ from scipy.linalg import cho_solve, lapack, solve_triangular
 
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
-from .buffers import XW_MAX_COND, XW_MAX_TOKENS, XW_MIN_LOG_GAP, Data, f64, loss_kind_code, work_for
+from ..optim_kernels import _adamw, _adamw_outer
+from .buffers import (
+    XW_MAX_COND,
+    XW_MAX_TOKENS,
+    XW_MIN_LOG_GAP,
+    Data,
+    attention_code,
+    f64,
+    loss_kind_code,
+    work_for,
+)
 from .kernels import (
     _flow_rhs,
     _forward,
@@ -26,32 +36,39 @@ from .kernels import (
     _relevant_increments,
     _sq_dist,
 )
-from .optim_kernels import _adamw, _adamw_outer
 
 
 def outputs(
-    z: ArrayLike, u: ArrayLike, y: ArrayLike, loss: str = "logistic"
+    z: ArrayLike, u: ArrayLike, y: ArrayLike, loss: str = "logistic", attention: str = "softmax"
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Scores s (n, T), outputs f (n,) and mean loss from logits z and values u (n, T)."""
+    """Scores s (n, T) (softmax or StableMax), outputs f (n,) and mean loss from logits z
+    and values u (n, T)."""
     z, u, y = f64(z), f64(u), f64(y)
     n, T = z.shape
     if u.shape != z.shape or y.shape != (n,):
         raise ValueError(f"shapes z {z.shape}, u {u.shape}, y {y.shape} do not match")
     s = np.empty(n * T)
     f = np.empty(n)
-    L = _outputs(z.reshape(-1), u.reshape(-1), y, T, loss_kind_code(loss), s, f)
+    L = _outputs(z.reshape(-1), u.reshape(-1), y, T, loss_kind_code(loss), attention_code(attention), s, f)
     return s.reshape(n, T), f, L
 
 
 def loss_and_grads(
-    X: ArrayLike, y: ArrayLike, W: ArrayLike, p: ArrayLike, nu: ArrayLike, loss: str = "logistic"
+    X: ArrayLike,
+    y: ArrayLike,
+    W: ArrayLike,
+    p: ArrayLike,
+    nu: ArrayLike,
+    loss: str = "logistic",
+    attention: str = "softmax",
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Mean loss and (grad_W, grad_p, grad_nu) by the kernels; X is (n, T, k)."""
     X, y, W, p, nu = map(f64, (X, y, W, p, nu))
     n, T, k = X.shape
     if W.shape[0] != k or W.shape[1] != p.size or nu.size != k or y.size != n:
         raise ValueError(f"shapes X {X.shape}, W {W.shape}, p {p.shape}, nu {nu.shape} do not match")
-    data = Data(np.ascontiguousarray(X.reshape(n * T, k)), y, np.zeros(n * T), T, loss_kind_code(loss))
+    X2 = np.ascontiguousarray(X.reshape(n * T, k))
+    data = Data(X2, y, np.zeros(n * T), T, loss_kind_code(loss), attention=attention_code(attention))
     work = work_for(n * T, n, k, p.size)
     L = _forward_backward(data, W, p, nu, work, True, True)
     g = work.g.copy()
@@ -64,6 +81,7 @@ class ModelArrays(NamedTuple):
     X2 : (n*T, k) tokens.  y : (n,) labels.  W : (k, r), p : (r,), nu : (k,).
     T : tokens per sample.  lr : step size.  train : subset of {"W", "p", "nu"}.
     loss : "logistic" or "linear".  rel : (n*T,) relevant-token indicator.
+    attention : "softmax" or "stablemax".
     """
 
     X2: ArrayLike
@@ -76,6 +94,7 @@ class ModelArrays(NamedTuple):
     train: Collection[str]
     loss: str
     rel: ArrayLike
+    attention: str = "softmax"
 
 
 class AttentionModel:
@@ -83,7 +102,7 @@ class AttentionModel:
     buffers the kernels share. W, p, nu are copies, updated in place by subclasses."""
 
     def __init__(self, arrays: ModelArrays):
-        X2, y, W, p, nu, T, lr, train, loss, rel = arrays
+        X2, y, W, p, nu, T, lr, train, loss, rel, attention = arrays
         X2, y = f64(X2), f64(y)
         self.W, self.p, self.nu = f64(W).copy(), f64(p).copy(), f64(nu).copy()
         self.T, self.lr = int(T), float(lr)
@@ -93,7 +112,9 @@ class AttentionModel:
         rel = f64(rel).reshape(-1)
         if self.W.shape != (k, r) or self.nu.size != k or nT != n * self.T or rel.size != nT:
             raise ValueError("AttentionModel: inconsistent shapes")
-        self.data = Data(X2, y, rel, self.T, loss_kind_code(loss), not PROCESS.forked)
+        self.data = Data(
+            X2, y, rel, self.T, loss_kind_code(loss), not PROCESS.forked, attention_code(attention)
+        )
         self.work = work_for(nT, n, k, r)
         self.W0 = self.W.copy()
 
@@ -167,7 +188,7 @@ class Segment(AttentionModel, Stepper):
 
 
 class AdamSegment(Segment):
-    """AdamW steps (torch.optim.AdamW; :mod:`.optim_kernels`) in the W form of the
+    """AdamW steps (torch.optim.AdamW; :mod:`attnsim.models.optim_kernels`) in the W form of the
     dense engine; ``adam`` = (beta1, beta2, eps, weight_decay). Each step is a
     kernel call for the loss and gradient, then one for each block's update (a
     step costs O(d^2) here; the loop's ~10 us per step in Python does not show).
@@ -288,7 +309,7 @@ class SegmentXW(Segment):
             return super().observe(W, p, nu)
         wk = self.work
         np.dot(self.B, self.p, wk.z)  # z = X W p = B p; wk.u holds X nu (nu is fixed)
-        L = _outputs(wk.z, wk.u, self.data.y, self.T, self.data.loss_kind, wk.s, wk.f)
+        L = _outputs(wk.z, wk.u, self.data.y, self.T, self.data.loss_kind, self.data.attention, wk.s, wk.f)
         return self._observation(L)
 
     def final_state(self) -> XWState:

@@ -94,6 +94,9 @@ class Population:
         points are then drawn on the background thread that evaluates, while
         its steps start).
     loss : "logistic" or "linear".
+    attention : "softmax", or "stablemax": each point's scores directly (StableMax is not
+        shift invariant, so the factoring below does not apply) and the error from the
+        quasi-random points, not the tail estimator (:meth:`_stable_error`).
     """
 
     def __init__(
@@ -103,9 +106,11 @@ class Population:
         sigma: float,
         points: tuple | Callable[[], tuple],
         loss: str = "logistic",
+        attention: str = "softmax",
     ):
         self.roles = np.asarray(roles, dtype=np.int64)
         self.rho, self.sigma, self.loss = float(rho), float(sigma), loss
+        self.stable = attention == "stablemax"
         # token mean a_t = c_own * mu_y + c_other * mu_{-y}: as (class, token, [mu+, mu-]) coefficients
         self.c_own, self.c_other = role_coefficients(self.roles, rho)
         self._coef = np.stack(
@@ -170,9 +175,9 @@ class Population:
         if qn > 0.0:
             qhat_nu = q_nu / qn
             args = (aq, anu, sig * qn, sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0)))
-            _, loss_r, score = self._scrambles(0, self.R, *args, error=False)
+            err_r, loss_r, score = self._scrambles(0, self.R, *args, error=self.stable)
             score /= self.R
-            out = self.tail.estimate(*args)
+            out = self._stable_error(err_r) if self.stable else self.tail.estimate(*args)
         else:  # uniform attention: the integrand does not depend on zeta; one point, exact
             args = (aq, anu, 0.0, 0.0, sig * math.sqrt(max(nunu, 0.0)))
             err_r, loss_r, score = self._scrambles(0, 1, *args, points=1)
@@ -199,6 +204,8 @@ class Population:
         err, loss = pop_kernels.point_terms(
             t, x, sd, linear, taylor=not lo_sd > TAYLOR_SD, work=self._terms[:, : t.size], error=error
         )
+        if error and self.stable:
+            self._largest_share = float(err.max() / max(err.sum(), 1e-300))
         if top_sd > TAYLOR_SD:
             if lo_sd > TAYLOR_SD:
                 loss = expected_softplus(x, sd)
@@ -207,10 +214,27 @@ class Population:
                 loss[hard] = expected_softplus(x[hard], sd[hard])
         return *pop_kernels.scramble_means(err, loss, r1 - r0, M), score / M
 
+    def _stable_error(self, err_r: np.ndarray) -> dict:
+        """StableMax's error from the quasi-random points' per-scramble means: resolved
+        when its standard error is at most ``RESOLVED_REL`` of it and no point carries
+        more than 1 % of it; otherwise an upper bound, the mean + 5 se + 4 / N
+        (N all points: a region of the noises no point fell in has probability below
+        4 / N with probability 1 - e^-4 over the scrambles)."""
+        R = err_r.size
+        mean = float(err_r.mean())
+        se = float(err_r.std(ddof=1) / math.sqrt(R))
+        ok = mean > 0.0 and se <= RESOLVED_REL * mean and self._largest_share <= 0.01
+        if ok:
+            return {"pop_error": mean, "pop_error_se": se, "pop_error_resolved": 1.0}
+        bound = min(mean + 5.0 * se + 4.0 / (R * self.M), 1.0)
+        return {"pop_error": bound, "pop_error_se": se, "pop_error_resolved": 0.0}
+
     def _conditional(self, cols: slice, aq, anu, sq, b, sdc):
         """For the points ``cols``, per class and point (2, N): the loss argument
         x = -y mean, the sd of f and t = y mean / sd given zeta; and each
         token's score (T,) summed over points, averaged over classes."""
+        if self.stable:
+            return self._conditional_stable(self.zeta[:, cols], aq, anu, sq, b, sdc)
         zeta, E = self.zeta[:, cols], self._E[:, cols]
         np.multiply(self._D[:, cols], sq, out=E)  # the logits' random part, shifted
         np.exp(E, out=E)  # (T, N) per point, shared by both classes
@@ -233,6 +257,25 @@ class Population:
             t[c, col] = y_m / s_d if s_d > 0.0 else (math.copysign(math.inf, y_m) if y_m != 0.0 else 0.0)
             score += e / se
         x = np.negative(ym, out=ym)
+        return x, sd, t, score / 2
+
+    def _conditional_stable(self, zeta: np.ndarray, aq, anu, sq, b, sdc):
+        """:meth:`_conditional` for StableMax: per class the logits a_t.q + sigma |q| zeta_t
+        of every point (T, N), their weights z + 1 (z >= 0) or 1 / (1 - z), normalized."""
+        N = zeta.shape[1]
+        x, sd, t = np.empty((2, N)), np.empty((2, N)), np.empty((2, N))
+        score = np.zeros(zeta.shape[0])
+        for c in range(2):
+            z = aq[c][:, None] + sq * zeta
+            w = np.where(z >= 0.0, z + 1.0, 1.0 / (1.0 - np.minimum(z, 0.0)))
+            s = w / w.sum(axis=0)
+            ym = (1.0 - 2.0 * c) * (anu[c] @ s + b * np.einsum("tn,tn->n", s, zeta))
+            sd[c] = sdc * np.sqrt(np.einsum("tn,tn->n", s, s))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t[c] = np.where(sd[c] > 0.0, ym / sd[c], np.copysign(np.inf, ym))
+            t[c][(sd[c] == 0.0) & (ym == 0.0)] = 0.0  # Phi(0) = 1/2: a tie
+            x[c] = -ym
+            score += s.sum(axis=1)
         return x, sd, t, score / 2
 
     def hard_limit(
@@ -286,6 +329,7 @@ def cached_population(
     points: int,
     loss: str,
     rng: np.random.Generator,
+    attention: str = "softmax",
 ) -> Population:
     """The :class:`Population` of a run (its points from :func:`cached_points`,
     drawn at its first evaluation: ``rng`` serves nothing else), shared by the
@@ -293,10 +337,10 @@ def cached_population(
     signal strength, which enters only the scalars each evaluation takes. Its
     work arrays are reused like the kernels' (one evaluation at a time per
     process; a run collects its evaluations before it returns)."""
-    key = (seed, tuple(int(r) for r in roles), float(rho), float(sigma), points, loss)
+    key = (seed, tuple(int(r) for r in roles), float(rho), float(sigma), points, loss, attention)
     if key not in ws.populations:
         zeta = functools.partial(cached_points, ws, seed, len(roles), points, rng)
-        ws.remember(ws.populations, key, Population(roles, rho, sigma, zeta, loss))
+        ws.remember(ws.populations, key, Population(roles, rho, sigma, zeta, loss, attention))
     return ws.populations[key]
 
 
