@@ -230,3 +230,37 @@ def test_the_default_test_set_follows_a_change_of_model(tmp_path):
                      '[[point]]\nmodel = "encoder"\n')  # fmt: skip
     (cfg,) = read_spec(sweep).points()
     assert cfg.model == "encoder" and cfg.test_n == 1000
+
+
+@pytest.mark.parametrize("optimizer, kind", [("adam", "adamw"), ("normalized", "normalized")])
+def test_encoder_optimizers_follow_torch(encoder_fixture_path, optimizer, kind):
+    """AdamW (torch.optim.AdamW over model.parameters(), its defaults) and normalized GD
+    (lr g / ||g||_F per tensor) on the official encoder in float64 against torch's own
+    loops (tests/data/encoder_optimizers_small.npz, recorded by
+    tests/data/record_encoder_optimizers.py): the loss before every step, the final
+    loss and the CLS query's final scores."""
+    f = np.load(Path(encoder_fixture_path).parent / "encoder_optimizers_small.npz")
+    keys = {"model": "encoder", "mlp_dim": 32, "steps": 300, "log_every": 1, "optimizer": optimizer}
+    r = attnsim.simulate({**keys, "lr": float(f[f"{kind}_lr"])}, data=encoder_fixture_path, save_scores=True)
+    loss = r.trajectory["train_loss"]
+    rel = np.max(np.abs(loss[:-1] - f[f"{kind}_loss_before_step"]) / f[f"{kind}_loss_before_step"])
+    print(f"{kind}: max relative loss difference {rel:.3g} over 300 steps")
+    assert rel < 1e-9
+    assert loss[-1] == pytest.approx(float(f[f"{kind}_loss_final"]), rel=1e-9)
+    np.testing.assert_allclose(r.trajectory["scores"][-1], f[f"{kind}_scores_final"], atol=1e-9)
+
+
+def test_encoder_adamw_snapshot_keeps_its_moments():
+    """A restored AdamW stepper continues exactly as one that was never interrupted."""
+    X, y, P = random_encoder(0, n=4, T=3, d=6, m=5)
+    rel = np.zeros((4, 3))
+    a = EncoderStepper(X, y, P, 0.01, True, "logistic", rel, optimizer="adam")
+    b = EncoderStepper(X, y, P, 0.01, True, "logistic", rel, optimizer="adam")
+    a.advance(0, 5)
+    snap = a.snapshot()
+    a.advance(5, 5)
+    b.advance(0, 3)
+    b.restore(snap)
+    b.advance(5, 5)
+    for k in a.P:
+        np.testing.assert_array_equal(a.state()[k], b.state()[k])

@@ -49,11 +49,10 @@ def test_every_trained_block_moves_by_exactly_lr_per_step(train):
             assert moved == pytest.approx(0.01 if block in train.split(",") else 0.0, rel=1e-12, abs=1e-300)
 
 
-def test_normalized_gd_refuses_the_flow_and_the_encoder():
+def test_normalized_gd_refuses_the_flow():
+    """(The encoder runs it: tests/test_encoder.py, against torch.)"""
     with pytest.raises(ConfigError, match="optimizer"):
         Config(optimizer="normalized", integrator="flow")
-    with pytest.raises(ConfigError, match="optimizer"):
-        attnsim.simulate({"model": "encoder", "optimizer": "normalized", "d": 8, "mlp_dim": 4, "steps": 1})
     with pytest.raises(ConfigError, match="optimizer"):
         Config(optimizer="sgd")
 
@@ -161,7 +160,6 @@ def test_adam_steps_in_chunks_equal_one_call_and_snapshots_keep_the_moments():
         ({"engine": "implicit", "init_W": "gaussian"}, "engine: implicit is not exact for optimizer=adam"),
         ({"d": 20000}, "d: optimizer=adam runs in the dense engine"),
         ({"integrator": "flow"}, "optimizer: adam is a rule for discrete steps"),
-        ({"model": "encoder"}, "optimizer"),
         ({"optimizer": "gd", "adam_beta1": 0.5}, "adam_beta1: applies to optimizer=adam"),
         ({"adam_beta2": 1.0}, r"adam_beta2: must be in \[0, 1\)"),
         ({"adam_eps": 0.0}, "adam_eps: must be > 0"),

@@ -1,4 +1,4 @@
-"""AdamW's element-wise updates (Numba kernels; SPEC §15).
+"""AdamW's element-wise updates (Numba kernels; SPEC §15), shared by the models.
 
 torch.optim.AdamW's step (decoupled weight decay, bias-corrected moments) for
 one block, element by element::
@@ -7,10 +7,11 @@ one block, element by element::
     x -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
 ``size`` = lr / (1 - b1^t) and ``bc2`` = sqrt(1 - b2^t) come from the caller
-(:class:`attnsim.models.attention.steppers.AdamSegment`, which gets the
-gradients from the kernels of ``kernels.py``: no Numba function here calls
-one of another file). The per-coordinate scaling ties the update to the
-coordinates of d, so it is exact in the dense engine only.
+(:class:`attnsim.models.attention.steppers.AdamSegment`,
+:class:`attnsim.models.encoder.model.EncoderStepper`), which gets the gradients
+from its model's kernels: no Numba function here calls one of another file. The
+per-coordinate scaling ties the update to the coordinates of d, so it is exact in
+the attention model's dense engine only.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import math
 
 from numba import njit
 
-from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ..runtime import numba_cache  # noqa: F401  (before any kernel loads)
+from ..runtime.numba_cache import CACHE, FASTMATH
 
 
 @njit(cache=CACHE, fastmath=FASTMATH)

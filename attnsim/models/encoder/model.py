@@ -9,6 +9,8 @@ is :func:`.reference.encoder_forward`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...config import Config
@@ -16,17 +18,37 @@ from ...data.dataset import Dataset, Streams
 from ...data.synthetic import clean_labels, data_keys, draw_tokens
 from ...runtime.threads import _Done, blas, threads
 from ..base import Observation, Outcome, Stepper
+from ..optim_kernels import _adamw
 from . import kernels as K
 from . import linalg
 from .params import check_config, init_params
 
 
 class EncoderStepper(Stepper):
-    """Gradient descent on every parameter of the encoder (a driver stepper)."""
+    """Gradient descent on every parameter of the encoder (a driver stepper).
+
+    ``optimizer``: "gd" (the official loop's SGD, its d x d updates applied in place
+    from their factors), "normalized" (every parameter tensor steps by lr g / ||g||_F,
+    W_qkv being one tensor as torch's to_qkv.weight; a zero gradient takes no step) or
+    "adam" (torch.optim.AdamW over model.parameters() as one group, every tensor
+    decaying; ``adam`` = (beta1, beta2, eps, weight_decay)). The last two form each
+    gradient as an array (:func:`.linalg.dense_grads`)."""
 
     def __init__(
-        self, X: np.ndarray, y: np.ndarray, P: dict, lr: float, skip: bool, loss: str, rel: np.ndarray
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        P: dict,
+        lr: float,
+        skip: bool,
+        loss: str,
+        rel: np.ndarray,
+        optimizer: str = "gd",
+        adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
     ):
+        if optimizer not in ("gd", "normalized", "adam"):
+            raise ValueError(f"optimizer: {optimizer!r} (gd, normalized or adam)")
+        self.optimizer, self.adam = optimizer, tuple(float(h) for h in adam)
         n, T, d = X.shape
         self.n, self.T = n, T
         self.X2 = np.ascontiguousarray(X.reshape(n * T, d), dtype=np.float64)
@@ -34,6 +56,7 @@ class EncoderStepper(Stepper):
         self.P = {k: np.array(v, dtype=np.float64) for k, v in P.items()}
         self.lr, self.skip, self.loss = lr, skip, loss
         self._init_records(n, rel, T)
+        self.moments = {k: (np.zeros(v.size), np.zeros(v.size)) for k, v in self.P.items()}
         self.nx = K.normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
         self._cache = None  # the forward pass of the current parameters
         self.held = linalg.Held(d)  # the updates of W_q and W_k not yet in P
@@ -62,11 +85,32 @@ class EncoderStepper(Stepper):
             fitted = self.y * cache["f"] > 0
             self.fit_since = np.where(fitted, np.where(self.fit_since < 0, step, self.fit_since), -1)
             self.S_acc += self.relevant_increments(cache["a"][:, 1:])
-            G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df, self.lr, self.held)
+            if self.optimizer == "gd":
+                G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df, self.lr, self.held)
+            else:
+                G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df)
+                self._update(step, linalg.dense_grads(G))
             self._cache = None
-            if linalg.all_zero(G):  # the step just taken changed nothing
+            # the step just taken changed nothing (AdamW's moments move a state of zero gradient)
+            if self.optimizer != "adam" and linalg.all_zero(G):
                 return Outcome.FROZEN, step
         return Outcome.FINISHED, step0 + nsteps
+
+    def _update(self, step: int, G: dict[str, np.ndarray]) -> None:
+        """The normalized or AdamW update of every parameter by its gradient array."""
+        if self.optimizer == "normalized":
+            for k, g in G.items():
+                norm = math.sqrt(float(np.vdot(g, g)))
+                if norm > 0.0:
+                    self.P[k] -= (self.lr / norm) * g
+            return
+        b1, b2, eps, wd = self.adam
+        t = step + 1  # the update's number, as torch counts it
+        size, bc2 = self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
+        for k, g in G.items():
+            m, v = self.moments[k]
+            x = self.P[k].reshape(-1)  # a view: P's arrays are C-contiguous copies
+            _adamw(x, np.ascontiguousarray(g).reshape(-1), m, v, self.lr, b1, b2, eps, wd, size, bc2)
 
     def observe(self) -> Observation:
         cache = self._forward()
@@ -79,6 +123,14 @@ class EncoderStepper(Stepper):
 
     def extra_metrics(self) -> dict[str, float]:
         return {"score_cls": float(self._forward()["a"][:, 0].mean())}  # the CLS query's attention on itself
+
+    def _snapshot_extra(self) -> dict:
+        return {k: (m.copy(), v.copy()) for k, (m, v) in self.moments.items()}
+
+    def _restore_extra(self, extra: dict) -> None:
+        for k, (m, v) in extra.items():
+            self.moments[k][0][...] = m
+            self.moments[k][1][...] = v
 
     def _restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self.P = {k: v.copy() for k, v in arrays.items()}
@@ -111,9 +163,18 @@ class EncoderProblem:
         }
 
     def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> EncoderStepper:
-        """GD on every parameter, trained on the labels ``y`` (default: the observed ones)."""
+        """GD, normalized GD or AdamW on every parameter, trained on the labels ``y``
+        (default: the observed ones)."""
         return EncoderStepper(
-            self.ds.X, self.ds.y if y is None else y, self.P0, cfg.lr, cfg.skip, cfg.loss, rel
+            self.ds.X,
+            self.ds.y if y is None else y,
+            self.P0,
+            cfg.lr,
+            cfg.skip,
+            cfg.loss,
+            rel,
+            optimizer=cfg.optimizer,
+            adam=(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay),
         )
 
     def evaluator(self, cfg: Config, pop: None = None) -> TestSetEvaluator | None:

@@ -48,7 +48,6 @@ def check_config(cfg: Config, user_data: bool = False) -> None:
         ),
         (cfg.train != defaults.train, "train", "the encoder trains every parameter; leave train unset"),
         (cfg.limit, "limit", "the max-margin limit is defined for the attention model only"),
-        (cfg.optimizer != "gd", "optimizer", "the encoder is trained by plain GD so far (optimizer=gd)"),
         (cfg.data_model != defaults.data_model, "data_model", "the encoder reads the paper's tokens only"),
         (cfg.init_nu != defaults.init_nu, "init_nu", "the encoder has its own head (init_cls_scale)"),
     )
