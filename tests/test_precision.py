@@ -22,7 +22,7 @@ def fix():
     return dict(np.load(FIX))
 
 
-def _twin(f, fmt, lr, graph="official", adam=None, p_alone=False):
+def _twin(f, fmt, lr, graph="official", adam=None, p_alone=False, attention="softmax"):
     X = f["X"]
     n, T, d = X.shape
     W0 = np.eye(d) if p_alone else f["W0"]
@@ -40,6 +40,7 @@ def _twin(f, fmt, lr, graph="official", adam=None, p_alone=False):
         fmt,
         adam=adam,
         graph=graph,
+        attention=attention,
     )
 
 
@@ -62,6 +63,54 @@ def test_bfloat16_twin_is_torch_bfloat16_loop_bit_for_bit(fix, graph):
     assert np.array_equal(ours, torch_loss), (
         f"{np.sum(ours != torch_loss)} steps differ, max {_rel(ours, torch_loss)}"
     )
+
+
+def test_stablemax_bfloat16_twin_is_torch_bit_for_bit_to_its_nan(fix):
+    """Prieto et al.'s StableMax in torch's bfloat16: the same losses at every step, and the
+    same NaN: a logit of exactly 1 makes the discarded branch 1 / (1 - z + 1e-30) of
+    torch.where overflow when squared in its backward (0 * inf). The twin stops there."""
+    torch_loss = fix["stablemax_qform_bfloat16_loss_before_step"]
+    nan_at = int(np.argmax(~np.isfinite(torch_loss)))
+    assert nan_at > 0
+    twin = _twin(fix, "bfloat16", 0.05, "qform", attention="stablemax")
+    ours = _losses(twin, nan_at)
+    assert np.array_equal(ours, torch_loss[:nan_at]), f"{np.sum(ours != torch_loss[:nan_at])} steps differ"
+    assert not math.isfinite(twin.observe().loss)
+    twin.advance(nan_at, 1)
+    assert f"StableMax's gradient at step {nan_at - 1} is NaN" in twin.detail
+
+
+def test_stablemax_float32_twin_and_float64_run_follow_torch(fix):
+    """StableMax in float32 against torch's float32 loop, and the exact run's StableMax
+    kernels against torch's float64 loop (an independent check of their gradient,
+    c = w (u - f) / (1 + |z|)); measured 2e-7 and 1e-15."""
+    torch32 = fix["stablemax_qform_float32_loss_before_step"]
+    ours = _losses(_twin(fix, "float32", 0.05, "qform", attention="stablemax"), torch32.size)
+    assert _rel(ours, torch32) < 2e-6
+    torch64 = fix["stablemax_float64_loss_before_step"]
+    from attnsim.models.attention.steppers import ModelArrays, Segment
+
+    X = fix["X"]
+    n, T, d = X.shape
+    arrays = ModelArrays(
+        X.reshape(n * T, d),
+        fix["y"],
+        fix["W0"],
+        fix["p0"],
+        fix["nu"],
+        T,
+        0.05,
+        ("W", "p"),
+        "logistic",
+        np.zeros(n * T),
+        "stablemax",
+    )
+    seg = Segment(arrays)
+    exact = np.empty(torch64.size)
+    for k in range(torch64.size):
+        exact[k] = seg.observe().loss
+        seg.advance(k, 1)
+    assert _rel(exact, torch64) < 1e-12
 
 
 @pytest.mark.parametrize("graph", ["official", "qform"])
@@ -263,3 +312,58 @@ def test_memory_estimate_counts_the_twin_beside_each_engine():
         what = [w for _, w, _ in memory_estimate(attnsim.Config(d=200, precision_twin="float32"), engine)]
         assert any("precision twin" in w for w in what)
         assert any(("bases Q" if engine == "reduced" else "W, W(0) and the update") in w for w in what)
+
+
+# -- the encoder's twin (tests/data/encoder_optimizers_small.npz, recorded by
+# tests/data/record_encoder_optimizers.py: the official encoder in float32 and bfloat16)
+
+ENC_NAMES = ("cls", "ln1_g", "ln1_b", "W_qkv", "ln2_g", "ln2_b", "W1", "b1", "W2", "b2")
+ENC_NAMES += ("lnf_g", "lnf_b", "head_w", "head_b")
+
+
+@pytest.mark.parametrize(
+    "run, fmt, adam, tol",
+    [
+        ("sgd_float32", "float32", None, 1e-5),
+        ("adamw_float32", "float32", (0.9, 0.999, 1e-8, 0.01), 1e-4),
+        ("sgd_bfloat16", "bfloat16", None, 2.0**-5),
+    ],
+)
+def test_encoder_twin_follows_torch(encoder_fixture_path, run, fmt, adam, tol):
+    """The encoder's twin against the official encoder with every tensor in float32 or
+    bfloat16, 300 steps: the same first loss bit for bit; then float32 to its rounding
+    (measured 1.5e-6 for SGD, the float64 run against the same loop 1.2e-6; AdamW 1.7e-5,
+    the float64 run 5.1e-5) and bfloat16 bit for bit for 14 steps and within a few units
+    of bfloat16 after (measured 1.1 %): torch's LayerNorm and softmax sum inside in another
+    order than the twin, which rounds their results, not their internals, as torch does."""
+    from attnsim.models.encoder.precision import EncoderTwin
+
+    f = dict(np.load(encoder_fixture_path))
+    ref = np.load(DATA / "encoder_optimizers_small.npz")[f"{run}_loss_before_step"]
+    n, T, _ = f["X"].shape
+    lr = float(np.load(DATA / "encoder_optimizers_small.npz")[f"{run}_lr"])
+    twin = EncoderTwin(
+        f["X"], f["y"], {k: f[k] for k in ENC_NAMES}, lr, True, fmt, np.zeros((n, T)), adam=adam
+    )
+    ours = _losses(twin, ref.size)
+    assert ours[0] == ref[0]
+    if fmt == "bfloat16":
+        assert np.array_equal(ours[:14], ref[:14])
+    assert _rel(ours, ref) < tol
+
+
+def test_encoder_twin_beside_the_run():
+    """Through the run: the precision section and twin arrays; the run's own numbers are
+    those of a run without a twin, bit for bit; a float64 twin (torch's graph) follows
+    the run's CLS-path kernels to rounding."""
+    keys = {"model": "encoder", "n": 8, "T": 4, "d": 16, "mlp_dim": 8, "steps": 60, "log_every": 5}
+    keys |= {"test_n": 200, "lr": 0.05}
+    plain = attnsim.simulate(keys)
+    r = attnsim.simulate({**keys, "precision_twin": "float64"})
+    np.testing.assert_array_equal(plain.trajectory["train_loss"], r.trajectory["train_loss"])
+    np.testing.assert_allclose(r.trajectory["twin_train_loss"], r.trajectory["train_loss"], rtol=1e-12)
+    assert r.precision["dtype"] == "float64" and r.precision["test_acc"] == r.final["test_acc"]
+    low = attnsim.simulate({**keys, "precision_twin": "bfloat16", "optimizer": "adam", "lr": 0.001})
+    assert low.precision["status"] in ("ok", "frozen") and "twin_saturated_fraction" in low.trajectory
+    with pytest.raises(ConfigError, match="precision_twin"):
+        attnsim.simulate({**keys, "precision_twin": "float32", "optimizer": "normalized"})

@@ -32,6 +32,14 @@ def check(cfg: Any) -> None:
         raise ConfigError(f"mlp_dim: must be an integer >= 1, got {cfg.mlp_dim}")
     if not cfg.init_cls_scale > 0:
         raise ConfigError(f"init_cls_scale: must be > 0, got {cfg.init_cls_scale}")
+    if cfg.precision_twin != "none":
+        what = f"precision_twin: {cfg.precision_twin}"
+        if cfg.optimizer not in ("gd", "adam"):
+            raise ConfigError(
+                f"{what}: the encoder's twin steps as torch's SGD or AdamW (optimizer=gd or adam)"
+            )
+        if cfg.loss != "logistic":
+            raise ConfigError(f"{what} follows the official loss log(1 + exp(-y f)) (loss=logistic)")
 
 
 KEYS = EncoderKeys

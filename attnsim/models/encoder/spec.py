@@ -43,7 +43,18 @@ class EncoderSpec(ModelSpec):
                 f"the test set (test_n*T*d = {cfg.test_n:.3g}*{T}*{d} floats)",
                 8.0 * cfg.test_n * T * d,
             ),
-        ]
+        ] + (
+            []
+            if cfg.precision_twin == "none"
+            else [
+                (
+                    "precision_twin, n, T, d",
+                    "the precision twin's parameters, gradients and moments (4 x params) and its every-token "
+                    "LayerNorm, keys, values and their gradients (about 12 n*(T+1)*d floats, float64 inside)",
+                    4.0 * 4 * params + 8.0 * 12 * n * (T + 1) * d,
+                )
+            ]
+        )
 
     def step_flops(self, cfg: Config, engine: str) -> float:
         return 12.0 * cfg.n * cfg.d * (cfg.d + cfg.mlp_dim)
@@ -65,6 +76,23 @@ class EncoderSpec(ModelSpec):
         if ds is None:
             ds = generate(data_keys(cfg), streams)
         return EncoderProblem(cfg, ds, streams, reason), ds
+
+    def precision_twin(self, problem: Any, cfg: Config, rel: Any, y: Any) -> Any:
+        if cfg.precision_twin == "none":
+            return None
+        from .precision import EncoderTwin  # lazy: only a twin's run loads it
+
+        adam = (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay)
+        return EncoderTwin(
+            problem.ds.X,
+            y,
+            problem.P0,
+            cfg.lr,
+            cfg.skip,
+            cfg.precision_twin,
+            rel,
+            adam=adam if cfg.optimizer == "adam" else None,
+        )
 
     def population_note(self, ds: Dataset, problem: Any) -> str:
         return (
