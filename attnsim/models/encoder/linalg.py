@@ -114,8 +114,12 @@ class Outer(NamedTuple):
     a: np.ndarray
     b: np.ndarray
 
-    def dense(self) -> np.ndarray:
-        return self.a.T @ self.b
+    def dense(self, out: np.ndarray | None = None) -> np.ndarray:
+        """a^T b as a C-ordered array (into ``out`` when given), through SciPy's BLAS: NumPy's
+        matmul would wake its own OpenBLAS's threads (the module docstring)."""
+        out = np.empty((self.a.shape[1], self.b.shape[1])) if out is None else out
+        blas.dgemm(1.0, self.b.T, self.a.T, beta=0.0, c=out.T, trans_b=1, overwrite_c=1)
+        return out
 
     def subtract_from(self, W: np.ndarray, lr: float) -> None:
         """W -= lr a^T b in place, in one read and write of W (on the Fortran
@@ -132,8 +136,12 @@ def dense_grads(G: dict) -> dict[str, np.ndarray]:
     for k, g in G.items():
         if isinstance(g, Outer):
             g = g.dense()
-        elif isinstance(g, list):
-            g = np.concatenate([part.dense() for part in g], axis=0)
+        elif isinstance(g, list):  # W_qkv's row blocks, written into one array
+            rows = [part.a.shape[1] for part in g]
+            whole = np.empty((sum(rows), g[0].b.shape[1]))
+            for part, lo, hi in zip(g, np.cumsum([0, *rows[:-1]]), np.cumsum(rows)):
+                part.dense(whole[lo:hi])
+            g = whole
         out[k] = g
     return out
 

@@ -100,7 +100,8 @@ class EncoderStepper(Stepper):
         """The normalized or AdamW update of every parameter by its gradient array."""
         if self.optimizer == "normalized":
             for k, g in G.items():
-                norm = math.sqrt(float(np.vdot(g, g)))
+                flat = g.reshape(-1)
+                norm = math.sqrt(linalg.dot(flat, flat))  # SciPy's BLAS, as every product of a step
                 if norm > 0.0:
                     self.P[k] -= (self.lr / norm) * g
             return
