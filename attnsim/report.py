@@ -182,14 +182,18 @@ def precision_line(pr: dict) -> str:
     """The precision twin in one line (SPEC §16)."""
     if pr.get("status") == "failed":
         return pr.get("reason") or f"precision twin ({pr['dtype']}): failed"
-    err = metrics.format_error(
-        pr.get("pop_error", float("nan")), pr.get("pop_error_se"), pr.get("pop_error_resolved")
-    )
+    pop = pr.get("pop_error")
+    if pop is not None and pop == pop:
+        err = metrics.format_error(pop, pr.get("pop_error_se"), pr.get("pop_error_resolved"))
+        err = f"population error {err}"
+    else:  # a model without population metrics: its test set, when it has one
+        acc = pr.get("test_acc")
+        err = "no population metrics" if acc is None or acc != acc else f"test error {1.0 - acc:.3g}"
     sat = pr.get("first_saturated_step")
     stop = pr.get("stopped_at")
     dep = pr.get("departure_step")
     parts = [
-        f"precision twin ({pr['dtype']}): regime {pr.get('regime')}, population error {err}",
+        f"precision twin ({pr['dtype']}): regime {pr.get('regime')}, {err}",
         "no score rounds to 1" if sat is None else f"a score first rounds to 1 at step {format_step(sat)}",
         f"{_fmt(pr.get('saturated_fraction'), '.0%')} of samples saturated at the end",
         "within 1% of the exact run throughout"

@@ -179,16 +179,17 @@ class EncoderTwin(Stepper):
         c, r = self._c, self._r
         decay, w1, cb2, w2, ceps = c(1.0 - self.lr * wd), c(1.0 - b1), c(b2), c(1.0 - b2), c(eps)
         size, bc2 = c(self.lr / (1.0 - b1**t)), c(math.sqrt(1.0 - b2**t))
-        f64 = lambda a: a.astype(np.float64)  # noqa: E731  (products of two format numbers are exact)
+        f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731  (a product of two is exact)
         for k, g in G.items():
             x, (m, v) = self.P[k], self.moments[k]
-            x = r(x * decay)
-            if w1 < 0.5:
-                m = r(f64(w1) * f64(r(g - m)) + f64(m))
+            x = r(x * decay)  # one operation of the format: one rounding (float32 arithmetic)
+            dm = f64(r(g - m))
+            if w1 < 0.5:  # lerp_: a fused multiply-add
+                m = r(dm * float(w1) + m)
             else:
-                m = r(-f64(r(g - m)) * f64(c(1.0) - w1) + f64(g))
+                m = r(-dm * float(c(1.0) - w1) + g)
             v = r(v * cb2)
-            v = r(f64(r(w2 * g)) * f64(g) + f64(v))
+            v = r(f64(r(w2 * g)) * g + v)  # addcmul_: fused
             den = r(r(r(np.sqrt(v)) / bc2) + ceps)
             self.P[k] = r(x + r(-size * m) / den)
             self.moments[k] = (m, v)
