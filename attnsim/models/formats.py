@@ -13,11 +13,14 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float64": 2.0**-53}
 def round_bf16(a: np.ndarray) -> np.ndarray:
     """Round the float32 array ``a`` to bfloat16 in place (8 mantissa bits, to nearest,
     ties to even, as torch's CPU casts); NaN stays NaN, overflow goes to inf. Returns ``a``."""
-    b = a.reshape(-1).view(np.uint32)
-    nan = np.isnan(a.reshape(-1))
-    wide = b.astype(np.uint64)
-    wide += 0x7FFF + ((wide >> 16) & 1)
-    b[...] = (wide & 0xFFFF0000).astype(np.uint32)
+    flat = a.reshape(-1)
+    nan = np.flatnonzero(np.isnan(flat))
+    b = flat.view(np.uint32)
+    lsb = b >> 16
+    lsb &= 1
+    b += np.uint32(0x7FFF)  # in place: only NaN bit patterns can wrap, and they are reset below
+    b += lsb
+    b &= np.uint32(0xFFFF0000)
     b[nan] = 0x7FC00000
     return a
 
