@@ -1,11 +1,16 @@
 """Figure 17: the paper's dynamics in float64 (the exact run), float32 and bfloat16
-(precision twins computed as torch does on CPU, SPEC §16). Four settings of the
-default data (20 % flipped labels, W and p trained): d = 200 at |mu| = 20, the
-late-generalization setting d = 200 at |mu| = 4.7, figure 5's delayed setting
-d = 2000 at |mu| = 10, and AdamW (lr 0.001, torch's defaults otherwise) at d = 200.
-Each panel draws the fresh-sample relevant score of the three, marks the step at
-which a float32 score first rounds to 1 and the step after which the bfloat16
-twin stops moving, and names each one's regime."""
+(precision twins computed as torch does on CPU, SPEC §16). Top row, the softmax on
+five settings of the default data (20 % flipped labels, W and p trained): d = 200
+at |mu| = 20, the late-generalization setting d = 200 at |mu| = 4.7, figure 5's
+delayed setting d = 2000 at |mu| = 10, and AdamW at d = 200: at lr 0.001 (torch's
+defaults otherwise) and at the Hugging Face Trainer's defaults of the paper's
+real-data protocol (lr 5e-5, no weight decay; the Trainer's linear decay of lr is
+not modelled: the lr is constant). Bottom row, the same d = 200 settings with StableMax
+(``attention = stablemax``) for the softmax, and figure 8's question at a finite
+horizon: the signal from which GD generalizes within 3e5 steps (d = 200), in each
+precision. Each dynamics panel draws the fresh-sample relevant score of the three,
+marks the step at which a float32 score first rounds to 1 and the step after which
+the bfloat16 twin stops moving, and names each one's regime."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..config import as_config
+from ..metrics import format_error
 from ..plotting import log_steps
 from ..results import load
 from ..run import simulate
@@ -28,8 +34,27 @@ SETTINGS = (
     ("d = 200, |mu| = 4.7, GD (late generalization)", {"d": 200, "signal_norm": 4.7}, 10**6, 10**4),
     ("d = 2000, |mu| = 10, GD (figure 5)", {"d": 2000, "signal_norm": 10.0}, 10**5, 2000),
     ("d = 200, |mu| = 20, AdamW lr 0.001", {"d": 200, "optimizer": "adam", "lr": 0.001}, 10**5, 5000),
+    (
+        "d = 200, |mu| = 20, AdamW, Trainer defaults",
+        {"d": 200, "optimizer": "adam", "lr": 5e-5, "weight_decay": 0.0},
+        10**5,
+        5000,
+    ),
+)
+STABLE = tuple(
+    (
+        title.replace("GD", "StableMax, GD").replace("AdamW", "StableMax, AdamW"),
+        {**keys, "attention": "stablemax"},
+        steps,
+        quick,
+    )
+    for title, keys, steps, quick in SETTINGS
+    if keys["d"] == 200
 )
 FORMATS = ("float32", "bfloat16")
+# the finite-horizon critical signal: GD at d = 200 over these |mu| for SWEEP_STEPS steps
+SWEEP_NORMS = (3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 8.0, 10.0)
+SWEEP_STEPS = 3 * 10**5
 
 
 def runs(quick: bool, cache: Path) -> list[tuple[str, dict]]:
@@ -38,10 +63,57 @@ def runs(quick: bool, cache: Path) -> list[tuple[str, dict]]:
     out = []
     with warnings.catch_warnings():  # a run's warnings stay in its result and go to the numbers file
         warnings.simplefilter("ignore", UserWarning)
-        for title, keys, steps, quick_steps in SETTINGS:
+        for title, keys, steps, quick_steps in SETTINGS + STABLE:
             cfg = {**BASE, **keys, "steps": quick_steps if quick else steps}
             out.append((title, {fmt: _cached({**cfg, "precision_twin": fmt}, cache) for fmt in FORMATS}))
     return out
+
+
+def sweep(quick: bool, cache: Path) -> list[tuple[float, dict]]:
+    """Per |mu| of the critical-signal sweep, its float32 and bfloat16 runs."""
+    norms = SWEEP_NORMS[::4] if quick else SWEEP_NORMS
+    cfg = {**BASE, "d": 200, "steps": 10**4 if quick else SWEEP_STEPS}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return [
+            (mu, {fmt: _cached({**cfg, "signal_norm": mu, "precision_twin": fmt}, cache) for fmt in FORMATS})
+            for mu in norms
+        ]
+
+
+def critical(points: list[tuple[float, float | None]]) -> str:
+    """The bracket of the smallest |mu| from which every larger one generalizes (t not None)."""
+    ok = [t is not None for _, t in points]
+    if all(ok):
+        return f"|mu| <= {points[0][0]:g}"
+    if not ok[-1]:
+        return f"|mu| > {points[-1][0]:g}"
+    last_bad = max(i for i, good in enumerate(ok) if not good)
+    return f"{points[last_bad][0]:g} < |mu| <= {points[last_bad + 1][0]:g}"
+
+
+def draw_sweep(ax, res: list[tuple[float, dict]], horizon: int) -> list[str]:
+    """t_generalize against |mu| in the three precisions; the critical bracket of each."""
+    lines = [
+        f"critical signal at a finite horizon: GD, d = 200, {horizon:g} steps (t: the first of the "
+        "40 log-spaced population log points from which the relevant score stays >= 0.5)"
+    ]
+    series = {"float64": [(mu, r["float32"].theory.get("t_generalize")) for mu, r in res]}
+    for fmt in FORMATS:
+        series[fmt] = [(mu, r[fmt].precision.get("t_generalize")) for mu, r in res]
+    for (name, pts), color, mark in zip(series.items(), ("k", "C0", "C3"), ("o", "s", "^")):
+        got = [(mu, t) for mu, t in pts if t is not None]
+        if got:
+            ax.plot(*zip(*got), marker=mark, color=color, ls="-" if name == "float64" else "--", label=name)
+        text = ", ".join(f"{mu:g}: {'never' if t is None else format(t, '.3g')}" for mu, t in pts)
+        lines.append(f"  {name}: critical {critical(pts)}; t_generalize by |mu|: {text}")
+    ax.axhline(horizon, color="0.6", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("|mu|")
+    ax.set_ylabel("step the relevant score reaches 0.5")
+    ax.set_title(f"softmax, GD, d = 200: generalization within {horizon:g} steps", fontsize=9)
+    ax.legend(fontsize=7)
+    return lines
 
 
 def _cached(cfg: dict, cache: Path):
@@ -54,9 +126,9 @@ def _cached(cfg: dict, cache: Path):
 
 
 def _describe(name: str, final: dict, t_gen, extra: str = "") -> str:
-    err = final.get("pop_error")
+    err = format_error(final.get("pop_error"), final.get("pop_error_se"), final.get("pop_error_resolved"))
     gen = "never" if t_gen is None else f"from step {t_gen:g}"
-    head = f"{name}: regime {final.get('regime')}, population error {err:.3g}"
+    head = f"{name}: regime {final.get('regime')}, population error {err}"
     return f"{head}, relevant score >= 0.5 {gen}{extra}"
 
 
@@ -71,6 +143,10 @@ def draw(ax, title: str, res: dict) -> list[str]:
     for fmt, color in zip(FORMATS, ("C0", "C3")):
         r = res[fmt]
         pr, t = r.precision, r.trajectory
+        if pr.get("status") == "failed":  # diverged: no trajectory of its own, the reason instead
+            ax.plot([], [], color=color, ls="--", label=f"{fmt} (failed)")
+            lines.append(f"  {fmt}: {pr['reason']}")
+            continue
         y = t["twin_pop_score_relevant"]
         ok = np.isfinite(y)
         ax.plot(x[ok], y[ok], color=color, ls="--", label=f"{fmt} ({pr['regime']})")
@@ -97,12 +173,13 @@ def draw(ax, title: str, res: dict) -> list[str]:
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     res = runs(quick, cache)
-    fig, axes = plt.subplots(1, len(res), figsize=(4.2 * len(res), 3.8))
+    fig, axes = plt.subplots(2, len(SETTINGS), figsize=(4.0 * len(SETTINGS), 7.6))
     lines = [
         "float64 (the exact run), float32 and bfloat16 (precision twins as torch computes on CPU); dotted: "
         "the first step a score rounds to 1; x: the bfloat16 twin stops moving"
     ]
-    for ax, (title, r) in zip(axes, res):
+    for ax, (title, r) in zip([*axes[0], *axes[1][: len(STABLE)]], res):
         lines += draw(ax, title, r)
+    lines += draw_sweep(axes[1][-1], sweep(quick, cache), 10**4 if quick else SWEEP_STEPS)
     fig.tight_layout()
     return [save(fig, outdir / "fig17_precision.png"), write_numbers(outdir, "fig17_precision", lines)]
