@@ -96,7 +96,7 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
     try:
         traj = train_on(twin.problem or problem, twin)
     except SimulationError as exc:
-        note = getattr(twin, "nan_note", lambda: "")()  # the format's own reason, when it has one
+        note = twin.nan_note()  # the format's own reason, when it has one
         text = str(exc) if note in str(exc) else f"{exc}{note}"
         return twin, None, f"precision twin ({twin.fmt}): {text}"
     if traj.frozen_at is not None:

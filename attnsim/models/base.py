@@ -300,8 +300,10 @@ class ModelSpec(ABC):
         """The run's precision twin (SPEC §16), or None: a :class:`Stepper` of the same
         problem in a lower precision, whose ``watch_run(state)`` is shown the run's state
         at every log point (to log how far the twin has moved from it), whose ``problem``
-        measures its states (None: the run's), and whose ``fmt``, ``unit_roundoff`` and
-        ``first_saturated`` name its format and its first saturated step."""
+        measures its states (None: the run's), whose ``fmt``, ``unit_roundoff`` and
+        ``first_saturated`` name its format and its first saturated step, and whose
+        ``q_rel_dev()`` (None where a model has no q = W p) and ``nan_note()`` ("" or why the
+        format itself made a gradient NaN) the run's record reads."""
         return None
 
 

@@ -69,7 +69,7 @@ def twin_work(
     shapes["scalar"] = (1,)
     arrays = {name: np.zeros(shape, dtype=dtype) for name, shape in shapes.items()}
     consts = np.array([0, 1, 1e-30], dtype=dtype)
-    if dtype == np.float32 and bf:
+    if bf:
         _bf16(consts)
     return TwinWork(**arrays, consts=consts)
 
