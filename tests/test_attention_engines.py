@@ -9,7 +9,8 @@ from attnsim.config import Config, ConfigError
 from attnsim.data.dataset import make_streams
 from attnsim.data.synthetic import generate
 from attnsim.models.attention.draws import bartlett
-from attnsim.models.attention.engines import build, build_implicit
+from attnsim.models.attention.engines import build, build_implicit, generated_coordinates
+from attnsim.models.attention.linalg import orthonormal_basis
 from attnsim.models.attention.plan import choose_engine
 
 MODES = ("p", "W,p", "p,nu", "W,p,nu", "W", "W,nu", "nu")
@@ -39,6 +40,24 @@ def test_reduced_equals_dense_for_every_training_mode(train):
     a = attnsim.simulate({**cfg, "engine": "dense"})
     b = attnsim.simulate({**cfg, "engine": "reduced"})
     _same(a, b)
+
+
+@pytest.mark.parametrize("train", ["p", "W,p", "p,nu"])
+def test_identity_setup_keeps_q_in_span_Q_and_equals_dense(train):
+    """W(0) = I, p(0) = 0: R = Q, W~(0) = I and U_perp None, no d x d pass and no second
+    basis; the generated tokens' coordinates come from the basis's factor (no X Q product)."""
+    cfg = {"n": 6, "T": 5, "d": 70, "signal_norm": 6.0, "steps": 80, "log_every": 8, "lr": 0.05,
+           "train": train, "init_W": "identity", "pop_points": 256}  # fmt: skip
+    a = attnsim.simulate({**cfg, "engine": "dense"})
+    b = attnsim.simulate({**cfg, "engine": "reduced"})
+    _same(a, b)
+    pb = b.problem
+    assert pb.U_perp is None and pb.R is pb.Q and np.array_equal(pb.W0, np.eye(pb.k))
+    noise = make_streams(0).data.standard_normal((6 * 5, 70))
+    A = np.zeros((70, 6 * 5 + 2))
+    A[2:, :30], A[0, 30], A[1, 31] = noise[:, 2:].T, 1.0, 1.0
+    Q, factor = orthonormal_basis(A, with_factor=True)
+    np.testing.assert_allclose(generated_coordinates(noise, Q, factor), noise @ Q, rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("init_W", ["kaiming_uniform", "gaussian", "identity"])

@@ -241,15 +241,17 @@ def _reduced_setup(
     if W0 is None:
         replay, single, buf = w0 if w0 is not None else _start_W0(cfg, streams, d, ws)
     X2 = X.reshape(n * T, d)
+    identity = W0 is None and cfg.init_W == "identity"  # M = Q, (W(0) R)^T W(0) R = I: no pass over W(0)
     if generated:
         A = np.zeros((d, n * T + 2))
         A[2:, : n * T] = X2[:, 2:].T
         A[0, n * T] = A[1, n * T + 1] = 1.0
-        Q = orthonormal_basis(A)
+        Q, factor = orthonormal_basis(A, with_factor=True)
+        if identity and p0 is None and cfg.init_p == "zeros":
+            return _identity_setup(Q, generated_coordinates(X2, Q, factor), replay, cfg.W_scale)
     else:
         cols = [X2.T] + [m[:, None] for m in (mu_pos, mu_neg) if m is not None]
         Q = extend_basis(orthonormal_basis(np.concatenate(cols, axis=1)), nu)
-    identity = W0 is None and cfg.init_W == "identity"  # M = Q, (W(0) R)^T W(0) R = I: no pass over W(0)
     if identity:
         blocks = []
     elif single is not None:
@@ -295,6 +297,33 @@ def _reduced_setup(
         "R": R,
         "W0_source": (W0Init(cfg.init_W, cfg.W_scale), replay) if user_W0 is None else user_W0,
         "info": {"k": Q.shape[1], "r": R.shape[1]},
+    }
+
+
+def generated_coordinates(X2: np.ndarray, Q: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """X2 Q for generated tokens X2 (n*T, d) without a d-sized product, from the basis Q of
+    :func:`_reduced_setup`'s A (the tokens with their first two coordinates zeroed, then e1,
+    e2) and its factor A = Q T: the zeroed tokens are A's first n*T columns, Q T[:, :n*T], so
+    their coordinates are T[:, :n*T]^T (Q^T Q = I to the 1e-13 the basis is checked to), and
+    the first two coordinates add X2[:, :2] Q[:2]. O(n*T k) instead of X2 @ Q's d k n*T."""
+    m = X2.shape[0]
+    return np.ascontiguousarray(factor[:, :m].T + X2[:, :2] @ Q[:2])
+
+
+def _identity_setup(Q: np.ndarray, tokens_Q: np.ndarray, replay, scale: float) -> dict:
+    """The reduced setup for W(0) = I and p(0) = 0: W(0) R = Q lies in span(Q), so R = Q,
+    W~(0) = Q^T Q = I (to the rounding of Q's orthonormality) and nothing of q lies outside
+    span(Q) (U_perp None), with no d x d pass and no second basis."""
+    k = Q.shape[1]
+    return {
+        "tokens_Q": tokens_Q,
+        "W0": np.eye(k),
+        "p0": np.zeros(k),
+        "U_perp": None,
+        "Q": Q,
+        "R": Q,
+        "W0_source": (W0Init("identity", scale), replay),
+        "info": {"k": k, "r": k},
     }
 
 
