@@ -13,7 +13,7 @@ import attnsim
 from attnsim.config import ADAM_KEYS, Config, ConfigError
 from attnsim.models.attention.buffers import Data, work_for
 from attnsim.models.attention.kernels import _block_coeffs
-from attnsim.models.attention.steppers import ModelArrays, Segment
+from attnsim.models.attention.steppers import ModelArrays, Segment, SegmentXW, make_segment
 from attnsim.sweep.spec import _key_of, record_key
 
 QUIET = {"d": 400, "steps": 400, "log_every": 20, "optimizer": "normalized", "lr": 0.002}
@@ -179,11 +179,24 @@ def test_the_adam_keys_at_their_defaults_keep_every_record_key():
 
 @pytest.mark.parametrize("optimizer", ["gd", "normalized"])
 def test_p_alone_in_the_x_w_form_reads_its_tokens_once_and_equals_the_dense_engine(optimizer):
-    """train = p: logits and p's gradient in one pass over B = X W(0), no K = X X^T."""
+    """train = p: logits and p's gradient in one pass over B = X W(0), no K = X X^T, however
+    close the log points (nothing to rebuild at a log point); the same run as the dense engine
+    and as the W form's steps."""
     cfg = {"train": "p", "init_W": "identity", "d": 300, "steps": 2000, "log_every": 1000, "lr": 0.01,
            "optimizer": optimizer, "limit": True}  # fmt: skip
     a = attnsim.simulate({**cfg, "engine": "reduced"})
-    b = attnsim.simulate({**cfg, "engine": "dense", "log_every": 100})  # log points 100 apart: the W form
-    assert a.engine["gd_state"] == "X W (n*T x r)" and b.engine["gd_state"] == "W (k x r)"
+    b = attnsim.simulate({**cfg, "engine": "dense", "log_every": 100})
+    assert a.engine["gd_state"] == b.engine["gd_state"] == "X W (n*T x r)"
     np.testing.assert_allclose(a.trajectory["train_loss"], b.trajectory["train_loss"][::10], rtol=1e-12)
     assert a.trajectory["W_dev"][-1] == 0.0 and a.limit["cos"] == pytest.approx(b.limit["cos"], abs=1e-12)
+    rng = np.random.default_rng(3)
+    n, T, k = 6, 4, 30
+    X, y = rng.standard_normal((n * T, k)), np.where(np.arange(n) < 3, 1.0, -1.0)
+    arrays = ModelArrays(X, y, rng.standard_normal((k, k)), np.zeros(k), 0.1 * rng.standard_normal(k), T,
+                         0.05, ("p",), "logistic", np.zeros(n * T))  # fmt: skip
+    w_form, xw_form = Segment(arrays, optimizer=optimizer), make_segment(arrays, 1.0, optimizer=optimizer)
+    assert isinstance(xw_form, SegmentXW)
+    for seg in (w_form, xw_form):
+        seg.advance(0, 500)
+    assert xw_form.observe().loss == pytest.approx(w_form.observe().loss, rel=1e-12)
+    np.testing.assert_allclose(xw_form.p, w_form.p, rtol=1e-11)

@@ -257,8 +257,9 @@ class SegmentXW(Segment):
             self.K, self.chol = _token_gram(X) if K is None else (K, chol)
             if self.chol is None:
                 raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
-        self.B0 = np.ascontiguousarray(X @ self.W0)
-        self.B = self.B0.copy()
+        # B(0) = X W(0): X itself when W(0) is the identity (W(0) = I in the reduced engine)
+        self.B0 = X if _is_identity(self.W0) else np.ascontiguousarray(X @ self.W0)
+        self.B = self.B0 if self.fixed_W else self.B0.copy()  # (W fixed: B is never written)
         self.v = np.empty(X.shape[0])
         np.dot(X, self.nu, self.work.u)
         self._fresh = True  # self.W is the W of self.B
@@ -326,11 +327,13 @@ class SegmentXW(Segment):
         return {"p_norm": math.sqrt(self.p @ self.p), "W_dev": math.sqrt(Y @ Y)}
 
     def snapshot(self) -> tuple:
-        return self.B.copy(), self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
+        B = None if self.fixed_W else self.B.copy()
+        return B, self.p.copy(), self.nu.copy(), self.fit_since.copy(), self.S_acc.copy()
 
     def restore(self, snap: tuple) -> None:
         for dst, src in zip((self.B, self.p, self.nu, self.fit_since, self.S_acc), snap):
-            dst[...] = src
+            if src is not None:
+                dst[...] = src
         self._fresh = self.fixed_W
 
 
@@ -369,6 +372,16 @@ def state_q(state: Mapping) -> np.ndarray:
     return state.q() if isinstance(state, XWState) else state["W"] @ state["p"]
 
 
+def _is_identity(W: np.ndarray) -> bool:
+    """Whether W is exactly the identity matrix (k^2 comparisons, no product)."""
+    k = W.shape[0]
+    return (
+        W.shape == (k, k)
+        and np.array_equal(W.reshape(-1)[:: k + 1], np.ones(k))
+        and (np.count_nonzero(W) == k)
+    )
+
+
 def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """K = X X^T and its lower Cholesky factor when K's condition number is at
     most ``XW_MAX_COND`` (LAPACK's estimate), else None."""
@@ -389,19 +402,21 @@ def make_segment(
     adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
 ) -> Segment:
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
-    is fixed, there are no more tokens than rows of W (n*T <= k, at most
-    ``XW_MAX_TOKENS``), K = X X^T is well conditioned and log points are on
-    average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (a log point costs
-    what the form saves in about 70 steps); otherwise the W
-    form (:class:`Segment`)."""
+    is fixed and there are no more tokens than rows of W (n*T <= k, at most
+    ``XW_MAX_TOKENS``), and, if W is trained, K = X X^T is well conditioned and
+    log points are on average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (a log
+    point costs what the form saves in about 70 steps: W is rebuilt from B; with W
+    fixed there is nothing to rebuild, and a step reads B once where the W form reads
+    X once and W twice); otherwise the W form (:class:`Segment`)."""
     arrays = arrays._replace(X2=f64(arrays.X2))
     nT, k = arrays.X2.shape
     train = arrays.train
     if optimizer == "adam":  # per-coordinate steps: the W form (the X W form's B = X W is a change of basis)
         return AdamSegment(arrays, adam=adam)
-    if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
-        if "W" not in train:  # p alone: B = X W(0) never changes, no K = X X^T to form
+    if "nu" not in train and nT <= min(k, XW_MAX_TOKENS):
+        if "W" not in train:  # p alone: B = X W(0) never changes, no K to form, no W to rebuild
             return SegmentXW(arrays, optimizer=optimizer)
+    if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
         K, chol = _token_gram(arrays.X2)
         if chol is not None:
             return SegmentXW(arrays, K=K, chol=chol, optimizer=optimizer)
