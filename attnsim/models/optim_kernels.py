@@ -24,24 +24,31 @@ from ..runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ..runtime.numba_cache import CACHE, FASTMATH
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+# error_model="numpy": a division by zero gives inf as in torch (it cannot happen: eps > 0), and
+# without Python's zero check per division the loops vectorize (4.3x faster at 200 x 200, the same
+# bits); nogil: a precision twin's thread steps beside the run meanwhile.
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _adamw(x, g, m, v, lr, b1, b2, eps, wd, size, bc2):
     """One AdamW update of the vector x with gradient g and moments m, v (in place)."""
+    decay, c1, c2 = 1.0 - lr * wd, 1.0 - b1, 1.0 - b2
     for j in range(x.size):
-        x[j] *= 1.0 - lr * wd
-        m[j] += (g[j] - m[j]) * (1.0 - b1)
-        v[j] = v[j] * b2 + (1.0 - b2) * g[j] * g[j]
+        x[j] *= decay
+        m[j] += (g[j] - m[j]) * c1
+        v[j] = v[j] * b2 + c2 * g[j] * g[j]
         x[j] -= size * m[j] / (math.sqrt(v[j]) / bc2 + eps)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
 def _adamw_outer(W, g, p, m, v, lr, b1, b2, eps, wd, size, bc2):
     """One AdamW update of the matrix W whose gradient is g p^T (formed entry by entry)."""
     k, r = W.shape
+    decay, c1, c2 = 1.0 - lr * wd, 1.0 - b1, 1.0 - b2
     for a in range(k):
+        ga, wa, ma, va = g[a], W[a], m[a], v[a]  # row views: the loop below runs over contiguous columns
         for b in range(r):
-            G = g[a] * p[b]
-            W[a, b] *= 1.0 - lr * wd
-            m[a, b] += (G - m[a, b]) * (1.0 - b1)
-            v[a, b] = v[a, b] * b2 + (1.0 - b2) * G * G
-            W[a, b] -= size * m[a, b] / (math.sqrt(v[a, b]) / bc2 + eps)
+            G = ga * p[b]
+            x = wa[b] * decay
+            mb = ma[b] + (G - ma[b]) * c1
+            vb = va[b] * b2 + c2 * G * G
+            ma[b], va[b] = mb, vb
+            wa[b] = x - size * mb / (math.sqrt(vb) / bc2 + eps)
