@@ -20,6 +20,7 @@ import numpy as np
 
 from ..base import Observation, Outcome, Stepper
 from ..formats import FORMATS, UNIT_ROUNDOFF, to_format  # noqa: F401  (to_format: the twin's API)
+from .kernels import _sq_dist
 from .precision_kernels import ADAMW, GD, _bf16, _forward, _twin_steps
 from .steppers import state_q
 
@@ -134,6 +135,11 @@ class PrecisionTwin(Stepper):
         self.cancelled = False  # set from another thread: the next span ends the twin
         self.run_q_of = state_q if run_q_of is None else run_q_of  # a run state's q in the twin's coordinates
         self.problem = problem  # the problem in the twin's d coordinates (None: the run's)
+        # the state in float64 (W's copy in one reused array: a fresh 32 MB one per log point at
+        # d = 2000 cost its page faults), made once per state and shared by the log point's readers
+        self._made, self._moved = None, 0
+        self._W64 = np.empty(self.W.shape)
+        self._W0_64 = None
 
     def watch_run(self, state) -> None:
         """The run's state at its next log point: its q is kept to measure the twin's
@@ -145,6 +151,7 @@ class PrecisionTwin(Stepper):
         return int(self.marks[0])
 
     def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
+        self._moved += 1
         if self.cancelled:
             self.detail = f"the {self.fmt} twin was stopped at step {step0} (its run ended)"
             return Outcome.STALLED, int(step0)
@@ -196,16 +203,23 @@ class PrecisionTwin(Stepper):
 
     def state(self) -> dict[str, np.ndarray]:
         """W, p, q = W p and nu as float64 arrays holding the twin's values (q in float64:
-        what the population metrics evaluate is the twin's parameters, exactly)."""
-        W, p, nu = (a.astype(np.float64) for a in (self.W, self.p, self.nu))
-        return {"W": W, "p": p, "q": W @ p, "nu": nu}
+        what the population metrics evaluate is the twin's parameters, exactly). W is an
+        array the next state's W overwrites (:meth:`final_state` copies it)."""
+        if self._made is None or self._made[0] != self._moved:
+            np.copyto(self._W64, self.W)
+            p, nu = self.p.astype(np.float64), self.nu.astype(np.float64)
+            self._made = (self._moved, {"W": self._W64, "p": p, "q": self._W64 @ p, "nu": nu})
+        return dict(self._made[1])
 
     def final_state(self) -> dict[str, np.ndarray]:
-        return self.state()
+        out = self.state()
+        out["W"] = out["W"].copy()
+        return out
 
     def _restore_arrays(self, arrays) -> None:
         for k in ("W", "p", "nu"):
             getattr(self, k)[...] = arrays[k]
+        self._made = None
 
     def _snapshot_extra(self):
         return tuple(m.copy() for m in self.moments), self.marks.copy()
@@ -219,15 +233,16 @@ class PrecisionTwin(Stepper):
     def extra_metrics(self) -> dict[str, float]:
         """|p|, |W - W(0)| and the fraction of samples whose largest score is exactly 1
         (of the state the recorder has just observed)."""
-        W, p = self.W.astype(np.float64), self.p.astype(np.float64)
-        dW = W - self.W0
+        st = self.state()
+        if self._W0_64 is None:
+            self._W0_64 = self.W0.astype(np.float64)
         s = self.wk.s.reshape(self.y.size, self.T)
         out = {
-            "p_norm": math.sqrt(p @ p),
-            "W_dev": float(np.sqrt(np.sum(dW * dW))),
+            "p_norm": math.sqrt(st["p"] @ st["p"]),
+            "W_dev": math.sqrt(_sq_dist(st["W"], self._W0_64)),
             "saturated_fraction": float(np.mean(s.max(axis=1) == 1)),
         }
-        self.twin_q.append(W @ p)  # beside the run's, once both are done (q_rel_dev)
+        self.twin_q.append(st["q"])  # beside the run's, once both are done (q_rel_dev)
         return out
 
     def q_rel_dev(self) -> np.ndarray | None:

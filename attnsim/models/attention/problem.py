@@ -54,6 +54,7 @@ class Problem:
     R: np.ndarray | None = None
     W0_source: object = None  # W(0) itself, or (its W0Init, the generator) to redraw it
     info: dict = field(default_factory=dict)
+    _W0R: np.ndarray | None = field(default=None, repr=False)  # W(0) R, (d, r), once lift_q needs it
 
     @property
     def k(self) -> int:
@@ -132,20 +133,33 @@ class Problem:
             return self
         if self.engine != "reduced":
             raise ValueError(f"the {self.engine} engine has no d-dimensional tokens")
-        full = self.lift(self.W0, self.p0, self.nu0)
-        Q = self.Q
+        Q, W0 = self.Q, self.W0_full()  # the initial state lifted: W~ = W~(0) adds nothing to W(0)
+        self._W0R = W0 @ self.R  # for lift_q, while W(0) is at hand
         return Problem(
             engine="dense",
             reason=self.reason,
             X2=self.X2 @ Q.T,
             y=self.y,
             T=self.T,
-            W0=full["W"],
-            p0=full["p"],
-            nu0=full["nu"],
+            W0=W0,
+            p0=self.R @ self.p0,
+            nu0=Q @ self.nu0,
             mu_pos=None if self.mu_pos is None else Q @ self.mu_pos,
             mu_neg=None if self.mu_neg is None else Q @ self.mu_neg,
         )
+
+    def lift_q(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """q = W p in the d coordinates of the tokens, from the engine coordinates' q = W~ p~
+        and p~: W(0) R p~ + Q (q - W~(0) p~) (dense engine: q itself). W(0) R is formed once
+        (one W(0) pass) and kept: a watch of every log point pays O(d r) each, not a redraw
+        of W(0) and a d x d lift."""
+        if self.engine == "dense":
+            return q
+        if self.engine == "implicit":
+            raise ValueError("the implicit engine has no d-dimensional state to lift to")
+        if self._W0R is None:
+            self._W0R = self.W0_full() @ self.R
+        return self._W0R @ p + self.Q @ (q - self.W0 @ p)
 
     def lift(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray) -> dict[str, np.ndarray]:
         """Full-space W, p, q = W p and nu (dense engine: the arrays themselves)."""

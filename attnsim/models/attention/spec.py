@@ -124,6 +124,7 @@ class AttentionSpec(ModelSpec):
         if cfg.precision_twin == "none":
             return None
         from .precision import PrecisionTwin  # lazy: its kernels load only for a twin
+        from .steppers import state_q  # lazy
 
         adam = (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay)
         full = problem.dense_view()  # the twin holds d x d W as torch does, whatever the run's engine
@@ -142,7 +143,7 @@ class AttentionSpec(ModelSpec):
             graph=cfg.precision_graph,
             attention=cfg.attention,
             problem=full,
-            run_q_of=None if full is problem else lambda st: problem.lift(st["W"], st["p"], st["nu"])["q"],
+            run_q_of=None if full is problem else lambda st: problem.lift_q(state_q(st), st["p"]),
         )
 
     def population_note(self, ds: Dataset, problem: Any) -> str:

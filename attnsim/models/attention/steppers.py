@@ -368,8 +368,11 @@ class XWState(Mapping):
 
 
 def state_q(state: Mapping) -> np.ndarray:
-    """q = W p of a stepper's state (an :class:`XWState` gives it without rebuilding W)."""
-    return state.q() if isinstance(state, XWState) else state["W"] @ state["p"]
+    """q = W p of a stepper's state (an :class:`XWState` gives it without rebuilding W, a
+    state with a "q" entry holds it)."""
+    if isinstance(state, XWState):
+        return state.q()
+    return state["q"] if "q" in state else state["W"] @ state["p"]
 
 
 def _is_identity(W: np.ndarray) -> bool:
