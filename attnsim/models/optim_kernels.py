@@ -21,13 +21,12 @@ import math
 from numba import njit
 
 from ..runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ..runtime.numba_cache import CACHE, FASTMATH
+from ..runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 
 
-# error_model="numpy": a division by zero gives inf as in torch (it cannot happen: eps > 0), and
-# without Python's zero check per division the loops vectorize (4.3x faster at 200 x 200, the same
-# bits); nogil: a precision twin's thread steps beside the run meanwhile.
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+# ERROR_MODEL: no zero check on each division, so the loops vectorize (4.3x faster at 200 x 200, the
+# same bits; eps > 0 keeps every divisor positive); nogil: a precision twin steps beside the run meanwhile.
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _adamw(x, g, m, v, lr, b1, b2, eps, wd, size, bc2):
     """One AdamW update of the vector x with gradient g and moments m, v (in place)."""
     decay, c1, c2 = 1.0 - lr * wd, 1.0 - b1, 1.0 - b2
@@ -38,7 +37,7 @@ def _adamw(x, g, m, v, lr, b1, b2, eps, wd, size, bc2):
         x[j] -= size * m[j] / (math.sqrt(v[j]) / bc2 + eps)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _adamw_outer(W, g, p, m, v, lr, b1, b2, eps, wd, size, bc2):
     """One AdamW update of the matrix W whose gradient is g p^T (formed entry by entry)."""
     k, r = W.shape

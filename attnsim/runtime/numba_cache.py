@@ -41,10 +41,13 @@ from numba.core import caching
 
 from .._meta import MIN_NUMBA, check_numba_version
 
-__all__ = ["MIN_NUMBA", "INSTALLED", "check_numba_version", "install"]
+__all__ = ["CACHE", "ERROR_MODEL", "FASTMATH", "MIN_NUMBA", "INSTALLED", "check_numba_version", "install"]
 PACKAGE = __name__.split(".")[0] + "."  # "attnsim."
 CACHE = True  # every kernel: cold compilation takes 4-15 s here, a cached load well under 0.5 s
 FASTMATH = False  # every kernel: kept off, results must not depend on reassociation
+# every kernel: a float division by zero gives inf or NaN as in NumPy (and torch), not Python's
+# ZeroDivisionError; without that check on every division the element loops vectorize (the same bits)
+ERROR_MODEL = "numpy"
 
 
 ON_MISS: list = []  # called once each when one of attnsim's kernels is missing from the cache

@@ -14,17 +14,17 @@ import numpy as np
 from numba import njit
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ...runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 
 LINEAR = 1  # loss_kind of the linear loss (the logistic loss otherwise), as in .buffers
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _softplus(x):
     return x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _sigmoid(x):
     if x >= 0:
         return 1.0 / (1.0 + math.exp(-x))
@@ -32,7 +32,7 @@ def _sigmoid(x):
     return e / (1.0 + e)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _chol2(a, b, d):
     """(L00, L10, L11) of the lower factor of [[a, b], [b, d]] (positive semi-definite)."""
     L00 = math.sqrt(max(a, 0.0))
@@ -40,7 +40,7 @@ def _chol2(a, b, d):
     return L00, L10, math.sqrt(max(d - L10 * L10, 0.0))
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def online_frame_steps(xi, flip_u, chi, zn, y_true, means, p, nu, sigma, lr, eta, tp, tn, loss_kind):
     """Steps k = 0..K-1 of online SGD with W = I in the frame (:class:`.fresh.OnlineFrame`):
     batch tokens sigma xi[k] + means (B, T, 4), label b flipped when flip_u[k, b] < eta,

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ...runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 from ..base import DIVERGED, FROZEN, OK  # noqa: F401  (compile-time constants of the kernels)
 
 N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
@@ -30,7 +30,7 @@ LOGISTIC, LINEAR = 0, 1
 SOFTMAX, STABLEMAX = 0, 1  # the attention normalization (docs/engines.md)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _softplus(x):
     """log(1 + e^x) without overflow."""
     if x > 0.0:
@@ -38,7 +38,7 @@ def _softplus(x):
     return math.log1p(math.exp(x))
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _sigmoid(x):
     if x >= 0.0:
         return 1.0 / (1.0 + math.exp(-x))
@@ -46,13 +46,13 @@ def _sigmoid(x):
     return e / (1.0 + e)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _stable(x):
     """StableMax's weight of a logit x: x + 1 for x >= 0, 1 / (1 - x) below."""
     return x + 1.0 if x >= 0.0 else 1.0 / (1.0 - x)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _scores(z, s, base, T, attention):
     """Scores of the sample at z[base:base+T] into s: the stable softmax (largest logit
     subtracted), or StableMax; returns the index of the top-scored token."""
@@ -74,7 +74,7 @@ def _scores(z, s, base, T, attention):
     return top
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _outputs(z, u, y, T, loss_kind, attention, s, f):
     """Scores of logits z (n*T,) (softmax or StableMax), outputs f (n,); returns the mean loss."""
     n = f.size
@@ -91,7 +91,7 @@ def _outputs(z, u, y, T, loss_kind, attention, s, f):
     return total / n
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _relevant_increment(s, rel, T, i):
     """s_rel (1 - s_rel) of sample i, s_rel its score mass on relevant tokens."""
     sr = 0.0
@@ -100,7 +100,7 @@ def _relevant_increment(s, rel, T, i):
     return sr * (1.0 - sr)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True, error_model=ERROR_MODEL)
 def _forward(data, W, p, nu, work, values_stale):
     """q = W p, logits, scores and outputs of the state; returns the loss
     (NaN when |q|^2 or |p|^2 overflows). ``values_stale``: recompute u = X nu."""
@@ -113,7 +113,7 @@ def _forward(data, W, p, nu, work, values_stale):
     return _outputs(work.z, work.u, data.y, data.T, data.loss_kind, data.attention, work.s, work.f)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _forward_backward(data, W, p, nu, work, values_stale, want_gnu):
     """The loss with g = dL/dq (and dL/dnu when ``want_gnu``) in one pass over
     the tokens: blocks of whole samples of about ``CHUNK_FLOATS`` numbers are
@@ -151,7 +151,7 @@ def _forward_backward(data, W, p, nu, work, values_stale, want_gnu):
     return total / n
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _block_coeffs(data, i0, i1, work):
     """Samples i0..i1-1: scores s, outputs f, c_it = dL/dz_it and w_it = a_i s_it, with
     a_i = dL/df_i; returns their summed loss. The softmax's c_it = w_it (u_it - f_i);
@@ -190,7 +190,7 @@ def _block_coeffs(data, i0, i1, work):
 ROWS = 8  # rows of W per sweep of _w_rows
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _w_rows(W, g, h, p, lr, acc, lo, hi):
     """acc += W[lo:hi]^T g[lo:hi] (rows added in order), then W[lo:hi] -= lr h p^T.
 
@@ -231,7 +231,7 @@ def _w_rows(W, g, h, p, lr, acc, lo, hi):
             W[m, j] -= step * p[j]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, parallel=True)
+@njit(cache=CACHE, fastmath=FASTMATH, parallel=True, error_model=ERROR_MODEL)
 def _w_pass_parallel(W, g, h, p, lr, part):
     """Chunk c: part[c] = W[rows_c]^T g[rows_c]; then W[rows_c] -= lr h p^T."""
     k, r = W.shape
@@ -242,7 +242,7 @@ def _w_pass_parallel(W, g, h, p, lr, part):
         _w_rows(W, g, h, p, lr, part[c], c * k // nc, (c + 1) * k // nc)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _w_pass_chunks(W, g, h, p, lr, part):
     """:func:`_w_pass_parallel`'s chunks one after the other: the same numbers, on one thread."""
     k, r = W.shape
@@ -253,7 +253,7 @@ def _w_pass_chunks(W, g, h, p, lr, part):
         _w_rows(W, g, h, p, lr, part[c], c * k // nc, (c + 1) * k // nc)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _w_pass(W, g, h, p, lr, gp, part, threaded):
     """gp = W^T g with the old W, then W -= lr h p^T: one pass over W (the
     gradient step has h = g; the X W form below has W = X W, g = c, h = K c).
@@ -274,7 +274,7 @@ def _w_pass(W, g, h, p, lr, gp, part, threaded):
     _w_rows(W, g, h, p, lr, gp, 0, k)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _sumsq(a):
     acc = 0.0
     for v in a:
@@ -282,7 +282,7 @@ def _sumsq(a):
     return acc
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _sq_dist(a, b):
     """sum (a - b)^2 over two contiguous arrays of one size, as eight
     interleaved partial sums added in a fixed order (independent chains the
@@ -303,7 +303,7 @@ def _sq_dist(a, b):
     return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + tail
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _all_zero(a):
     for v in a:
         if v != 0.0:
@@ -311,7 +311,7 @@ def _all_zero(a):
     return True
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _in_loop_records(data, work, step, fit_since, S_acc):
     """Update fit_since and S_acc with the state at ``step`` (its outputs and
     scores in ``work``); see :func:`_gd_segment`."""
@@ -325,7 +325,7 @@ def _in_loop_records(data, work, step, fit_since, S_acc):
         S_acc[i] += _relevant_increment(work.s, data.rel, T, i)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True, error_model=ERROR_MODEL)
 def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_since, S_acc):
     """Apply ``nsteps`` GD updates to W, p, nu in place (``train``: which are updated; ``normalized``:
     each by lr * G / |G|_F, none for a zero G), keeping the in-loop records.
@@ -364,12 +364,12 @@ def _gd_segment(data, W, p, nu, train, lr, normalized, step0, nsteps, work, fit_
     return OK, step0 + nsteps
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _over(lr, norm):  # lr / norm, and 0 for a zero gradient (that block takes no step)
     return lr / norm if norm > 0.0 else 0.0
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _unit(a):  # a /= max |a_j| in place: a normalized step's direction, with no underflow in its norm
     m = 0.0
     for j in range(a.size):
@@ -379,14 +379,14 @@ def _unit(a):  # a /= max |a_j| in place: a normalized step's direction, with no
             a[j] /= m
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _descend(x, g, lr, normalized):  # x -= lr g (normalized: lr g / |g|)
     step = _over(lr, math.sqrt(_sumsq(g))) if normalized else lr
     for j in range(x.size):
         x[j] -= step * g[j]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True, error_model=ERROR_MODEL)
 def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v, fit_since, S_acc):
     """:func:`_gd_segment` for a fixed nu, with B = X W (n*T, r) in place of W
     (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except
@@ -413,13 +413,13 @@ def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v,
     return OK, step0 + nsteps
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _z_and_coeffs(data, B, p, work):  # z = B p and the coefficients; the summed loss
     np.dot(B, p, work.z)
     return _block_coeffs(data, 0, data.y.size, work)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _p_pass(data, B, p, work):
     """z = B p, the coefficients c and work.gp = B^T c in one pass over B, in
     blocks of whole samples of about ``CHUNK_FLOATS`` numbers (B is read once
@@ -441,7 +441,7 @@ def _p_pass(data, B, p, work):
     return total
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
     """Gradient-flow vector field -grad L at the state (W, p, nu).
 
@@ -476,7 +476,7 @@ def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
     return L
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _relevant_increments(s, rel, T, out):
     for i in range(out.size):
         out[i] = _relevant_increment(s, rel, T, i)

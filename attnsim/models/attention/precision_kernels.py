@@ -34,12 +34,12 @@ import numpy as np
 from numba import njit
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE
+from ...runtime.numba_cache import CACHE, ERROR_MODEL
 
 GD, ADAMW = 0, 1
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _bf16(a):
     """Round the float32 array ``a`` (any shape, contiguous) to bfloat16 in place:
     round to nearest, ties to even; NaN stays NaN, overflow goes to inf."""
@@ -54,7 +54,7 @@ def _bf16(a):
         b[i] = np.uint32(x & 0xFFFF0000)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _stablemax(z, wk, bf, T):
     """StableMax of each sample's logits into wk.s, as torch computes the reference code:
     w = z + 1 or 1 / (1 - z) (each operation rounded), the sum S per sample (accumulated in
@@ -82,7 +82,7 @@ def _stablemax(z, wk, bf, T):
             s[t] = w[t] / S[i]
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _stablemax_backward(z, gs, gz, wk, bf, T):
     """Autograd's backward of :func:`_stablemax`: DivBackward (gs / S, and -gs ((w / S) / S)
     summed into S's gradient), SumBackward, WhereBackward, then ReciprocalBackward
@@ -131,7 +131,7 @@ def _stablemax_backward(z, gs, gz, wk, bf, T):
             gz[j] = gz[j] + (zero * rr)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform, stable=False):
     """The twin's forward pass: fills A = X W (when ``fresh_A``) and z = A p, or
     (``qform``) q = W p and z = X q; u (when ``fresh_u``), s (softmax, or StableMax
@@ -205,7 +205,7 @@ def _forward(X, y, W, p, nu, wk, fresh_A, fresh_u, bf, T, qform, stable=False):
     return wk.scalar[0]
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _backward(X, y, W, p, wk, want_W, want_nu, bf, T, qform, fused=False, stable=False):
     """Autograd's backward of :func:`_forward`'s graph: gp = A^T dz and, when asked,
     gW = X^T (dz p^T), gnu = X^T du; or (``qform``) gq = X^T dz, gp = W^T gq and
@@ -283,7 +283,7 @@ def _backward(X, y, W, p, wk, want_W, want_nu, bf, T, qform, fused=False, stable
             _bf16(wk.gnu)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _sgd(x, g, lr, bf):
     """torch's ``x.add_(g, alpha=-lr)``: one fused multiply-add per entry, rounded to
     the format (for bfloat16 tensors torch rounds alpha to bfloat16 too: ``lr`` comes
@@ -303,7 +303,7 @@ def _sgd(x, g, lr, bf):
     return changed
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _fused_w_step(W, gq, p, gp, lr, bf, row):
     """The q-form's W pass, once over W: gp = W^T gq from the W of this state (summed in
     the twin's type, row after row) and W's SGD update by the gradient gq p^T (each
@@ -339,14 +339,14 @@ def _fused_w_step(W, gq, p, gp, lr, bf, row):
     return changed
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _fma(a, b, c):
     """a b + c, as float64 (a product of two float32 numbers is exact in float64;
     stored in float32 it is the fused multiply-add's result but in double-rounding ties)."""
     return np.float64(a) * np.float64(b) + np.float64(c)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _adamw(x, g, mom, vel, scal, bf):
     """torch.optim.AdamW's single-tensor step on CPU, each tensor operation rounded
     to the format as torch computes it (measured against torch 2.13, float32)::
@@ -397,7 +397,7 @@ def _adamw(x, g, mom, vel, scal, bf):
         _bf16(xf)
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _records(y, f, s, rel, T, step, fit_since, S_acc, sat):
     """The in-loop records of the state at ``step`` (float64): first step of each
     sample's current run of fitted states, cumulative s_rel (1 - s_rel), and the
@@ -422,7 +422,7 @@ def _records(y, f, s, rel, T, step, fit_since, S_acc, sat):
     return count
 
 
-@njit(cache=CACHE, nogil=True, error_model="numpy")
+@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
 def _twin_steps(
     X, y, W, p, nu, wk, flags, hyper, scal, moments, rel, T, fit_since, S_acc, marks, step0, nsteps
 ):

@@ -47,7 +47,7 @@ import numpy as np
 from numba import njit
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, FASTMATH
+from ...runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 from .linalg import Held, NoneHeld, Outer, dense_grads, dot, mm, mm_t, rows_dot, rows_sum
 from .params import param_shapes
 
@@ -56,7 +56,7 @@ _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _ln_rows(x, g, b, nhat, rstd, out):
     """LayerNorm of every row of x (rows, d): nhat, 1/std and g * nhat + b."""
     rows, d = x.shape
@@ -75,7 +75,7 @@ def _ln_rows(x, g, b, nhat, rstd, out):
             out[i, j] = g[j] * nhat[i, j] + b[j]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _ln_back_rows(dy, g, nhat, rstd, dx):
     """Input gradient of :func:`_ln_rows` for every row."""
     rows, d = dy.shape
@@ -92,7 +92,7 @@ def _ln_back_rows(dy, g, nhat, rstd, dx):
             dx[i, j] = rstd[i] * (dy[i, j] * g[j] - m1 - nhat[i, j] * m2)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _dot8(x, y):
     """x . y in eight interleaved partial sums (each summed in order, so the
     compiler may pack them into one vector register without reassociating)."""
@@ -116,7 +116,7 @@ def _dot8(x, y):
     return ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)) + tail
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _attend(nx, kg, kb, lc, uc, g, b, T, logits, a, nbar, ubar):
     """The CLS query's attention, sample by sample, from the normalized tokens
     nx (n*T, d): logits (CLS first: lc; token t: nhat_t . kg + kb), their
@@ -149,7 +149,7 @@ def _attend(nx, kg, kb, lc, uc, g, b, T, logits, a, nbar, ubar):
             ubar[i, j] = ac * uc[j] + g[j] * nbar[i, j] + b[j] * rest
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _attend_back(nx, a, dubar, uc, g, b, T, dl, m_dl, v):
     """Back through the attention: da_t = u_t . delta_ubar (u_t = g * nhat_t + b,
     the CLS token's u_c), dl = a (da - sum_s a_s da_s), and m_dl = sum_(i,t)
@@ -199,7 +199,7 @@ def normalized_tokens(X2: np.ndarray) -> np.ndarray:
     return nhat
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _gelu_pair(r, g, dg):
     """g = r Phi(r) and dg = Phi(r) + r phi(r) in one pass (Phi by erfc, accurate in both tails)."""
     flat, gf, df = r.ravel(), g.ravel(), dg.ravel()

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ....runtime.numba_cache import CACHE, FASTMATH
+from ....runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 
 _SQRTPI = math.sqrt(math.pi)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -25,7 +25,7 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 PLANE_ITERS = 40  # Newton iterations of a design point at most (converged in 5-10 at the defaults)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _erfcx(a):
     """Scaled complementary error function e^{a^2} erfc(a), for a >= 0 without
     overflow: directly below 6 (erfc keeps its relative accuracy there), else
@@ -45,13 +45,13 @@ def _erfcx(a):
     return acc / (a * _SQRTPI)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _log_upper(t):
     """log Phi(-t) for any finite t (the scaled erfc beyond t = 3, so no underflow)."""
     return _log_upper_mills(t)[0]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _log_upper_mills(t):
     """(log Phi(-t), phi(t) / Phi(-t)): the latter is the derivative of -log Phi(-t)."""
     a = t * _SQRT1_2
@@ -62,7 +62,7 @@ def _log_upper_mills(t):
     return math.log(up), _INV_SQRT2PI * math.exp(-0.5 * t * t) / up
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _softmax(aq, kappa, zeta, s):
     """s = softmax(aq + kappa zeta), stably (the largest logit subtracted first)."""
     T = zeta.size
@@ -78,7 +78,7 @@ def _softmax(aq, kappa, zeta, s):
         s[i] /= tot
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _t_grad(zeta, aq, an, kappa, b, sdc, y, s, grad):
     """t(zeta) = y m / (sdc |s|) of one class at the standardized logit noises
     zeta (T,), and its gradient into ``grad`` (s: a (T,) work array).
@@ -103,7 +103,7 @@ def _t_grad(zeta, aq, an, kappa, b, sdc, y, s, grad):
     return t
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _psi_plane(u, w, d1, d2, aq, an, kappa, b, sdc, y, zeta, s):
     """psi = -|zeta|^2 / 2 + log Phi(-t) at zeta = u d1 + w d2 with its first
     and second derivatives in (u, w): (psi, psi_u, psi_w, psi_uu, psi_uw, psi_ww).
@@ -188,7 +188,7 @@ def _psi_plane(u, w, d1, d2, aq, an, kappa, b, sdc, y, zeta, s):
     )
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _plane_optimum(d1, d2, plane, u, w, aq, an, kappa, b, sdc, y, zeta, s):
     """The maximum of psi over the plane zeta = u d1 + w d2 (``plane``; else
     the line zeta = u d1, w = 0) by Newton's method from (u, w) (the exact
@@ -232,7 +232,7 @@ def _plane_optimum(d1, d2, plane, u, w, aq, an, kappa, b, sdc, y, zeta, s):
     return u, w, psi
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _centered(v, out):
     """out = v minus its mean, normalized: a direction orthogonal to (1, ..., 1),
     along which the softmax does not move (shifting every logit alike costs
@@ -251,7 +251,7 @@ def _centered(v, out):
         out[i] = out[i] / norm if norm > 0.0 else 0.0  # v constant: no direction
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _token_groups(aq, an, members, offsets):
     """Group the tokens of one class into exchangeable groups, tokens of equal
     (aq, an) (the integrand is symmetric under permutations within each):
@@ -275,7 +275,7 @@ def _token_groups(aq, an, members, offsets):
     return n
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t0, rep):
     """Design points of one class's error integrand phi(zeta) Phi(-t(zeta)):
     the origin; the maximum of psi = -|zeta|^2/2 + log Phi(-t) on the line of
@@ -346,7 +346,7 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
     return K
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_components(aq, an, kappa, b, sdc, y, N, settings, w):
     """The importance components of one class (:mod:`.tail`): the
     design points (:func:`_design_points`), their linearizations t ~ off_k +

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ....runtime.numba_cache import CACHE, FASTMATH
+from ....runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 from ....runtime.workspace import PROCESS
 
 N_CVZ = 14  # terms of the accelerated series (error below 4 * 5.83^-14 = 7e-11 relative)
@@ -24,7 +24,7 @@ _SQRTPI_2 = math.sqrt(math.pi / 2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _erfcx(a):
     """Scaled complementary error function e^{a^2} erfc(a), for a >= 0 without
     overflow: directly below 6 (erfc keeps its relative accuracy there), else
@@ -44,7 +44,7 @@ def _erfcx(a):
     return acc / (a * _SQRTPI)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _exp_moment_above(x, sd, j):
     """E[e^{-jV}; V > 0] for V ~ N(x, sd^2) (j > 0), without overflow.
 
@@ -60,7 +60,7 @@ def _exp_moment_above(x, sd, j):
     return 0.5 * math.exp(-j * x + 0.5 * j * j * sd * sd) * math.erfc(b)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _expected_softplus_series(x, sd):
     """E softplus(V), V ~ N(x, sd^2), to ~1e-12 relative for any sd > 0.
 
@@ -94,7 +94,7 @@ def _expected_softplus_series(x, sd):
     return emax + acc / d
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True, error_model=ERROR_MODEL)
 def _series_all(x, sd, out):
     for i in range(x.size):
         out[i] = _expected_softplus_series(x[i], sd[i])
@@ -109,7 +109,7 @@ def expected_softplus_series(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _hermite_pack(x, sd, tops, n_nodes, nodes, order, xs, a_s, cnt, L):
     """Sort the points by band (band b: sd <= tops[b], n_nodes[b] nodes, the
     rows of ``nodes``), most nodes first, into order / xs / a_s (a = sqrt(2) sd),
@@ -148,7 +148,7 @@ def _hermite_pack(x, sd, tops, n_nodes, nodes, order, xs, a_s, cnt, L):
     return segs[-1, 4] + segs[-1, 3] if segs.shape[0] else 0
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _hermite_segments(n_nodes, cnt):
     """The layout of :func:`_hermite_pack`: rows (h, b, start, end, off): node h
     of band b for the sorted points start..end-1, at L[off + start : off + end]
@@ -168,7 +168,7 @@ def _hermite_segments(n_nodes, cnt):
     return out[:s]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _hermite_unpack(xs, a_s, order, n_nodes, nodes, weights, cnt, L, acc, out):
     """out[order[j]] = sum_h weights[b, h] softplus(v), v = xs[j] - a_s[j] nodes[b, h]
     over point j's band b, with L (as :func:`_hermite_pack` laid it out) now
@@ -226,7 +226,7 @@ def hermite(
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, shared, inv, ym, sd, t):
     """Per class c and point n, with the softmax weights factored as
     wa[c, v] E[v, n]: inv = 1/S (0 where S <= ``underflow``), y times the
@@ -278,12 +278,12 @@ def _conditional_moments(E, zeta, wa, anu, b, sdc, underflow, shared, inv, ym, s
     return bad
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _same_zero_mean(wa, anu, v, last):
     return wa[0, v] == wa[0, last] and wa[1, v] == wa[1, last] and anu[0, v] == 0.0 and anu[1, v] == 0.0
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _weights(wa, anu, b, c, v, unit):
     """Token v's weight w, w anu and w b in class c (unit: 1, 0 and b)."""
     w = 1.0 if unit else wa[c, v]
@@ -291,7 +291,7 @@ def _weights(wa, anu, b, c, v, unit):
     return w, u, w * b
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _token_sums(E, zeta, wa, anu, b, c, v0, v1, unit, S, Y, Q):
     """Add tokens v0..v1-1 of class c, in order, to the sums S, Y, Q of
     :func:`_conditional_moments` (``unit``: with weight 1 and anu = 0)."""
@@ -307,7 +307,7 @@ def _token_sums(E, zeta, wa, anu, b, c, v0, v1, unit, S, Y, Q):
             S[n], Y[n], Q[n] = _add_token(S[n], Y[n], Q[n], w, wu, wb, w2, Em[n], zm[n])
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _add_four_tokens(E, zeta, wa, anu, b, c, v, unit, S, Y, Q):
     """Tokens v..v+3 of class c added, in token order, to the sums S, Y, Q of
     :func:`_conditional_moments` (each point's sums loaded and stored once)."""
@@ -326,7 +326,7 @@ def _add_four_tokens(E, zeta, wa, anu, b, c, v, unit, S, Y, Q):
         S[n], Y[n], Q[n] = _add_token(s, y, q, w3, u3, b3, q3, e3, z3[n])
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _add_token(s, y, q, w, wu, wb, w2, e, z):
     """One token's terms added to a point's sums: w e, (w anu + w b zeta) e, w^2 e^2."""
     return s + w * e, y + (wu + wb * z) * e, q + w2 * (e * e)

@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ....runtime.numba_cache import CACHE, FASTMATH
+from ....runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 
 _INV_SQRTPI = 1.0 / math.sqrt(math.pi)
 _SQRT1_2 = math.sqrt(0.5)
@@ -85,34 +85,34 @@ _Q3 = (
 # gathers the coefficients from memory: 3x slower).
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _horner5(c, x):
     return (((c[0] * x + c[1]) * x + c[2]) * x + c[3]) * x + c[4]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _horner6(c, x):
     return ((((c[0] * x + c[1]) * x + c[2]) * x + c[3]) * x + c[4]) * x + c[5]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _horner9(c, x):
     acc = (((c[0] * x + c[1]) * x + c[2]) * x + c[3]) * x + c[4]
     return (((acc * x + c[5]) * x + c[6]) * x + c[7]) * x + c[8]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _monic4(c, x):
     """x^4 + c[0] x^3 + ... + c[3]."""
     return (((x + c[0]) * x + c[1]) * x + c[2]) * x + c[3]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _monic5(c, x):
     return ((((x + c[0]) * x + c[1]) * x + c[2]) * x + c[3]) * x + c[4]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _monic8(c, x):
     acc = (((x + c[0]) * x + c[1]) * x + c[2]) * x + c[3]
     return (((acc * x + c[4]) * x + c[5]) * x + c[6]) * x + c[7]
@@ -125,18 +125,18 @@ SMALL_A, MID_A = (
 TAIL_BLOCK = 256  # points per block of _upper_tails (a block computes only the ranges its points need)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _tail_small(a):
     z = a * a
     return 0.5 - 0.5 * a * _horner5(_P1, z) / _monic4(_Q1, z)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _tail_mid(a, g):
     return 0.5 * g * _horner9(_P2, a) / _monic8(_Q2, a)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _tail_far(a, g):
     w = 1.0 / max(a * a, 16.0)
     p3 = w * _horner6(_P3, w)
@@ -144,7 +144,7 @@ def _tail_far(a, g):
     return 0.5 * g * (_INV_SQRTPI * q3 - p3) / (a * q3)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _log1p_unit(e):
     """log(1 + e) for 0 <= e <= 1 in arithmetic only: 2 atanh(s), s = e / (2 + e)
     <= 1/3, by its series (``N_ATANH`` terms; a few ulp, as log1p)."""
@@ -158,7 +158,7 @@ def _log1p_unit(e):
     return 2.0 * s * acc
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _upper_tail(t, g):
     """Phi(-|t|) by whichever approximation |t| needs (selects, not branches;
     the ranges above SMALL_A share one division)."""
@@ -173,20 +173,20 @@ def _upper_tail(t, g):
     return _tail_small(a) if a < SMALL_A else 0.5 * g * num / den
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _signed_tail(t, v):
     """Phi(-t) from v = Phi(-|t|); exactly 0 or 1 for |t| >= 40 (and NaN)."""
     v = v if t >= 0.0 else 1.0 - v
     return v if math.fabs(t) < 40.0 else (1.0 if t < 0.0 else 0.0)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _small_or_mid(t, g):
     a = math.fabs(t) * _SQRT1_2
     return _tail_small(a) if a < SMALL_A else _tail_mid(a, g)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _upper_tails(t, g, out):
     """out = Phi(-t) = erfc(t / sqrt 2) / 2 from g = e^{-t^2 / 2}, by Cody's
     rational approximations (1e-15 relative, as scipy.special.ndtr; both lose
@@ -229,7 +229,7 @@ def upper_tail(t: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _taylor(x, sd, ex):
     """E softplus(x + sd Z) by its Taylor series in sd^2 to eighth order, from
     ex = e^{-|x|} (computed by vectorized NumPy) and lg = log(1 + ex):
@@ -251,7 +251,7 @@ def _taylor(x, sd, ex):
     return max(x, 0.0) + lg + s2 * v * (0.5 + t2)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _taylor_all(x, sd, ex, out):
     for i in range(x.size):
         out[i] = _taylor(x[i], sd[i], ex[i])
@@ -266,7 +266,7 @@ def taylor(x: np.ndarray, sd: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _point_terms(t, g, x, sd, ex, error, loss_rule, err, loss):
     """Per point: the error Phi(-t) (from g = e^{-t^2/2}; only with ``error``)
     and the expected loss by ``loss_rule``: LOSS_LINEAR (x itself),
@@ -312,7 +312,7 @@ def point_terms(
     return err.reshape(shape), loss.reshape(shape)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, nogil=True, error_model=ERROR_MODEL)
 def _scramble_means(err, loss, R, M, err_r, loss_r):
     for r in range(R):
         e0 = e1 = e2 = e3 = l0 = l1 = l2 = l3 = 0.0  # four running sums each: not one long dependent chain
@@ -336,7 +336,7 @@ def scramble_means(err: np.ndarray, loss: np.ndarray, R: int, M: int) -> tuple[n
     return err_r, loss_r
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_finish(
     E, U, GU, zeta, an, b, sdc, y, keep, log_mass, factor, K, counts, starts, t, g, h, den, tail
 ):
@@ -349,7 +349,7 @@ def _tail_finish(
     return _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail)
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_t(E, zeta, an, b, sdc, y, t, g):
     """t = y m / (sdc |s|) per point from E (T, N), the exponentials of the
     shifted logits (the softmax normalizer cancels), and -t^2 / 2 into g."""
@@ -369,7 +369,7 @@ def _tail_t(E, zeta, an, b, sdc, y, t, g):
         g[n] = -0.5 * tn * tn
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail):
     """The balance-heuristic estimate of one class's error with its standard
     error, from t and g = e^{-t^2/2} per (folded) point (the integrand

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from ....runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ....runtime.numba_cache import CACHE, FASTMATH
+from ....runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
 
 # Wichura's AS 241 (PPND16, Appl. Statist. 37, 477-484, 1988): the normal quantile to about
 # 1e-16 relative, by rational functions in q = p - 1/2 (|q| <= 0.425) or in
@@ -80,13 +80,13 @@ _AS241_F = (
 )
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", inline="always")
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
 def _horner8(c, x):
     acc = (((c[0] * x + c[1]) * x + c[2]) * x + c[3]) * x + c[4]
     return ((acc * x + c[5]) * x + c[6]) * x + c[7]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _normal_quantile(p, log_p):
     """Phi^{-1}(p) from p and its logarithm (AS 241; the tail from log_p, so
     p far below the smallest double is fine)."""
@@ -105,7 +105,7 @@ def _normal_quantile(p, log_p):
     return -v if log_p < -0.6931471805599453 else v
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _truncated_normals(u, log_u, starts, K, log_mass, s):
     """s for the points of strata 1..K: normals truncated to > beta_k, by the
     inverse of their upper tail, s = -Phi^{-1}(u Phi(-beta_k)) (log Phi(-beta_k)
@@ -128,7 +128,7 @@ def normal_quantile(p: np.ndarray) -> np.ndarray:
     return -out
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_arguments(
     X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U, GU, c, s_work
 ):
@@ -219,7 +219,7 @@ def _tail_arguments(
             gv[n] = -0.5 * uv[n] * uv[n]
 
 
-@njit(cache=CACHE, fastmath=FASTMATH, error_model="numpy", nogil=True)
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_sample(K, n_groups, aq, kappa, u, log_u, X, w, keep, c, s_work):
     """One class of :mod:`.tail` up to the exponentials, after its ``K``
     components (:func:`.design_kernels._tail_components`): their points' truncated
