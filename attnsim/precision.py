@@ -112,14 +112,23 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
 class Beside:
     """The twin trained on a thread of its own while the run steps on the caller's (the
     twins' kernels release the GIL; the machine's second core takes them). ``result()``
-    waits for :func:`train`'s value; ``cancel()`` stops the twin at its next span."""
+    waits for :func:`train`'s value; ``cancel()`` stops the twin at its next span.
+
+    With one thread (a sweep worker, which has one core: :func:`attnsim.runtime.threads.threads`)
+    the twin trains after the run, in ``result()``: the two would only take turns on that
+    core, and there the population metrics of each run are computed on its own thread, so two
+    at once would share the metrics' buffers."""
 
     def __init__(self, twin: Any, train_on: Callable, problem: Any):
         import threading  # lazy: only a twin's run gets here
 
-        self.twin, self._out = twin, {}
-        self._thread = threading.Thread(target=self._go, args=(train_on, problem), daemon=True)
-        self._thread.start()
+        from .runtime.threads import threads  # lazy: as threading
+
+        self.twin, self._out, self._args = twin, {}, (train_on, problem)
+        self._thread = None
+        if threads() > 1:
+            self._thread = threading.Thread(target=self._go, args=self._args, daemon=True)
+            self._thread.start()
 
     def _go(self, train_on: Callable, problem: Any) -> None:
         try:
@@ -128,7 +137,10 @@ class Beside:
             self._out["error"] = exc
 
     def result(self) -> tuple:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        elif not self._out:
+            self._go(*self._args)  # one thread: the run has ended, the twin trains now
         if "error" in self._out:
             raise self._out["error"]
         return self._out["value"]

@@ -367,3 +367,33 @@ def test_encoder_twin_beside_the_run():
     assert low.precision["status"] in ("ok", "frozen") and "twin_saturated_fraction" in low.trajectory
     with pytest.raises(ConfigError, match="precision_twin"):
         attnsim.simulate({**keys, "precision_twin": "float32", "optimizer": "normalized"})
+
+
+def test_twin_in_a_one_thread_process_trains_after_the_run_and_gives_the_same_numbers():
+    """A sweep worker runs one thread (NUMBA_NUM_THREADS=1): its population metrics are computed
+    on the thread that asks, so a twin stepping beside the run would share their buffers
+    (seen: a population score of 4.8). There the twin trains after the run; every number is
+    the two-thread process's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, warnings; warnings.simplefilter('ignore'); import attnsim; "
+        "r = attnsim.simulate({'d': 200, 'steps': 600, 'log_scale': 'log', 'log_points': 60, "
+        "'precision_twin': 'float32', 'clean_twin': False}); "
+        "print(json.dumps({k: r.trajectory[k].tolist() for k in ('pop_score_relevant', "
+        "'twin_pop_score_relevant', 'twin_train_loss')}))"
+    )
+    out = []
+    for one in (True, False):
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
+        if one:
+            env["NUMBA_NUM_THREADS"] = "1"
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        )
+        out.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    for key in out[0]:
+        np.testing.assert_array_equal(np.array(out[0][key], float), np.array(out[1][key], float), err_msg=key)
