@@ -258,6 +258,11 @@ class ModelSpec(ABC):
         """Flops of a run's setup before its steps (sweeps balance their workers by it)."""
         return 0.0
 
+    def run_flops(self, cfg: Config, engine: str) -> float:
+        """Flops of a run after its setup, for ordering work (sweeps start the costliest
+        first): its steps, and its clean-label twin's (the same steps again)."""
+        return cfg.steps * self.step_flops(cfg, engine) * (2.0 if cfg.clean_twin and cfg.noise_rate else 1.0)
+
     def check_resources(self, cfg: Config, engine: str, save_scores: bool = False) -> None:
         """ConfigError when the run would not fit in memory or time."""
         flops = self.step_flops(cfg, engine) if cfg.integrator == "gd" else 0.0

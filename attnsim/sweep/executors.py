@@ -8,9 +8,10 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ class _Worker:
         self.proc.start()
         child.close()
         self.task: list | None = None  # the points sent and not yet reported
+        self.job: tuple | None = None  # (store, report) of those points
 
 
 @contextlib.contextmanager
@@ -142,34 +144,49 @@ def _spawn() -> _Worker:
 
 
 def _run_local(
-    tasks: list[list], store: Store, bar, workers: int, report: SweepReport, started: list[_Worker]
+    jobs: list[tuple[Store, SweepReport, list]],
+    bar,
+    workers: int,
+    started: list[_Worker],
+    task_done: Callable[[SweepReport], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Run ``tasks`` here (``workers`` <= 1) or on ``workers`` worker processes,
-    those ``started`` (already loading) first; the workers are released after."""
+    """Run the tasks of ``jobs`` ((store, report, points) each, in this order) here
+    (``workers`` <= 1) or on ``workers`` worker processes, those ``started`` (already
+    loading) first; the workers are released after. ``task_done(report)`` after each
+    task; ``stop`` set: return at once (busy workers are terminated on release)."""
     pool = started[:workers] if workers > 1 else []
     _release(started[len(pool) :])
     if workers <= 1:
-        for task in tasks:
+        for store, report, task in jobs:
             for point in task:
+                if stop is not None and stop.is_set():
+                    return
                 report.finished(point.key, store.compute(point, run_point), bar)
+            if task_done is not None:
+                task_done(report)
         return
-    queue = deque(tasks)
+    queue = deque(jobs)
     deaths: dict[str, int] = {}
     try:
-        pool += _take_workers(workers - len(pool), report)
+        pool += _take_workers(workers - len(pool), report_of(jobs))
         while queue or any(w.task for w in pool):
+            if stop is not None and stop.is_set():
+                return
             for w in pool:
                 if w.task is None and queue:
-                    w.task = list(queue.popleft())
+                    store, report, task = queue.popleft()
+                    w.task, w.job = list(task), (store, report)
                     w.conn.send((str(store.root), w.task))
             wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=1.0)
             alive = []
             for w in pool:
-                _drain(w, bar, report)
+                _drain(w, bar, task_done)
                 if w.proc.exitcode is None:
                     alive.append(w)
                     continue
                 if w.task:  # died with unfinished points; the first was being computed
+                    store, report = w.job
                     key = w.task[0].key
                     deaths[key] = deaths.get(key, 0) + 1
                     rest = w.task
@@ -178,7 +195,9 @@ def _run_local(
                         bar.update(1)
                         rest = w.task[1:]
                     if rest:
-                        queue.appendleft(rest)
+                        queue.appendleft((store, report, rest))
+                    elif task_done is not None:
+                        task_done(report)
                     fate = "re-queued" if deaths[key] < MAX_DEATHS else f"recorded {key} as failed"
                     report.messages.append(
                         f"a worker died (exit code {w.proc.exitcode}) with {len(w.task)} point(s) "
@@ -186,22 +205,30 @@ def _run_local(
                     )
                 w.conn.close()
                 if queue:
-                    alive.extend(_take_workers(1, report))
+                    alive.extend(_take_workers(1, report_of(queue)))
             pool = alive
     finally:
         _release(pool)  # on Ctrl-C busy workers are terminated, and idle ones stop or stay in the block
 
 
-def _drain(w: _Worker, bar, report: SweepReport) -> None:
+def report_of(jobs) -> SweepReport:
+    """The report that counts the workers a list of jobs starts (its first job's)."""
+    return jobs[0][1]
+
+
+def _drain(w: _Worker, bar, task_done: Callable[[SweepReport], None] | None = None) -> None:
     """Read every message a worker has sent."""
     try:
         while w.task is not None and w.conn.poll():
             msg = w.conn.recv()
+            report = w.job[1]
             if msg[0] == "done":
                 w.task = [t for t in w.task if t[0] != msg[1]]
                 report.finished(msg[1], msg[2], bar)
             elif msg[0] == "idle":
                 w.task = None
+                if task_done is not None:
+                    task_done(report)
             elif msg[0] == "write-error":
                 raise WriteError(msg[1])
     except (EOFError, OSError):

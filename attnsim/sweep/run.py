@@ -6,6 +6,8 @@ import hashlib
 import json
 import math
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,23 +52,107 @@ def run_sweep(
         executor = dask_executor(client)  # checks that every worker runs this attnsim
     started: list[_Worker] = []
     try:
-        store = Store(Path(out) / spec.name, spec.data_id)
-        _write_spec(store, spec)
-        points = spec.points()
-        keys = [record_key(c, spec.data_id) for c in points]
-        report = SweepReport(store, keys)
         n = workers or os.cpu_count() or 1
-        missing = len({f"{k}.json" for k in keys} - set(os.listdir(store.dir)))
-        if executor is None and n > 1 and missing and spec.data is None:
-            n = _workers_that_fit(points, n, report)
+        plan = _Plan(spec, out)
+        if executor is None and n > 1 and plan.missing and spec.data is None:
+            n = _workers_that_fit(plan.points, n, plan.report)
         # many records to compute: the workers start loading now, while the records are read and sorted
-        started = _take_workers(n, report) if executor is None and n > 1 and missing >= 4 * n else []
-        before = {k: store.read(k) for k in keys}
-        report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
+        if executor is None and n > 1 and plan.missing >= 4 * n:
+            started = _take_workers(n, plan.report)
+        plan.schedule(n)
+        bar = tqdm(
+            total=plan.report.scheduled,
+            unit="run",
+            desc=spec.name,
+            disable=None if progress is None else not progress,
+        )
+        try:
+            if executor is not None:
+                _run_executor([t for _, t in plan.tasks], plan.store, bar, executor, plan.report)
+            else:
+                handed, started = started, []  # _run_local releases them
+                jobs = [(plan.store, plan.report, t) for _, t in plan.tasks]
+                _run_local(jobs, bar, min(n, len(jobs)), handed)
+        finally:
+            bar.close()
+    finally:
+        _release(started)
+        if own_client:
+            client.close()
+    return plan.finish()
+
+
+def run_sweeps(
+    specs: list[tuple[SweepSpec, str | Path]],
+    workers: int | None = None,
+    progress: bool | None = None,
+    on_done: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> list[SweepReport]:
+    """Several sweeps (each with its output folder) on one pool of local workers: every
+    unfinished point of all of them queued together, the costliest tasks first whichever
+    sweep they belong to, so no core waits for one sweep's last long point while another
+    sweep has work. ``on_done(i)`` is called (on this thread) once the i-th sweep has no
+    point left to compute; ``stop`` set: the sweeps stop at once (busy workers terminated,
+    their points left for a rerun). Returns the reports, as :func:`run_sweep`'s."""
+    from tqdm.auto import tqdm  # lazy: as run_sweep's
+
+    n = workers or os.cpu_count() or 1
+    plans = [_Plan(spec, out) for spec, out in specs]
+    local = [p for p in plans if p.spec.data is None and p.missing]
+    if n > 1 and local:
+        n = _workers_that_fit([c for p in local for c in p.points], n, local[0].report)
+    for p in plans:
+        p.schedule(n)
+    order = sorted(
+        ((cost, i, task) for i, p in enumerate(plans) for cost, task in p.tasks), key=lambda job: -job[0]
+    )
+    jobs = [(plans[i].store, plans[i].report, task) for _, i, task in order]
+    left = [len(p.tasks) for p in plans]
+    for i, count in enumerate(left):
+        if count == 0 and on_done is not None:
+            on_done(i)
+    index = {id(p.report): i for i, p in enumerate(plans)}
+
+    def task_done(report: SweepReport) -> None:
+        i = index[id(report)]
+        left[i] -= 1
+        if left[i] == 0 and on_done is not None:
+            on_done(i)
+
+    quiet = None if progress is None else not progress
+    bar = tqdm(total=len(jobs), unit="task", desc="sweeps", disable=quiet)
+    try:
+        _run_local(jobs, bar, min(n, len(jobs)), [], task_done=task_done, stop=stop)
+    finally:
+        bar.close()
+    return [p.finish() for p in plans]
+
+
+class _Plan:
+    """One sweep's unfinished points, grouped by shared setup and split into tasks with
+    their estimated cost (:meth:`schedule`), and the report :meth:`finish` completes."""
+
+    def __init__(self, spec: SweepSpec, out: str | Path):
+        self.spec = spec
+        self.store = Store(Path(out) / spec.name, spec.data_id)
+        _write_spec(self.store, spec)
+        self.points = spec.points()
+        self.keys = [record_key(c, spec.data_id) for c in self.points]
+        self.report = SweepReport(self.store, self.keys)
+        self.missing = len({f"{k}.json" for k in self.keys} - set(os.listdir(self.store.dir)))
+        self.tasks: list[tuple[float, list[Task]]] = []
+
+    def schedule(self, workers: int) -> None:
+        """The tasks of the points without a good record (retried ones counted), each
+        with its estimated flops, costliest setup groups first."""
+        spec, store = self.spec, self.store
+        before = {k: store.read(k) for k in self.keys}
+        self.report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
         groups: dict[tuple, list] = {}
         setup: dict[tuple, float] = {}  # flops of each group's setup and of its points' steps
         steps: dict[tuple, float] = {}
-        for key, cfg in zip(keys, points):
+        for key, cfg in zip(self.keys, self.points):
             rec = before[key]
             if rec is None or rec.get("status") != "ok":
                 task = Task(key, cfg.to_dict(resolved=False), spec.save, spec.data, spec.data_id)
@@ -76,43 +162,30 @@ def run_sweep(
                 steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
         # costliest setup groups first, so the last tasks to finish are short ones
         order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
-        tasks = [
-            t for g in order for t in _chunks(groups[g], len(keys), n, setup[g], steps[g] / len(groups[g]))
-        ]
-        report.scheduled = sum(len(t) for t in tasks)
-        report.final = {}  # filled as points finish (SweepReport.finished)
-        bar = tqdm(
-            total=report.scheduled,
-            unit="run",
-            desc=spec.name,
-            disable=None if progress is None else not progress,
-        )
-        try:
-            if executor is not None:
-                _run_executor(tasks, store, bar, executor, report)
-            else:
-                handed, started = started, []  # _run_local releases them
-                _run_local(tasks, store, bar, min(n, len(tasks)), report, handed)
-        finally:
-            bar.close()
-    finally:
-        _release(started)
-        if own_client:
-            client.close()
-    done = report.final or {}
-    final = report.final = {k: done[k] if k in done else store.read(k) for k in keys}
-    report.ok = sum(1 for r in final.values() if r is not None and r.get("status") == "ok")
-    report.failed = sum(1 for r in final.values() if r is not None and r.get("status") != "ok")
-    if store.damaged:
-        report.messages.append(
-            f"moved {len(store.damaged)} damaged record(s) to {store.dir / 'damaged'} and recomputed them: "
-            + ", ".join(sorted(set(store.damaged)))
-        )
-    if report.retried:
-        report.messages.append(f"retried {report.retried} point(s) that had failed before")
-    report.messages += _outcomes(final)
-    write_csv(store, keys, records=report.records())
-    return report
+        for g in order:
+            per = steps[g] / len(groups[g])
+            for part in _chunks(groups[g], len(self.keys), workers, setup[g], per):
+                self.tasks.append((setup[g] + per * len(part), part))
+        self.report.scheduled = sum(len(t) for _, t in self.tasks)
+        self.report.final = {}  # filled as points finish (SweepReport.finished)
+
+    def finish(self) -> SweepReport:
+        """The report with every record as the sweep ended, its messages and records.csv."""
+        report, store = self.report, self.store
+        done = report.final or {}
+        final = report.final = {k: done[k] if k in done else store.read(k) for k in self.keys}
+        report.ok = sum(1 for r in final.values() if r is not None and r.get("status") == "ok")
+        report.failed = sum(1 for r in final.values() if r is not None and r.get("status") != "ok")
+        if store.damaged:
+            report.messages.append(
+                f"moved {len(store.damaged)} damaged record(s) to {store.dir / 'damaged'} and recomputed "
+                "them: " + ", ".join(sorted(set(store.damaged)))
+            )
+        if report.retried:
+            report.messages.append(f"retried {report.retried} point(s) that had failed before")
+        report.messages += _outcomes(final)
+        write_csv(store, self.keys, records=report.records())
+        return report
 
 
 def _workers_that_fit(points: list[Config], n: int, report: SweepReport) -> int:
@@ -162,12 +235,13 @@ def _write_spec(store: Store, spec: SweepSpec) -> None:
 
 
 def _flops(cfg: Config, data: str | None) -> float:
-    """Flops of a point's steps (the model's ``step_flops``; for ordering the
-    work only: with data, n, T and d are not known here)."""
-    if data is not None:
-        return 0.0
+    """Flops of a point's run after its setup (the model's ``run_flops``; for ordering the
+    work only: with data, T and the engine are the config's guesses, the data decides them)."""
     spec = registry.spec(cfg.model)
-    return cfg.steps * spec.step_flops(cfg, spec.plan(cfg, user_data=False)[0])
+    if data is not None:
+        engine = "dense" if cfg.d <= cfg.n * cfg.T + 2 else "reduced"
+        return spec.run_flops(cfg, engine)
+    return spec.run_flops(cfg, spec.plan(cfg, user_data=False)[0])
 
 
 def _memory_estimate(cfg: Config) -> list:

@@ -107,6 +107,32 @@ def step_flops(cfg: Config, engine: str) -> float:
     return 4.0 * k * r + 4.0 * m * k
 
 
+TOKEN_FLOPS = 1000.0  # a step's work per token beyond its multiply-adds (its exp, the softmax's passes)
+FLOW_EVALUATIONS = 20_000  # vector fields a flow evaluates, about (5 000 - 15 000 to 1e14 steps)
+
+
+def setup_flops(cfg: Config, engine: str) -> float:
+    """A reduced setup shared by a sweep group: two d x d x k products (k about n T + 2), or
+    for W(0) = I the basis alone (three d k^2 products); nothing for the other engines."""
+    if engine != "reduced":
+        return 0.0
+    k = min(cfg.n * cfg.T + 2, cfg.d)
+    return 3.0 * cfg.d * k * k if cfg.init_W == "identity" else 4.0 * cfg.d * cfg.d * k
+
+
+def run_flops(cfg: Config, engine: str) -> float:
+    """A run's work after its setup, for ordering (sweeps start the costliest first): its GD
+    steps with the per-token work of the softmax, or a flow's evaluations of its field
+    (about ``FLOW_EVALUATIONS``, whatever the span of time); the clean-label twin doubles it;
+    a precision twin adds its d x d passes (six per step, an AdamW one three times that)."""
+    per = step_flops(cfg, engine) + TOKEN_FLOPS * cfg.n * cfg.T
+    steps = min(cfg.steps, FLOW_EVALUATIONS) if cfg.integrator in ("flow", "population_flow") else cfg.steps
+    work = steps * per * (2.0 if cfg.clean_twin and cfg.noise_rate else 1.0)
+    if cfg.precision_twin != "none":
+        work += cfg.steps * 6.0 * cfg.d * cfg.d * (3.0 if cfg.optimizer == "adam" else 1.0)
+    return work
+
+
 def n_log_points(steps: int, log_scale: str, log_every: int, log_points: int) -> int:
     """How many log points :func:`attnsim.driver.log_grid` will make (at most)."""
     if log_scale == "linear":

@@ -60,8 +60,10 @@ class AttentionSpec(ModelSpec):
         return plan.setup_key(cfg)
 
     def setup_flops(self, cfg: Config, engine: str) -> float:
-        """A reduced setup shared by a sweep group: two d x d x k products, k about n T + 2."""
-        return 0.0 if engine == "dense" else 4.0 * cfg.d * cfg.d * (cfg.n * cfg.T + 2)
+        return plan.setup_flops(cfg, engine)
+
+    def run_flops(self, cfg: Config, engine: str) -> float:
+        return plan.run_flops(cfg, engine)
 
     def setup_threads(self, cfg: Config, engine: str) -> int | None:
         """Every BLAS thread for the d^2 k setup products at large d; elsewhere one (its threads
