@@ -41,6 +41,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
         "final": res.final,
         "theory": res.theory,
         **({"limit": res.limit} if res.limit is not None else {}),
+        **({"precision": res.precision} if res.precision is not None else {}),
         "warnings": list(dict.fromkeys(res.warnings + _messages(caught))),
         **({"data": {"source": res.data["source"], "n_noisy": res.data["n_noisy"]}} if data else {}),
         "versions": res.versions,

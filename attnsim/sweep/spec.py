@@ -147,7 +147,7 @@ def _save(value: Any) -> list[str]:
     if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
         raise ConfigError(f"sweep.save: a list of trajectory array names, got {value!r}")
     for v in names:
-        if v not in TRAJECTORY_KEYS:
+        if v not in TRAJECTORY_KEYS and v.removeprefix("twin_") not in TRAJECTORY_KEYS:  # twin_: its twin's
             near = suggest(v, TRAJECTORY_KEYS)
             hint = f"; did you mean {near!r}?" if near else ""
             raise ConfigError(f"sweep.save: {v!r} is not a trajectory array{hint}")
