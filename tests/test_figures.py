@@ -58,18 +58,23 @@ def test_figure_script_runs_with_spawned_workers(tmp_path):
     assert (tmp_path / "fig6_phase.png").exists()
 
 
-def test_figures_that_run_sweeps_are_listed():
-    """make() starts the worker pool first when a figure in SWEEPS is asked for:
-    the set must name exactly the figure modules that run sweeps."""
+def test_every_figure_lists_the_sweeps_it_reads_and_they_parse_full_size():
+    """make() runs the sweeps a module lists before drawing it, and its make() only reads their
+    records: a module that reads records must list them (``sweeps``), and every sweep of every
+    figure, full size, must parse, each point checked (the figure command would refuse it)."""
     import importlib
     import inspect
 
-    from attnsim.figures import SWEEPS
+    from attnsim.sweep import parse_sweep
 
-    calls = ("sweep_records", "run_sweep", "encoder_records", "run_protocol")
-    for name, module in NAMES.items():
-        src = inspect.getsource(importlib.import_module(f"attnsim.figures.{module}"))
-        assert (name in SWEEPS) == any(c + "(" in src for c in calls), name
+    for module in NAMES.values():
+        mod = importlib.import_module(f"attnsim.figures.{module}")
+        src = inspect.getsource(mod)
+        reads = any(c in src for c in ("records_of(", "records(quick", "encoder_records(", ".records("))
+        assert hasattr(mod, "sweeps") == reads, module
+        for quick in (True, False):
+            for mapping in getattr(mod, "sweeps", lambda q: [])(quick):
+                assert parse_sweep(mapping).points(), (module, quick)
 
 
 def _figures_of(name, tmp_path, monkeypatch):

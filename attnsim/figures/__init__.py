@@ -3,9 +3,12 @@
 Each module has ``make(outdir, quick=False, cache="sweeps/figures") -> list[Path]``:
 compute (or load cached sweep records), plot with :mod:`attnsim.plotting`
 helpers, save PNGs and return their paths. ``--quick`` uses small grids.
-Figures in ``SWEEPS`` run sweeps: while any of them is to be made, the local
-worker processes the first sweep starts serve every later one (:func:`attnsim.sweep.worker_pool`);
-with an empty cache they start first, while the figure modules load.
+A module whose figure reads sweep records lists those sweeps, its own and
+others', as ``sweeps(quick) -> list[dict]`` (sweep mappings,
+:func:`.common.sweep_mapping`). :func:`make` runs the sweeps of every figure asked for
+together, on one pool of worker processes (one per core), the costliest tasks
+first whichever figure they belong to, and draws each figure as soon as its
+own sweeps are done, while the workers go on with the others'.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 NAMES = {
@@ -35,20 +39,7 @@ NAMES = {
     "magen": "fig16_magen",
     "precision": "fig17_precision",
     "many_samples": "fig18_many_samples",
-    "neighbours": "fig13_neighbours",  # last: it reads figures 6 and 16's sweeps and reruns 15's runs
-}
-SWEEPS = {
-    "heatmaps",
-    "frak_s",
-    "delayed",
-    "phase",
-    "noise",
-    "generalization_time",
-    "encoder_dynamics",
-    "encoder_heatmaps",
-    "real",
-    "magen",
-    "collapse",
+    "neighbours": "fig13_neighbours",  # last: it reads figures 6, 15 and 16's sweeps
 }
 
 
@@ -62,26 +53,82 @@ def make(
     """Make the named figures (all by default); returns the written files."""
     import matplotlib  # lazy: the command line imports this package for NAMES alone
 
+    from .common import READ_ONLY  # lazy: as matplotlib
+
     matplotlib.use("Agg")
     unknown = [n for n in names or [] if n not in NAMES]
     if unknown:
         raise ValueError(f"unknown figure(s) {unknown}; choose from {', '.join(NAMES)}")
     names = names or list(NAMES)
-    out = []
-    fresh = not (Path(cache) / ("quick" if quick else "full")).exists()  # nothing cached: work for sure
-    with _workers(SWEEPS.intersection(names), fresh):
-        for name in names:
-            t = time.perf_counter()
-            mod = importlib.import_module(f".{NAMES[name]}", __name__)
-            paths = mod.make(Path(outdir), quick=quick, cache=Path(cache) / ("quick" if quick else "full"))
-            log(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - t:.1f} s)")
-            out += paths
+    root = Path(cache) / ("quick" if quick else "full")
+    modules = {name: importlib.import_module(f".{NAMES[name]}", __name__) for name in names}
+    sweeps = {name: getattr(modules[name], "sweeps", lambda quick: [])(quick) for name in names}
+    out: list[Path] = []
+    notes: list[str] = []
+    with _sweeping(sweeps, root, notes) as ready:
+        READ_ONLY.on = True  # the figures read the records the sweeps write
+        try:
+            for name in names:
+                ready(name)
+                t = time.perf_counter()
+                paths = modules[name].make(Path(outdir), quick=quick, cache=root)
+                log(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - t:.1f} s)")
+                out += paths
+        finally:
+            READ_ONLY.on = False
+    for note in notes:
+        log(note)
     return out
 
 
-def _workers(sweeping, fresh: bool):
-    if not sweeping:
-        return contextlib.nullcontext()
-    from ..sweep.executors import worker_pool  # lazy: as matplotlib above
+@contextlib.contextmanager
+def _sweeping(sweeps: dict[str, list[dict]], root: Path, notes: list[str]) -> Iterator[Callable[[str], None]]:
+    """Run every figure's sweeps (each once) on a thread while the block draws; yields
+    ``ready(name)``, which waits until the sweeps of figure ``name`` are done (and raises
+    what stopped the sweeps, if anything did). ``notes`` gets what the sweeps report of
+    failed points and warnings, sweep by sweep."""
+    from ..sweep import parse_sweep  # lazy: as matplotlib above
+    from ..sweep.executors import worker_pool  # lazy: as above
+    from ..sweep.run import run_sweeps  # lazy: as above
 
-    return worker_pool(start=(os.cpu_count() or 1) if fresh else 0)
+    specs, index, of = [], {}, {}
+    for name, mappings in sweeps.items():
+        of[name] = []
+        for m in mappings:
+            spec = parse_sweep(m)  # every point checked before anything runs
+            key = (spec.name, spec.hash())
+            if key not in index:
+                index[key] = len(specs)
+                specs.append((spec, root))
+            of[name].append(index[key])
+    done = [threading.Event() for _ in specs]
+    stop, failed = threading.Event(), []
+
+    def work() -> None:
+        try:
+            reports = run_sweeps(specs, progress=False, on_done=lambda i: done[i].set(), stop=stop)
+            notes.extend(f"{rep.root.name}: {m}" for rep in reports for m in rep.messages if "failed" in m)
+        except BaseException as exc:  # handed to the drawing thread by ready()
+            failed.append(exc)
+        finally:
+            for event in done:
+                event.set()
+
+    def ready(name: str) -> None:
+        for i in of[name]:
+            while not done[i].wait(0.5):  # in steps, so Ctrl-C reaches the drawing thread
+                pass
+        if failed:
+            raise failed[0]
+
+    missing = any(not (root / spec.name).exists() for spec, _ in specs)
+    with worker_pool(start=(os.cpu_count() or 1) if missing else 0):
+        thread = threading.Thread(target=work, name="attnsim-sweeps", daemon=True)
+        thread.start()
+        try:
+            yield ready
+        except BaseException:
+            stop.set()  # the drawing stopped (an error, Ctrl-C): so does the work
+            raise
+        finally:
+            thread.join()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,28 +10,52 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..results import atomic_write, save_png
-from ..sweep import parse_sweep, run_sweep
+from ..sweep import Store, parse_sweep, record_key, run_sweep
 
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.figure import Figure
 
 
-def sweep_records(
-    cache: Path,
+def sweep_mapping(
     name: str,
     base: dict,
     grid: dict,
-    seeds: list[int],
+    seeds: Sequence[int],
     save: Sequence[str] = (),
     points: Sequence[dict] = (),
-) -> list[dict]:
-    """Run (or reuse) a sweep under ``cache`` (a grid, or explicit ``points``)
-    and return its successful records."""
+) -> dict:
+    """A figure's sweep as a sweep file's mapping (a grid, or explicit ``points``): what the
+    module's ``sweeps(quick)`` lists, so that :func:`attnsim.figures.make` can run the sweeps of
+    every figure together before any is drawn."""
     data = {"sweep": {"name": name, "seeds": list(seeds), "save": list(save)}, "base": base, "grid": grid}
     if points:
         data["point"] = list(points)
-    spec = parse_sweep(data)
-    return [r for r in run_sweep(spec, cache, progress=None).records() if r.get("status") == "ok"]
+    return data
+
+
+READ_ONLY = threading.local()  # .on: records are read, never computed (attnsim.figures.make ran the sweeps)
+
+
+def records_of(cache: Path, *mappings: dict) -> list[dict]:
+    """The successful records of the sweeps ``mappings`` (run, or reused from ``cache``),
+    one sweep after the other."""
+    out = []
+    for mapping in mappings:
+        spec = parse_sweep(mapping)
+        if getattr(READ_ONLY, "on", False):
+            recs = Store(cache / spec.name, spec.data_id).records(
+                [record_key(c, spec.data_id) for c in spec.points()]
+            )
+        else:
+            recs = run_sweep(spec, cache, progress=None).records()
+        out += [r for r in recs if r.get("status") == "ok"]
+    return out
+
+
+def arrays(trajectory: dict) -> dict[str, np.ndarray]:
+    """A record's saved trajectory as float arrays (JSON's null, a NaN the record could not
+    hold, back to NaN)."""
+    return {k: np.asarray(v, dtype=float) for k, v in trajectory.items()}
 
 
 def save(fig: Figure, path: Path, dpi: int = 110) -> Path:

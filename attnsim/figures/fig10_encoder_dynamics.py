@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import plot_sample_scores, role_legend
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 from .fig2_dynamics import SETTINGS
 
 SAVE = ["example_scores", "example_index", "roles", "score_cls", "train_loss"]
@@ -25,24 +25,34 @@ SAVE = ["example_scores", "example_index", "roles", "score_cls", "train_loss"]
 GRID = {"signal_norm": [5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0], "d": [250, 500, 750, 1000]}
 QUICK_GRID = {"signal_norm": [5.0, 20.0, 100.0], "d": [64, 128]}
 ENCODER_SETTINGS = {**SETTINGS, "large noise": {"d": 5000, "signal_norm": 5.0}}  # figure 2's (5000, 5)
+SETTINGS_ORDER = ("large noise", "balanced", "large signal")  # longest first
+
+
+def _points(quick: bool) -> tuple[list[dict], list[dict]]:
+    """(figure 10's points, in SETTINGS_ORDER; figure 11's grid cells)."""
+    settings = [ENCODER_SETTINGS[k] for k in SETTINGS_ORDER]
+    dyn = [{**over, "d": min(over["d"], 300) if quick else over["d"], "log_every": 5} for over in settings]
+    grid = QUICK_GRID if quick else GRID
+    cells = [{"signal_norm": m, "d": d, "log_every": 1000} for d in grid["d"] for m in grid["signal_norm"]]
+    return dyn, cells
+
+
+def sweeps(quick: bool) -> list[dict]:
+    """Figures 10 and 11's one sweep."""
+    base = {"model": "encoder", "steps": 100 if quick else 1000, "pop_log_points": 2}
+    if quick:
+        base.update(mlp_dim=64, test_n=200)
+    dyn, cells = _points(quick)
+    return [sweep_mapping("encoder", base, {}, [0], SAVE, points=dyn + cells)]
 
 
 def encoder_records(quick: bool, cache: Path) -> tuple[dict[str, dict], list[dict]]:
     """(figure 10's records by setting, figure 11's grid records), from one sweep."""
-    base = {"model": "encoder", "steps": 100 if quick else 1000, "pop_log_points": 2}
-    if quick:
-        base.update(mlp_dim=64, test_n=200)
-    settings = {k: ENCODER_SETTINGS[k] for k in ("large noise", "balanced", "large signal")}  # longest first
-    dyn = [
-        {**over, "d": min(over["d"], 300) if quick else over["d"], "log_every": 5}
-        for over in settings.values()
-    ]
-    grid = QUICK_GRID if quick else GRID
-    cells = [{"signal_norm": m, "d": d, "log_every": 1000} for d in grid["d"] for m in grid["signal_norm"]]
-    recs = sweep_records(cache, "encoder", base, {}, [0], SAVE, points=dyn + cells)
+    dyn, cells = _points(quick)
+    recs = records_of(cache, *sweeps(quick))
     key = lambda c: (c["d"], c["signal_norm"], c["log_every"])
     by = {key(r["config"]): r for r in recs}
-    dynamics = {label: by[key(p)] for label, p in zip(settings, dyn)}
+    dynamics = {label: by[key(p)] for label, p in zip(SETTINGS_ORDER, dyn)}
     return {k: dynamics[k] for k in ENCODER_SETTINGS}, [by[key(c)] for c in cells if key(c) in by]
 
 

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 
 from .common import save, write_numbers
 from .fig3_heatmaps import plot_panels
-from .fig10_encoder_dynamics import encoder_records
+from .fig10_encoder_dynamics import encoder_records, sweeps  # noqa: F401  (sweeps: figure 10's, read here)
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:

@@ -27,8 +27,7 @@ import numpy as np
 
 from ..experiments.real import format_table, noise_model, protocol_sweep, protocol_table, write_table
 from ..plotting import log_steps
-from ..sweep import parse_sweep, run_sweep
-from .common import save, write_numbers
+from .common import records_of, save, write_numbers
 
 D = 32
 STEPS = 100_000
@@ -44,15 +43,25 @@ VARIANTS = (
 )
 
 
-def records(quick: bool, cache: Path) -> tuple[list[dict], list[str]]:
+def _protocol(quick: bool) -> list[tuple[dict, list[str]]]:
+    """The protocol's two sweeps (round(n eta) flips and eta = 0; iid flips) with their messages."""
     ns, steps = ([10, 40], 2000) if quick else (NS, STEPS)
     base = {"d": 32 if quick else D, "steps": steps}
     seeds = SEEDS[:2] if quick else SEEDS
+    return [
+        protocol_sweep("digits", ns, etas, seeds, {**base, **over}, name)
+        for name, etas, over in (("fig12_real", ETAS, {}), ("fig12_real_iid", [0.2], {"label_noise": "iid"}))
+    ]
+
+
+def sweeps(quick: bool) -> list[dict]:
+    return [mapping for mapping, _ in _protocol(quick)]
+
+
+def records(quick: bool, cache: Path) -> tuple[list[dict], list[str]]:
     recs, messages = [], []
-    for name, etas, over in (("fig12_real", ETAS, {}), ("fig12_real_iid", [0.2], {"label_noise": "iid"})):
-        mapping, msgs = protocol_sweep("digits", ns, etas, seeds, {**base, **over}, name)
-        report = run_sweep(parse_sweep(mapping), cache, progress=None)
-        recs += [r for r in report.records() if r.get("status") == "ok"]
+    for mapping, msgs in _protocol(quick):
+        recs += records_of(cache, mapping)
         messages += [m for m in msgs if m not in messages]
     return recs, messages
 

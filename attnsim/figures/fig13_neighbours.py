@@ -28,6 +28,11 @@ from . import fig6_phase, fig15_normalized, fig16_magen
 from .common import save, write_numbers
 
 
+def sweeps(quick: bool) -> list[dict]:
+    """The sweeps this figure reads: figures 6, 15 and 16's."""
+    return [*fig6_phase.sweeps(quick), *fig15_normalized.sweeps(quick), *fig16_magen.sweeps(quick)]
+
+
 def fig6_phase_describe(fit: dict) -> str:
     """A fitted edge as figure 6 states it (the free law, and Jiang et al.'s form through it)."""
     return describe_fit(fit) + fig6_phase._fixed(fit)
@@ -71,7 +76,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     )
     lines += [f"(b) {v}" for v in magen_lines[:2]]
     # (c) Tarzanagh et al.
-    tz_lines = fig15_normalized.draw(axes[2], fig15_normalized.runs(quick))
+    tz_lines = fig15_normalized.draw(axes[2], fig15_normalized.runs(quick, cache))
     axes[2].set_title("(c) Tarzanagh et al. 2023: normalized GD reaches the p-SVM direction", fontsize=9)
     lines += [f"(c) {v}" for v in tz_lines]
     # (d) Jiang et al.: their boundary on attnsim's phase diagram

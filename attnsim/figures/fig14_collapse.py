@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..metrics import format_error
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 
 BASE = {
     "T": 32,
@@ -64,23 +64,25 @@ CASES = ((12000, 120.0), (6000, 100.0))  # the notebook's printed cases (one see
 EDGE = (0.6, 0.65, 0.7)  # where the collapse sits: two more seeds
 
 
-def records(quick: bool, cache: Path) -> list[dict]:
+def sweeps(quick: bool) -> list[dict]:
     if quick:
-        return sweep_records(
-            cache,
-            "fig14_collapse",
-            {**BASE, "T": 16, "d": 1000},
-            {"signal_norm": [60.0], "noise_rate": [0.05, 0.6, 0.7]},
-            [0],
-        )
+        quick_base = {**BASE, "T": 16, "d": 1000}
+        return [
+            sweep_mapping(
+                "fig14_collapse", quick_base, {"signal_norm": [60.0], "noise_rate": [0.05, 0.6, 0.7]}, [0]
+            )
+        ]
     grid = {"noise_rate": list(ETAS)}
-    recs = []
-    for d, mu in CASES:
-        recs += sweep_records(
-            cache, f"fig14_collapse_{d}_{mu:g}", {**BASE, "d": d, "signal_norm": mu}, grid, [0]
-        )
+    out = [
+        sweep_mapping(f"fig14_collapse_{d}_{mu:g}", {**BASE, "d": d, "signal_norm": mu}, grid, [0])
+        for d, mu in CASES
+    ]
     focus = {**BASE, "d": FOCUS[0], "signal_norm": FOCUS[1]}
-    return recs + sweep_records(cache, "fig14_collapse_seeds", focus, {"noise_rate": list(EDGE)}, [1, 2])
+    return out + [sweep_mapping("fig14_collapse_seeds", focus, {"noise_rate": list(EDGE)}, [1, 2])]
+
+
+def records(quick: bool, cache: Path) -> list[dict]:
+    return records_of(cache, *sweeps(quick))
 
 
 def _summary(eta: float, f: dict) -> str:

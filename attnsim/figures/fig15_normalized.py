@@ -12,15 +12,13 @@ to where 0.999 would be reached."""
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import log_steps
-from ..run import simulate
-from .common import save, write_numbers
+from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
 BASE = {"train": "p", "init_W": "identity", "d": 200, "limit": True, "log_scale": "log", "pop_log_points": 2}
 TARGET = 0.999
@@ -28,28 +26,27 @@ LRS = (0.01, 0.05, 0.2)
 FLOW_STEPS = 10**15
 
 
-def runs(quick: bool) -> dict:
-    """The normalized-GD runs (by step size) and plain GD's flow."""
-    out = {}
-    with warnings.catch_warnings():  # a run's warnings stay in its result and go to the numbers file
-        warnings.simplefilter("ignore", UserWarning)
-        for lr in LRS[1:2] if quick else LRS:
-            steps = 2000 if quick else 10**4
-            # every step logged: the first step at the target is exact, not the first logged one
-            # (quick: a log grid, and the numbers say "first at logged step")
-            grid = {"log_points": 60} if quick else {"log_scale": "linear", "log_every": 1}
-            cfg = {**BASE, "optimizer": "normalized", "lr": lr, "steps": steps, **grid}
-            out[("normalized", lr)] = simulate(cfg)
-        out[("gd", 0.05)] = simulate(
-            {
-                **BASE,
-                "integrator": "flow",
-                "lr": 0.05,
-                "steps": 10**9 if quick else FLOW_STEPS,
-                "log_points": 80,
-            }
-        )
-    return out
+def sweeps(quick: bool) -> list[dict]:
+    """The normalized-GD runs (one per step size) and plain GD's flow, as one sweep."""
+    points = []
+    for lr in LRS[1:2] if quick else LRS:
+        steps = 2000 if quick else 10**4
+        # every step logged: the first step at the target is exact, not the first logged one
+        # (quick: a log grid, and the numbers say "first at logged step")
+        grid = {"log_points": 60} if quick else {"log_scale": "linear", "log_every": 1}
+        points.append({"optimizer": "normalized", "lr": lr, "steps": steps, **grid})
+    flow_steps = 10**9 if quick else FLOW_STEPS
+    points.append({"integrator": "flow", "lr": 0.05, "steps": flow_steps, "log_points": 80})
+    return [sweep_mapping("fig15_normalized", BASE, {}, [0], ["mm_cos", "p_norm"], points=points)]
+
+
+def runs(quick: bool, cache: Path) -> dict:
+    """The records by (optimizer, lr): ("normalized", lr) and ("gd", 0.05), the flow."""
+    recs = records_of(cache, *sweeps(quick))
+    return {
+        (r["config"]["optimizer"], r["config"]["lr"]): {**r, "trajectory": arrays(r["trajectory"])}
+        for r in recs
+    }
 
 
 def first_reach(tr: dict, target: float = TARGET) -> int | None:
@@ -74,7 +71,7 @@ def draw(ax, res: dict) -> list[str]:
     """cos(q, q_mm) against steps with each run's first step at the target; the numbers."""
     lines = []
     for i, ((opt, lr), r) in enumerate(sorted(res.items())):
-        tr = r.trajectory
+        tr = r["trajectory"]
         hit = first_reach(tr)
         label = f"normalized GD, lr={lr:g}" if opt == "normalized" else f"GD (gradient flow, lr={lr:g})"
         ax.plot(log_steps(tr["step"]), tr["mm_cos"], color=f"C{i}", label=label)
@@ -86,8 +83,8 @@ def draw(ax, res: dict) -> list[str]:
         lines.append(
             f"{label}: cos {tr['mm_cos'][-1]:.5f} at step {int(tr['step'][-1])} (|p| "
             f"{tr['p_norm'][-1]:.3g}); cos >= {TARGET} {where}; limit selection "
-            f"{'feasible' if r.limit.get('feasible') else 'infeasible'}; warnings: "
-            f"{'; '.join(r.warnings) or 'none'}"
+            f"{'feasible' if r['limit'].get('feasible') else 'infeasible'}; warnings: "
+            f"{'; '.join(r['warnings']) or 'none'}"
         )
         if opt == "gd":
             t_need, a, c = gd_extrapolation(tr)
@@ -105,16 +102,16 @@ def draw(ax, res: dict) -> list[str]:
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    res = runs(quick)
+    res = runs(quick, cache)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     lines = draw(axes[0], res)
     axes[0].set_title("q = W p against the p-SVM (train = p, W = I, d = 200, 20% flips)", fontsize=9)
     for i, ((opt, lr), r) in enumerate(sorted(res.items())):
-        tr = r.trajectory
+        tr = r["trajectory"]
         axes[1].plot(
             log_steps(tr["step"]), 1.0 - np.asarray(tr["mm_cos"]), color=f"C{i}", label=f"{opt}, lr={lr:g}"
         )
-    gd = res[("gd", 0.05)].trajectory
+    gd = res[("gd", 0.05)]["trajectory"]
     t_need, a, c = gd_extrapolation(gd)
     t_ext = np.geomspace(gd["step"][-1], max(t_need, gd["step"][-1]) * 10, 30)
     p_end = gd["p_norm"][-1] + c * np.log10(t_ext / gd["step"][-1])

@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import cell_edges, draw_boundary, fit_power_law, interpolated_crossings
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 
 D = 50000
 BASE = {"preset": "magen2025", "d": D, "lr": 600.0 / D}
@@ -33,13 +33,17 @@ BOUND = 0.05
 EDGES = ("lower", "upper")
 
 
-def records(quick: bool, cache: Path) -> list[dict]:
+def sweeps(quick: bool) -> list[dict]:
     if quick:
         ns, snr, seeds = [25, 100], np.geomspace(0.01, 1.0, 5), [0]
     else:
         ns, snr, seeds = [25, 50, 100, 200, 400], np.geomspace(0.005, 2.0, 24), [0, 1, 2, 3, 4]
     grid = {"n": ns, "signal_norm": [float(v) for v in (snr * np.sqrt(D)).round(4)]}
-    return sweep_records(cache, "fig16_magen", BASE, grid, seeds)
+    return [sweep_mapping("fig16_magen", BASE, grid, seeds)]
+
+
+def records(quick: bool, cache: Path) -> list[dict]:
+    return records_of(cache, *sweeps(quick))
 
 
 def cells(recs: list[dict]) -> tuple[np.ndarray, np.ndarray, dict]:

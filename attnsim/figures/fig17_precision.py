@@ -14,7 +14,6 @@ the bfloat16 twin stops moving, and names each one's regime."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -23,11 +22,10 @@ import numpy as np
 from ..config import as_config
 from ..metrics import format_error
 from ..plotting import log_steps
-from ..results import load
-from ..run import simulate
-from .common import save, write_numbers
+from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
 BASE = {"log_scale": "log", "log_points": 80, "pop_log_points": 40, "clean_twin": False}
+SAVED = ["pop_score_relevant", "twin_pop_score_relevant"]
 # (title, keys, steps, quick steps)
 SETTINGS = (
     ("d = 200, |mu| = 20, GD", {"d": 200}, 10**6, 10**4),
@@ -57,28 +55,62 @@ SWEEP_NORMS = (3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 8.0, 10.0)
 SWEEP_STEPS = 3 * 10**5
 
 
-def runs(quick: bool, cache: Path) -> list[tuple[str, dict]]:
-    """Per setting, the float32 and bfloat16 runs (each with the same exact run beside it),
-    each saved in ``cache`` under its config's hash and read back from there."""
+def _setting_points(quick: bool) -> list[dict]:
+    """Per setting (SETTINGS + STABLE, in order) and format, its point."""
+    return [
+        {**keys, "steps": quick_steps if quick else steps, "precision_twin": fmt}
+        for _, keys, steps, quick_steps in SETTINGS + STABLE
+        for fmt in FORMATS
+    ]
+
+
+def _sweep_points(quick: bool) -> list[dict]:
+    """Per |mu| of the critical-signal sweep and format, its point."""
+    norms = SWEEP_NORMS[::4] if quick else SWEEP_NORMS
+    steps = 10**4 if quick else SWEEP_STEPS
+    return [
+        {"d": 200, "steps": steps, "signal_norm": mu, "precision_twin": fmt}
+        for mu in norms
+        for fmt in FORMATS
+    ]
+
+
+def sweeps(quick: bool) -> list[dict]:
+    """Every run of the figure as one sweep (each with its exact run beside its twin)."""
+    points = _setting_points(quick) + _sweep_points(quick)
+    return [sweep_mapping("fig17_precision", BASE, {}, [0], SAVED, points=points)]
+
+
+def records(quick: bool, cache: Path) -> dict:
+    """The figure's records by their points (:func:`_point_key`)."""
+    recs = records_of(cache, *sweeps(quick))
+    return {_point_key(r["config"]): r for r in recs}
+
+
+def _point_key(c: dict) -> tuple:
+    keys = ("d", "signal_norm", "optimizer", "lr", "weight_decay", "attention", "steps", "precision_twin")
+    return tuple(c[k] for k in keys)
+
+
+def runs(quick: bool, by: dict) -> list[tuple[str, dict]]:
+    """Per setting, its float32 and bfloat16 runs' records (each with the same exact run beside it),
+    from the records ``by`` their points (:func:`records`)."""
     out = []
-    with warnings.catch_warnings():  # a run's warnings stay in its result and go to the numbers file
-        warnings.simplefilter("ignore", UserWarning)
-        for title, keys, steps, quick_steps in SETTINGS + STABLE:
-            cfg = {**BASE, **keys, "steps": quick_steps if quick else steps}
-            out.append((title, {fmt: _cached({**cfg, "precision_twin": fmt}, cache) for fmt in FORMATS}))
+    for title, keys, steps, quick_steps in SETTINGS + STABLE:
+        cfg = as_config({**BASE, **keys, "steps": quick_steps if quick else steps}).to_dict()
+        out.append((title, {fmt: by[_point_key({**cfg, "precision_twin": fmt})] for fmt in FORMATS}))
     return out
 
 
-def sweep(quick: bool, cache: Path) -> list[tuple[float, dict]]:
-    """Per |mu| of the critical-signal sweep, its float32 and bfloat16 runs."""
-    norms = SWEEP_NORMS[::4] if quick else SWEEP_NORMS
-    cfg = {**BASE, "d": 200, "steps": 10**4 if quick else SWEEP_STEPS}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return [
-            (mu, {fmt: _cached({**cfg, "signal_norm": mu, "precision_twin": fmt}, cache) for fmt in FORMATS})
-            for mu in norms
-        ]
+def sweep(quick: bool, by: dict) -> list[tuple[float, dict]]:
+    """Per |mu| of the critical-signal sweep, its float32 and bfloat16 runs' records."""
+    out = []
+    for p in _sweep_points(quick)[:: len(FORMATS)]:
+        cfg = as_config({**BASE, **p}).to_dict()
+        out.append(
+            (p["signal_norm"], {fmt: by[_point_key({**cfg, "precision_twin": fmt})] for fmt in FORMATS})
+        )
+    return out
 
 
 def critical(points: list[tuple[float, float | None]]) -> str:
@@ -98,9 +130,9 @@ def draw_sweep(ax, res: list[tuple[float, dict]], horizon: int) -> list[str]:
         f"critical signal at a finite horizon: GD, d = 200, {horizon:g} steps (t: the first of the "
         "40 log-spaced population log points from which the relevant score stays >= 0.5)"
     ]
-    series = {"float64": [(mu, r["float32"].theory.get("t_generalize")) for mu, r in res]}
+    series = {"float64": [(mu, r["float32"]["theory"].get("t_generalize")) for mu, r in res]}
     for fmt in FORMATS:
-        series[fmt] = [(mu, r[fmt].precision.get("t_generalize")) for mu, r in res]
+        series[fmt] = [(mu, r[fmt]["precision"].get("t_generalize")) for mu, r in res]
     for (name, pts), color, mark in zip(series.items(), ("k", "C0", "C3"), ("o", "s", "^")):
         got = [(mu, t) for mu, t in pts if t is not None]
         if got:
@@ -116,15 +148,6 @@ def draw_sweep(ax, res: list[tuple[float, dict]], horizon: int) -> list[str]:
     return lines
 
 
-def _cached(cfg: dict, cache: Path):
-    folder = cache / "fig17_precision" / as_config(cfg).hash()
-    if (folder / "result.json").exists():
-        return load(folder)
-    res = simulate(cfg)
-    res.save(folder)
-    return res
-
-
 def _describe(name: str, final: dict, t_gen, extra: str = "") -> str:
     err = format_error(final.get("pop_error"), final.get("pop_error_se"), final.get("pop_error_resolved"))
     gen = "never" if t_gen is None else f"from step {t_gen:g}"
@@ -135,14 +158,14 @@ def _describe(name: str, final: dict, t_gen, extra: str = "") -> str:
 def draw(ax, title: str, res: dict) -> list[str]:
     """One setting's panel; its numbers."""
     exact = res["float32"]
-    tr = exact.trajectory
+    tr = arrays(exact["trajectory"])
     x = log_steps(tr["step"])
     m = np.isfinite(tr["pop_score_relevant"])
-    ax.plot(x[m], tr["pop_score_relevant"][m], color="k", lw=2, label=f"float64 ({exact.final['regime']})")
-    lines = [title, "  " + _describe("float64", exact.final, exact.theory.get("t_generalize"))]
+    ax.plot(x[m], tr["pop_score_relevant"][m], color="k", lw=2, label=f"float64 ({exact['final']['regime']})")
+    lines = [title, "  " + _describe("float64", exact["final"], exact["theory"].get("t_generalize"))]
     for fmt, color in zip(FORMATS, ("C0", "C3")):
         r = res[fmt]
-        pr, t = r.precision, r.trajectory
+        pr, t = r["precision"], arrays(r["trajectory"])
         if pr.get("status") == "failed":  # diverged: no trajectory of its own, the reason instead
             ax.plot([], [], color=color, ls="--", label=f"{fmt} (failed)")
             lines.append(f"  {fmt}: {pr['reason']}")
@@ -172,7 +195,8 @@ def draw(ax, title: str, res: dict) -> list[str]:
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    res = runs(quick, cache)
+    by = records(quick, cache)
+    res = runs(quick, by)
     fig, axes = plt.subplots(2, len(SETTINGS), figsize=(4.0 * len(SETTINGS), 7.6))
     lines = [
         "float64 (the exact run), float32 and bfloat16 (precision twins as torch computes on CPU); dotted: "
@@ -180,6 +204,6 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ]
     for ax, (title, r) in zip([*axes[0], *axes[1][: len(STABLE)]], res):
         lines += draw(ax, title, r)
-    lines += draw_sweep(axes[1][-1], sweep(quick, cache), 10**4 if quick else SWEEP_STEPS)
+    lines += draw_sweep(axes[1][-1], sweep(quick, by), 10**4 if quick else SWEEP_STEPS)
     fig.tight_layout()
     return [save(fig, outdir / "fig17_precision.png"), write_numbers(outdir, "fig17_precision", lines)]

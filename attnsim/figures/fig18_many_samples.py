@@ -7,15 +7,13 @@ ODE's O(d) law beside the fit."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import log_steps
-from ..run import simulate
-from .common import save, write_numbers
+from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
 FINITE = {"train": "p", "init_W": "identity", "d": 500, "signal_norm": 3.0, "lr": 0.01, "steps": 3000}
 FINITE_LOG = {"log_scale": "log", "log_points": 40, "pop_log_points": 40}
@@ -41,16 +39,32 @@ def exit_step(tr: dict) -> float:
     return float(st[i - 1] + (EXIT - s[i - 1]) / (s[i] - s[i - 1]) * (st[i] - st[i - 1]))
 
 
-def _quiet(cfg: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tiny-SNR notes of the runs; their numbers are what is shown
-        return simulate(cfg)
-
-
-def _online(d: int, seed: int, integrator: str = "online", tau: float = TAU) -> dict:
+def _online(d: int, tau: float) -> dict:
+    """An online run's point at d (lr = C / d, steps = tau d)."""
     steps = int(tau * d)
-    cfg = {**ONLINE, "d": d, "lr": C / d, "steps": steps, "log_every": steps // LOGS}
-    return _quiet({**cfg, "pop_log_points": LOGS + 2, "integrator": integrator, "seed": seed})
+    return {"d": d, "lr": C / d, "steps": steps, "log_every": steps // LOGS, "pop_log_points": LOGS + 2}
+
+
+def _sizes(quick: bool) -> tuple[tuple, tuple, range, float]:
+    """(finite n, online d, seeds, tau) of the figure."""
+    tau = 1.2 if quick else TAU  # the exit (score 0.3) comes at 1.07 d steps
+    return ((20, 200), DS[:2], range(2), tau) if quick else (NS, DS, range(4), tau)
+
+
+def sweeps(quick: bool) -> list[dict]:
+    """(a) finite n and the population flow; (b) online SGD at each d, every seed; the ODE."""
+    ns, ds, seeds, tau = _sizes(quick)
+    finite = {**FINITE, **FINITE_LOG, **({"steps": 500} if quick else {})}
+    points = [{"n": n} for n in ns] + [{"integrator": "population_flow"}]
+    online = {**ONLINE, "integrator": "online"}
+    saved = ["pop_error", "pop_score_relevant", "p_norm"]
+    return [
+        sweep_mapping("fig18_finite", finite, {}, [0], saved, points=points),
+        sweep_mapping("fig18_online", online, {}, list(seeds), saved, points=[_online(d, tau) for d in ds]),
+        sweep_mapping(
+            "fig18_ode", {**online, "integrator": "population_flow"}, {}, [0], saved, [_online(D_ODE, tau)]
+        ),
+    ]
 
 
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
@@ -64,15 +78,15 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    ns, ds, seeds = ((20, 200), DS[:2], range(2)) if quick else (NS, DS, range(4))
+    ns, ds, seeds, _ = _sizes(quick)
+    finite, online, ode = (records_of(cache, m) for m in sweeps(quick))
+    by_n = {r["config"]["n"]: arrays(r["trajectory"]) for r in finite if r["config"]["integrator"] == "gd"}
+    flow = next(arrays(r["trajectory"]) for r in finite if r["config"]["integrator"] == "population_flow")
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
     lines = []
     # (a) finite n against the population flow
-    finite = {**FINITE, **FINITE_LOG, **({"steps": 500} if quick else {})}
-    tau = 1.2 if quick else TAU  # the exit (score 0.3) comes at 1.07 d steps
-    flow = _quiet({**finite, "integrator": "population_flow"}).trajectory
     for i, n in enumerate(ns):
-        tr = _quiet({**finite, "n": n}).trajectory
+        tr = by_n[n]
         err, score = np.asarray(tr["pop_error"], float), np.asarray(tr["pop_score_relevant"], float)
         st, ok = log_steps(tr["step"]), np.isfinite(err)
         axes[0].plot(st[ok], err[ok], color=f"C{i}", label=f"n = {n}")
@@ -88,15 +102,15 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         f"(a) population flow: final population error {fe[ok][-1]:.4f}, fresh relevant score {fs[ok][-1]:.4f}"
     )
     # (b) online SGD against the ODE, (c) the exit time
-    ode = _online(D_ODE, 0, "population_flow", tau)
-    t_ode = np.asarray(ode.trajectory["step"]) / D_ODE  # time in units of d steps
-    ode_norm = np.asarray(ode.trajectory["p_norm"])
+    ode_tr = arrays(ode[0]["trajectory"])
+    t_ode = np.asarray(ode_tr["step"]) / D_ODE  # time in units of d steps
+    ode_norm = np.asarray(ode_tr["p_norm"])
+    runs = {(r["config"]["d"], r["config"]["seed"]): arrays(r["trajectory"]) for r in online}
     rms, exits = [], []
     for j, d in enumerate(ds):
         dev, ex = [], []
         for seed in seeds:
-            r = _online(d, seed, tau=tau)
-            tr = r.trajectory
+            tr = runs[(d, seed)]
             t = np.asarray(tr["step"]) / d
             x = np.asarray(tr["p_norm"])
             dev.append(x - np.interp(t, t_ode, ode_norm))
@@ -119,7 +133,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ex = np.array(exits, float)
     mean_ex = np.nanmean(ex, axis=1)
     eslope, ese, eicpt = _fit(np.array(ds, float), mean_ex)
-    t_star = exit_step(ode.trajectory)
+    t_star = exit_step(ode_tr)
     ax2 = axes[3].twinx()
     ax2.loglog(np.repeat(ds, ex.shape[1]), ex.ravel(), "s", color="C0", ms=3, alpha=0.6)
     ax2.loglog(

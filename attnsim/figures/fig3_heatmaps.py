@@ -18,7 +18,7 @@ from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
 from ..plotting import describe_fit, draw_boundary, fit_power_law, interpolated_crossings, label_contours
-from .common import grid_of, save, sweep_records, write_numbers
+from .common import grid_of, records_of, save, sweep_mapping, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.axes import Axes
@@ -35,7 +35,7 @@ REGIME_COLORS = {
 }
 
 
-def records(quick: bool, cache: Path) -> list[dict]:
+def sweeps(quick: bool) -> list[dict]:
     if quick:
         grid = {"signal_norm": [5.0, 10.0, 20.0, 50.0, 100.0], "d": [250, 1000, 2500, 5000]}
     else:
@@ -44,7 +44,11 @@ def records(quick: bool, cache: Path) -> list[dict]:
             "d": {"start": 250, "stop": 5000, "step": 125},
         }
     base = {"steps": 1000, "log_every": 1000, "pop_log_points": 2, "engine": "reduced"}
-    return sweep_records(cache, "fig3_heatmap", base, grid, seeds=[0])
+    return [sweep_mapping("fig3_heatmap", base, grid, [0])]
+
+
+def records(quick: bool, cache: Path) -> list[dict]:
+    return records_of(cache, *sweeps(quick))
 
 
 def plot_panels(

@@ -24,12 +24,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import grid_of, save, sweep_records, write_numbers
+from .common import grid_of, records_of, save, sweep_mapping, write_numbers
 
 SAVE = ["frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"]
 
 
-def records(quick: bool, cache: Path) -> list[dict]:
+def sweeps(quick: bool) -> list[dict]:
     if quick:
         grid = {"d": [250, 1000, 3000, 5000], "signal_norm": [5.0, 20.0, 50.0, 100.0]}
         steps = 2000
@@ -51,7 +51,11 @@ def records(quick: bool, cache: Path) -> list[dict]:
         "engine": "reduced",
         "clean_twin": False,
     }
-    return sweep_records(cache, "fig4_frak_s", base, grid, seeds=[0], save=SAVE)
+    return [sweep_mapping("fig4_frak_s", base, grid, [0], SAVE)]
+
+
+def records(quick: bool, cache: Path) -> list[dict]:
+    return records_of(cache, *sweeps(quick))
 
 
 def ratio(rec: dict, num: str, den: str, counts: tuple[float, float]) -> float:

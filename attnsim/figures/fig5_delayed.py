@@ -16,7 +16,7 @@ import numpy as np
 from ..metrics import format_error
 from ..plotting import log_steps
 from ..theory import g_inv
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.axes import Axes
@@ -35,11 +35,17 @@ SAVE = [
 NORMS = [5.0, 7.5, 10.0, 15.0, 20.0]
 
 
-def records(quick: bool, cache: Path) -> list[dict]:
+def sweeps(quick: bool) -> list[dict]:
     steps = 10_000 if quick else 1_000_000
     base = {"steps": steps, "log_scale": "log", "log_points": 120, "pop_log_points": 120, "engine": "reduced"}
-    recs = sweep_records(cache, "fig5_delayed", base, {"d": [2000], "signal_norm": NORMS}, [0], SAVE)
-    recs += sweep_records(cache, "fig5_delayed_4500", base, {"d": [4500], "signal_norm": [5.0]}, [0], SAVE)
+    return [
+        sweep_mapping("fig5_delayed", base, {"d": [2000], "signal_norm": NORMS}, [0], SAVE),
+        sweep_mapping("fig5_delayed_4500", base, {"d": [4500], "signal_norm": [5.0]}, [0], SAVE),
+    ]
+
+
+def records(quick: bool, cache: Path) -> list[dict]:
+    recs = records_of(cache, *sweeps(quick))
     return sorted(recs, key=lambda r: (r["config"]["d"], r["config"]["signal_norm"]))
 
 

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import cell_edges, describe_fit, draw_boundary, fit_power_law, interpolated_crossings
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 
 READINGS = (1000, 5000)
 SHOWN = ("not_overfitting", "partial", "benign", "harmful")
@@ -24,7 +24,12 @@ D = 2000
 EDGE_STYLE = {"lower": ("w", "|"), "upper": ("c", "x"), "limit": ("y", "+")}
 
 
-def records(quick: bool, cache: Path, steps: int) -> list[dict]:
+def sweeps(quick: bool) -> list[dict]:
+    """One sweep per reading (a run's verdict is that of its horizon)."""
+    return [_sweep(quick, steps) for steps in READINGS]
+
+
+def _sweep(quick: bool, steps: int) -> dict:
     if quick:
         grid = {"n": [10, 20], "signal_norm": [5.0, 20.0, 60.0]}
         seeds = [0]
@@ -34,7 +39,11 @@ def records(quick: bool, cache: Path, steps: int) -> list[dict]:
     base = {"d": D, "steps": steps, "log_every": 1000, "pop_log_points": 2, "engine": "reduced"}
     if steps == READINGS[-1]:  # the limit of the longer horizon's selection (its times need no refining)
         base.update(limit=True, refine_times="false")
-    return sweep_records(cache, f"fig6_phase_{steps}", base, grid, seeds)
+    return sweep_mapping(f"fig6_phase_{steps}", base, grid, seeds)
+
+
+def records(quick: bool, cache: Path, steps: int) -> list[dict]:
+    return records_of(cache, _sweep(quick, steps))
 
 
 def _axes_of(recs: list[dict]) -> tuple[list, list, np.ndarray]:

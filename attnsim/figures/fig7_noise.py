@@ -15,18 +15,23 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 from .fig2_dynamics import SETTINGS
 
 
-def records(quick: bool, cache: Path) -> dict[str, list[dict]]:
+def sweeps(quick: bool) -> list[dict]:
+    """One sweep per setting of figure 2, in its order."""
     etas = [0.0, 0.2, 0.4] if quick else [round(0.05 * i, 2) for i in range(11)]
     seeds = [0, 1] if quick else list(range(5))
     base = {"steps": 300 if quick else 1000, "log_every": 1000, "pop_log_points": 2, "label_noise": "exact"}
-    return {
-        label: sweep_records(cache, f"fig7_noise_{i}", {**base, **over}, {"noise_rate": etas}, seeds)
-        for i, (label, over) in enumerate(SETTINGS.items())
-    }
+    return [
+        sweep_mapping(f"fig7_noise_{i}", {**base, **over}, {"noise_rate": etas}, seeds)
+        for i, over in enumerate(SETTINGS.values())
+    ]
+
+
+def records(quick: bool, cache: Path) -> dict[str, list[dict]]:
+    return {label: records_of(cache, m) for label, m in zip(SETTINGS, sweeps(quick))}
 
 
 def _band(vals):

@@ -19,7 +19,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import save, sweep_records, write_numbers
+from .common import records_of, save, sweep_mapping, write_numbers
 
 DIMS = (1000, 2000, 4000)
 SNRS = [round(v, 3) for v in np.linspace(0.1, 0.34, 13)]  # |mu| = SNR sqrt(d)
@@ -27,8 +27,13 @@ HORIZON = 10**14
 SAVE = ["pop_error", "pop_error_se", "pop_error_resolved", "pop_score_relevant", "mm_cos", "train_loss"]
 
 
-def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
-    dims = (1000, 2000) if quick else DIMS
+def _dims(quick: bool) -> tuple[int, ...]:
+    return (1000, 2000) if quick else DIMS
+
+
+def sweeps(quick: bool) -> list[dict]:
+    """One sweep per d."""
+    dims = _dims(quick)
     snrs = SNRS[::3] if quick else SNRS
     seeds = [0] if quick else [0, 1, 2]
     base = {
@@ -41,9 +46,8 @@ def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
         "engine": "reduced",
         "clean_twin": False,
     }
-    return {
-        d: sweep_records(
-            cache,
+    return [
+        sweep_mapping(
             f"fig8_gen_time_{d}",
             {**base, "d": d},
             {"signal_norm": [round(s * math.sqrt(d), 3) for s in snrs]},
@@ -51,7 +55,11 @@ def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
             SAVE,
         )
         for d in dims
-    }
+    ]
+
+
+def records(quick: bool, cache: Path) -> dict[int, list[dict]]:
+    return {d: records_of(cache, m) for d, m in zip(_dims(quick), sweeps(quick))}
 
 
 def critical_norm(recs: list[dict], level: float = 0.5) -> float | None:

@@ -15,7 +15,7 @@ from ..metrics import format_error
 from ..plotting import log_steps
 from ..run import simulate
 from .common import save, write_numbers
-from .fig8_generalization_time import HORIZON, records
+from .fig8_generalization_time import HORIZON, records, sweeps  # noqa: F401  (sweeps: figure 8's, read here)
 
 P_ONLY = {
     "train": "p",
