@@ -8,7 +8,8 @@ others', as ``sweeps(quick) -> list[dict]`` (sweep mappings,
 :func:`.common.sweep_mapping`). :func:`make` runs the sweeps of every figure asked for
 together, on one pool of worker processes (one per core), the costliest tasks
 first whichever figure they belong to, and draws each figure as soon as its
-own sweeps are done, while the workers go on with the others'.
+own sweeps are done (in that order, not the list's), while the workers go on
+with the others'.
 """
 
 from __future__ import annotations
@@ -65,11 +66,10 @@ def make(
     sweeps = {name: getattr(modules[name], "sweeps", lambda quick: [])(quick) for name in names}
     out: list[Path] = []
     notes: list[str] = []
-    with _sweeping(sweeps, root, notes) as ready:
+    with _sweeping(sweeps, root, notes) as next_ready:
         READ_ONLY.on = True  # the figures read the records the sweeps write
         try:
-            for name in names:
-                ready(name)
+            for name in next_ready(names):
                 t = time.perf_counter()
                 paths = modules[name].make(Path(outdir), quick=quick, cache=root)
                 log(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - t:.1f} s)")
@@ -82,11 +82,13 @@ def make(
 
 
 @contextlib.contextmanager
-def _sweeping(sweeps: dict[str, list[dict]], root: Path, notes: list[str]) -> Iterator[Callable[[str], None]]:
+def _sweeping(
+    sweeps: dict[str, list[dict]], root: Path, notes: list[str]
+) -> Iterator[Callable[[list[str]], Iterator[str]]]:
     """Run every figure's sweeps (each once) on a thread while the block draws; yields
-    ``ready(name)``, which waits until the sweeps of figure ``name`` are done (and raises
-    what stopped the sweeps, if anything did). ``notes`` gets what the sweeps report of
-    failed points and warnings, sweep by sweep."""
+    ``next_ready(names)``, which gives the names as their sweeps are done (the first ready
+    in the list's order each time; raising what stopped the sweeps, if anything did).
+    ``notes`` gets what the sweeps report of failed points, sweep by sweep."""
     from ..sweep import parse_sweep  # lazy: as matplotlib above
     from ..sweep.executors import worker_pool  # lazy: as above
     from ..sweep.run import run_sweeps  # lazy: as above
@@ -101,32 +103,44 @@ def _sweeping(sweeps: dict[str, list[dict]], root: Path, notes: list[str]) -> It
                 index[key] = len(specs)
                 specs.append((spec, root))
             of[name].append(index[key])
-    done = [threading.Event() for _ in specs]
+    done = [False] * len(specs)
+    changed = threading.Condition()
     stop, failed = threading.Event(), []
+
+    def finished(i: int) -> None:
+        with changed:
+            done[i] = True
+            changed.notify_all()
 
     def work() -> None:
         try:
-            reports = run_sweeps(specs, progress=False, on_done=lambda i: done[i].set(), stop=stop)
+            reports = run_sweeps(specs, progress=False, on_done=finished, stop=stop)
             notes.extend(f"{rep.root.name}: {m}" for rep in reports for m in rep.messages if "failed" in m)
-        except BaseException as exc:  # handed to the drawing thread by ready()
+        except BaseException as exc:  # handed to the drawing thread by next_ready()
             failed.append(exc)
         finally:
-            for event in done:
-                event.set()
+            for i in range(len(specs)):
+                finished(i)
 
-    def ready(name: str) -> None:
-        for i in of[name]:
-            while not done[i].wait(0.5):  # in steps, so Ctrl-C reaches the drawing thread
-                pass
-        if failed:
-            raise failed[0]
+    def next_ready(names: list[str]) -> Iterator[str]:
+        left = list(names)
+        while left:
+            with changed:
+                ready = [n for n in left if all(done[i] for i in of[n])]
+                while not ready:
+                    changed.wait(0.5)  # in steps, so Ctrl-C reaches the drawing thread
+                    ready = [n for n in left if all(done[i] for i in of[n])]
+            if failed:
+                raise failed[0]
+            left.remove(ready[0])
+            yield ready[0]
 
     missing = any(not (root / spec.name).exists() for spec, _ in specs)
     with worker_pool(start=(os.cpu_count() or 1) if missing else 0):
         thread = threading.Thread(target=work, name="attnsim-sweeps", daemon=True)
         thread.start()
         try:
-            yield ready
+            yield next_ready
         except BaseException:
             stop.set()  # the drawing stopped (an error, Ctrl-C): so does the work
             raise
