@@ -46,6 +46,7 @@ class Result:
     git: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0  # the simulation: setup_s, then the steps, metrics and theory
     setup_s: float = 0.0  # building the problem (data, W(0) and its projections)
+    evaluation_s: float = 0.0  # CPU time of its evaluations (population metrics, test sets; twins' too)
     startup_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
@@ -73,6 +74,7 @@ class Result:
                 "git": self.git,
                 "elapsed_s": self.elapsed_s,
                 "setup_s": self.setup_s,
+                "evaluation_s": self.evaluation_s,
                 "startup_s": self.startup_s,
             }
         )
@@ -374,6 +376,7 @@ def load(outdir: str | Path) -> Result:
         git=meta.get("git") or {},
         elapsed_s=meta.get("elapsed_s", 0.0),
         setup_s=meta.get("setup_s", 0.0),
+        evaluation_s=meta.get("evaluation_s", 0.0),
         startup_s=meta.get("startup_s", 0.0),
         warnings=meta.get("warnings", []),
         data=meta.get("data", {}),

@@ -29,7 +29,7 @@ from .driver import Schedule, log_grid, pop_indices, run
 from .observers import Recorder, refine_times
 from .runtime.resources import small_pages
 from .runtime.threads import blas
-from .runtime.workspace import WORKSPACE, Workspace
+from .runtime.workspace import PROCESS, WORKSPACE, Workspace
 
 
 def ensure_compiled(
@@ -140,8 +140,11 @@ def _simulate(config, data, save_scores, progress, announce, workspace, _warmup,
         problem, ds = spec.build(cfg, ds, streams, engine, reason, ws)
     pop = spec.population(cfg, ds, streams.population, ws)
     setup = time.perf_counter() - t0 - startup
+    counted = PROCESS.evaluation_s
     run_ = _train_run(spec, problem, ds, cfg, pop, save_scores, progress)
-    return _assemble(cfg, data, spec, problem, ds, pop, run_, ws, t0, setup, startup)
+    res = _assemble(cfg, data, spec, problem, ds, pop, run_, ws, t0, setup, startup)
+    res.evaluation_s = PROCESS.evaluation_s - counted
+    return res
 
 
 def _with_keys(config, data, keys: dict) -> tuple[Any, Any]:

@@ -47,7 +47,18 @@ steps = 1500
 signal_norm = [5, 20]
 n = [10, 20]
 """
-MACHINE = {"elapsed_s", "setup_s", "startup_s", "versions", "threads", "git", "elapsed", "wall_s", "cpu_s"}
+MACHINE = {
+    "elapsed_s",
+    "setup_s",
+    "evaluation_s",
+    "startup_s",
+    "versions",
+    "threads",
+    "git",
+    "elapsed",
+    "wall_s",
+    "cpu_s",
+}
 
 
 def _clean(value):

@@ -14,10 +14,12 @@ workspace it is given (``simulate(..., workspace=)``; default: the process's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import numpy as np
@@ -105,6 +107,20 @@ class Process:
         self.idle_workers: list | None = None
         self.work = threading.local()
         self.forked = False  # a forked child: no Numba threading layer (GNU OpenMP cannot run after fork)
+        self.evaluation_s = 0.0  # CPU seconds of evaluations so far (a run reports its own: the difference)
+        self._counting = threading.Lock()
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Count the CPU time of the enclosed work, on the thread that runs it, in
+        :attr:`evaluation_s` (a run's population metrics and test sets, wherever they run)."""
+        t = time.thread_time()
+        try:
+            yield
+        finally:
+            spent = time.thread_time() - t
+            with self._counting:
+                self.evaluation_s += spent
 
     def after_fork(self) -> None:
         """In a forked child: fork copies no thread, so the parent's pools would take jobs

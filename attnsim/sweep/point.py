@@ -49,6 +49,7 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
         "git": res.git,
         "elapsed_s": res.elapsed_s,
         "setup_s": res.setup_s,
+        "evaluation_s": res.evaluation_s,
         "wall_s": time.perf_counter() - t,
         "cpu_s": time.process_time() - cpu,  # every thread of the worker, inside simulate
     }

@@ -12,6 +12,7 @@ import numpy as np
 from ...config import Config
 from ...init import draw_W0
 from ...runtime.threads import in_background
+from ...runtime.workspace import PROCESS
 from .plan import n_log_points
 from .population import state_scalars
 from .steppers import FlowField, ModelArrays, SegmentXW, make_segment, outputs, state_q
@@ -199,16 +200,19 @@ class StateEvaluator:
         return state_scalars(self.pb, None, state["p"], state["nu"], q=state_q(state))
 
     def __call__(self, state: Mapping[str, np.ndarray]) -> dict:
-        out = self._test_part(state)
-        if self.pop is not None:
-            out.update(self.pop.evaluate(*self._scalars(state)))
+        with PROCESS.evaluating():
+            out = self._test_part(state)
+            if self.pop is not None:
+                out.update(self.pop.evaluate(*self._scalars(state)))
         return out
 
     def defer(self, state: Mapping[str, np.ndarray]) -> _Deferred:
         job = (
             None if self.pop is None else in_background(_quiet_call, self.pop.evaluate, self._scalars(state))
         )
-        return _Deferred(self._test_part(state), job)
+        with PROCESS.evaluating():
+            now = self._test_part(state)
+        return _Deferred(now, job)
 
 
 class _Deferred:
@@ -227,8 +231,8 @@ class _Deferred:
 
 def _quiet_call(fn, args):
     """fn(*args) with overflow and invalid-value warnings off (as the driver
-    runs evaluations; NumPy's error state is per thread)."""
-    with np.errstate(over="ignore", invalid="ignore"):
+    runs evaluations; NumPy's error state is per thread), its time counted as evaluation."""
+    with np.errstate(over="ignore", invalid="ignore"), PROCESS.evaluating():
         return fn(*args)
 
 
