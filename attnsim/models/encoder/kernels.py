@@ -48,7 +48,7 @@ from numba import njit
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
-from .linalg import Held, NoneHeld, Outer, dense_grads, dot, mm, mm_t, rows_dot, rows_sum
+from .linalg import Held, NoneHeld, Outer, dense_grads, dot, mm, mm_t, rows_dot
 from .params import param_shapes
 
 LN_EPS = 1e-5
@@ -117,10 +117,11 @@ def _dot8(x, y):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
-def _attend(nx, kg, kb, lc, uc, g, b, T, logits, a, nbar, ubar):
+def _attend(nx, kg, kb, lc, uc, g, b, T, logits, a, nbar, ubar, asum):
     """The CLS query's attention, sample by sample, from the normalized tokens
     nx (n*T, d): logits (CLS first: lc; token t: nhat_t . kg + kb), their
-    softmax a, nbar = sum_t a_t nhat_t and ubar = a_c uc + g * nbar + b sum_t a_t."""
+    softmax a, asum = sum_t a_t over the data tokens, nbar = sum_t a_t nhat_t and
+    ubar = a_c uc + g * nbar + b asum."""
     n, d = nbar.shape
     for i in range(n):
         logits[i, 0] = lc
@@ -137,6 +138,7 @@ def _attend(nx, kg, kb, lc, uc, g, b, T, logits, a, nbar, ubar):
         for t in range(T + 1):
             a[i, t] /= total
             rest += a[i, t] if t > 0 else 0.0
+        asum[i] = rest
         for j in range(d):
             nbar[i, j] = 0.0
         for t in range(T):
@@ -175,6 +177,129 @@ def _attend_back(nx, a, dubar, uc, g, b, T, dl, m_dl, v):
             row = nx[i * T + t]
             for j in range(d):
                 m_dl[j] += w * row[j]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _residual_ln(o, c, skip, g, b, h, nhat, rstd, out):
+    """h = o + c (``skip``; else o), then its LayerNorm (:func:`_ln_rows`) into nhat, rstd, out."""
+    rows, d = o.shape
+    for i in range(rows):
+        for j in range(d):
+            h[i, j] = o[i, j] + c[j] if skip else o[i, j]
+    _ln_rows(h, g, b, nhat, rstd, out)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _bias_gelu(r, b, g, dg):
+    """r += b (the MLP's first bias), then g = gelu(r) and dg = gelu'(r) (:func:`_gelu_pair`)."""
+    rows, m = r.shape
+    for i in range(rows):
+        for j in range(m):
+            r[i, j] += b[j]
+    _gelu_pair(r, g, dg)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _output(mlp, b2, h, skip, g, b, z, nhat, rstd, zf):
+    """z = h + (mlp + b2) (``skip``; else mlp + b2) and zf = LNf(z)."""
+    rows, d = mlp.shape
+    for i in range(rows):
+        for j in range(d):
+            v = mlp[i, j] + b2[j]
+            z[i, j] = h[i, j] + v if skip else v
+    _ln_rows(z, g, b, nhat, rstd, zf)
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _head_back(df, zf, w, g, nhat, rstd, g_w, g_g, g_b, dz, g_b2):
+    """Back from the outputs: the head's gradients (g_w = sum_i df_i zf_i), LNf's (g_g, g_b)
+    of delta_zf = df_i w, its input gradient dz, and the second MLP bias's (g_b2 = sum_i dz_i)."""
+    n, d = zf.shape
+    for j in range(d):
+        g_w[j] = 0.0
+        g_g[j] = 0.0
+        g_b[j] = 0.0
+        g_b2[j] = 0.0
+    for i in range(n):
+        a = df[i]
+        m1 = 0.0
+        m2 = 0.0
+        for j in range(d):
+            g_w[j] += a * zf[i, j]
+            dy = a * w[j]
+            g_g[j] += dy * nhat[i, j]
+            g_b[j] += dy
+            gh = dy * g[j]
+            m1 += gh
+            m2 += gh * nhat[i, j]
+        m1 /= d
+        m2 /= d
+        r = rstd[i]
+        for j in range(d):
+            v = r * (a * w[j] * g[j] - m1 - nhat[i, j] * m2)
+            dz[i, j] = v
+            g_b2[j] += v
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _gelu_back(dgr, deriv, g_b1):
+    """dr = dgr * gelu'(r) in place, and the first MLP bias's gradient g_b1 = sum_i dr_i."""
+    n, m = dgr.shape
+    for j in range(m):
+        g_b1[j] = 0.0
+    for i in range(n):
+        for j in range(m):
+            v = dgr[i, j] * deriv[i, j]
+            dgr[i, j] = v
+            g_b1[j] += v
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _ln2_back(dh2, g, nhat, rstd, dz, skip, g_g, g_b, dh, dc):
+    """Back through LN2: its gain and bias gradients, the input gradient dh (plus dz, the
+    residual, with ``skip``) and the CLS token's share dc = sum_i dh_i (zero without it)."""
+    n, d = dh2.shape
+    for j in range(d):
+        g_g[j] = 0.0
+        g_b[j] = 0.0
+        dc[j] = 0.0
+    for i in range(n):
+        m1 = 0.0
+        m2 = 0.0
+        for j in range(d):
+            dy = dh2[i, j]
+            g_g[j] += dy * nhat[i, j]
+            g_b[j] += dy
+            gh = dy * g[j]
+            m1 += gh
+            m2 += gh * nhat[i, j]
+        m1 /= d
+        m2 /= d
+        r = rstd[i]
+        for j in range(d):
+            v = r * (dh2[i, j] * g[j] - m1 - nhat[i, j] * m2)
+            if skip:
+                v += dz[i, j]
+                dc[j] += v
+            dh[i, j] = v
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
+def _ubar_sums(dubar, nbar, asum, a, s_nbar, s_asum, s_cls):
+    """The sums over samples LN1's gradients need: sum_i dubar_i * nbar_i, sum_i asum_i dubar_i
+    and sum_i a_(i,CLS) dubar_i."""
+    n, d = dubar.shape
+    for j in range(d):
+        s_nbar[j] = 0.0
+        s_asum[j] = 0.0
+        s_cls[j] = 0.0
+    for i in range(n):
+        w1, w2 = asum[i], a[i, 0]
+        for j in range(d):
+            v = dubar[i, j]
+            s_nbar[j] += v * nbar[i, j]
+            s_asum[j] += w1 * v
+            s_cls[j] += w2 * v
 
 
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,6 +342,24 @@ def gelu(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return g, dg
 
 
+def work_arrays(n: int, T: int, d: int, m: int) -> dict[str, np.ndarray]:
+    """The arrays a forward and backward pass of ``n`` samples fill (:func:`forward`'s cache and
+    :func:`backward`'s gradients): a stepper keeps one set, so no step maps fresh memory (a
+    20 x 2000 array is above malloc's mmap threshold, and its page faults cost every step)."""
+    rows = {"nbar": d, "ubar": d, "o": d, "h": d, "h2": d, "n2": d, "z": d, "zf": d, "nf": d}
+    rows |= {"r": m, "gr": m, "dgr": m, "mlp": d, "dz": d, "dh2": d, "dh": d, "dubar": d}
+    out = {k: np.empty((n, w)) for k, w in rows.items()}
+    out |= {k: np.empty((n, T + 1)) for k in ("logits", "a", "dl")}
+    out |= {k: np.empty(n) for k in ("asum", "r2", "rf", "f")}
+    out |= {k: np.empty((1, d)) for k in ("uc", "nc")}
+    out["rc"] = np.empty(1)
+    vectors = ("lnf_g", "lnf_b", "b2", "b1", "ln2_g", "ln2_b", "dc", "m_dl", "v", "s_nbar", "s_asum", "s_cls")
+    out |= {f"g_{k}": np.empty(d) for k in vectors}
+    out["g_b1"] = np.empty(m)
+    out["g_head_w"] = np.empty((1, d))
+    return out
+
+
 def forward(
     X2: np.ndarray,
     n: int,
@@ -225,63 +368,39 @@ def forward(
     skip: bool,
     nx: np.ndarray | None = None,
     held: Held | None = None,
+    work: dict | None = None,
 ) -> dict:
     """The CLS path of the encoder for tokens X2 (n*T, d) (``nx``: their
     :func:`normalized_tokens`, computed here if not given; ``held``: updates of
-    W_q and W_k not yet in P, :class:`Held`); returns every
-    intermediate the backward pass needs (f: (n,) outputs, a: (n, T+1)
-    attention of the CLS query, column 0 on the CLS token itself). The data
-    tokens enter through nhat only: with u_t = g * nhat_t + b,
+    W_q and W_k not yet in P, :class:`Held`; ``work``: :func:`work_arrays` to fill, the
+    next call's to overwrite); returns every intermediate the backward pass needs
+    (f: (n,) outputs, a: (n, T+1) attention of the CLS query, column 0 on the CLS
+    token itself). The data tokens enter through nhat only: with u_t = g * nhat_t + b,
     kappa . u_t = (kappa * g) . nhat_t + kappa . b and
-    sum_t a_t u_t = g * (sum_t a_t nhat_t) + b sum_t a_t."""
+    sum_t a_t u_t = g * (sum_t a_t nhat_t) + b sum_t a_t. Between the BLAS products,
+    each stretch of per-row work is one kernel."""
     d = X2.shape[1]
+    w = work_arrays(n, T, d, P["b1"].size) if work is None else work
     nx = normalized_tokens(X2) if nx is None else nx
     c = P["cls"].reshape(d)
     g1, b1n = P["ln1_g"], P["ln1_b"]
-    uc, nc, rc = layer_norm(c[None, :], g1, b1n)
+    _ln_rows(c[None, :], g1, b1n, w["nc"], w["rc"], w["uc"])
+    uc = w["uc"][0]
     Wqkv = P["W_qkv"]
     Wq, Wk, Wv = Wqkv[:d], Wqkv[d : 2 * d], Wqkv[2 * d :]
     W = NoneHeld if held is None else held
-    q = W.mv(0, Wq, uc[0])
+    q = W.mv(0, Wq, uc)
     kappa = W.mtv(1, Wk, q)
     s = 1.0 / math.sqrt(d)
-    logits, a = np.empty((n, T + 1)), np.empty((n, T + 1))
-    nbar, ubar = np.empty((n, d)), np.empty((n, d))  # sum_t a_t nhat_t, sum_t a_t u_t (CLS included)
-    lc, kb = dot(uc[0], kappa) * s, dot(kappa, b1n) * s  # the CLS token's logit; kappa . b for every token
-    _attend(nx, kappa * g1 * s, kb, lc, uc[0], g1, b1n, T, logits, a, nbar, ubar)
-    asum = a[:, 1:].sum(axis=1)
-    o = mm_t(ubar, Wv)
-    h = o + c if skip else o
-    h2, n2, r2 = layer_norm(h, P["ln2_g"], P["ln2_b"])
-    r = mm_t(h2, P["W1"]) + P["b1"]
-    gr, dgr = gelu(r)
-    mlp = mm_t(gr, P["W2"]) + P["b2"]
-    z = h + mlp if skip else mlp
-    zf, nf, rf = layer_norm(z, P["lnf_g"], P["lnf_b"])
-    f = rows_dot(zf, P["head_w"].reshape(d)) + P["head_b"].reshape(())
-    return dict(
-        nx=nx,
-        nbar=nbar,
-        asum=asum,
-        uc=uc,
-        nc=nc,
-        rc=rc,
-        q=q,
-        kappa=kappa,
-        logits=logits,
-        a=a,
-        ubar=ubar,
-        h=h,
-        h2=h2,
-        n2=n2,
-        r2=r2,
-        gr=gr,
-        dgr=dgr,
-        zf=zf,
-        nf=nf,
-        rf=rf,
-        f=f,
-    )
+    lc, kb = dot(uc, kappa) * s, dot(kappa, b1n) * s  # the CLS token's logit; kappa . b for every token
+    a, ubar = w["a"], w["ubar"]
+    _attend(nx, kappa * g1 * s, kb, lc, uc, g1, b1n, T, w["logits"], a, w["nbar"], ubar, w["asum"])
+    _residual_ln(mm_t(ubar, Wv, w["o"]), c, skip, P["ln2_g"], P["ln2_b"], w["h"], w["n2"], w["r2"], w["h2"])
+    _bias_gelu(mm_t(w["h2"], P["W1"], w["r"]), P["b1"], w["gr"], w["dgr"])
+    mlp = mm_t(w["gr"], P["W2"], w["mlp"])
+    _output(mlp, P["b2"], w["h"], skip, P["lnf_g"], P["lnf_b"], w["z"], w["nf"], w["rf"], w["zf"])
+    w["f"][:] = rows_dot(w["zf"], P["head_w"].reshape(d)) + P["head_b"].reshape(())
+    return {**w, "nx": nx, "q": q, "kappa": kappa}
 
 
 def backward(
@@ -303,57 +422,55 @@ def backward(
     product that last reads it (what of it is still in cache is not read
     again), W_q and W_k through ``held`` when given. The token gradients
     delta_u_t = a_t delta_ubar + s delta_l_t kappa are never formed: LN1's
-    gain and bias need only their sums against nhat_t and 1."""
+    gain and bias need only their sums against nhat_t and 1. The gradient arrays
+    are ``cache``'s (:func:`work_arrays`): the next pass overwrites them."""
+    w = cache
     d = X2.shape[1]
     s = 1.0 / math.sqrt(d)
     Wqkv = P["W_qkv"]
     Wq, Wk, Wv = Wqkv[:d], Wqkv[d : 2 * d], Wqkv[2 * d :]
     G = {}
-    w = P["head_w"].reshape(d)
-    G["head_w"] = rows_sum(cache["zf"], df).reshape(1, d)
-    G["head_b"] = np.array([df.sum()])
-    dzf = df[:, None] * w
-    G["lnf_g"] = np.einsum("id,id->d", dzf, cache["nf"])
-    G["lnf_b"] = dzf.sum(axis=0)
-    dz = layer_norm_back(dzf, P["lnf_g"], cache["nf"], cache["rf"])
-    G["W2"] = Outer(dz, cache["gr"])
-    G["b2"] = dz.sum(axis=0)
-    dr = mm(dz, P["W2"]) * cache["dgr"]
+    dz = w["dz"]
+    _head_back(df, w["zf"], P["head_w"].reshape(d), P["lnf_g"], w["nf"], w["rf"], w["g_head_w"].reshape(d),
+               w["g_lnf_g"], w["g_lnf_b"], dz, w["g_b2"])  # fmt: skip
+    G["head_w"], G["head_b"] = w["g_head_w"], np.array([df.sum()])
+    G["lnf_g"], G["lnf_b"], G["b2"] = w["g_lnf_g"], w["g_lnf_b"], w["g_b2"]
+    G["W2"] = Outer(dz, w["gr"])
+    dr = mm(dz, P["W2"], w["r"])  # r is not needed after the forward pass: its array takes dr
+    _gelu_back(dr, w["dgr"], w["g_b1"])
     now = lr is not None
     if now:
         G["W2"].subtract_from(P["W2"], lr)
-    G["W1"] = Outer(dr, cache["h2"])
-    G["b1"] = dr.sum(axis=0)
-    dh2 = mm(dr, P["W1"])
+    G["W1"], G["b1"] = Outer(dr, w["h2"]), w["g_b1"]
+    dh2 = mm(dr, P["W1"], w["dh2"])
     if now:
         G["W1"].subtract_from(P["W1"], lr)
-    G["ln2_g"] = np.einsum("id,id->d", dh2, cache["n2"])
-    G["ln2_b"] = dh2.sum(axis=0)
-    dh = layer_norm_back(dh2, P["ln2_g"], cache["n2"], cache["r2"])
-    if skip:
-        dh += dz
-    dc = dh.sum(axis=0) if skip else np.zeros(d)
-    G_Wv = Outer(dh, cache["ubar"])
-    dubar = mm(dh, Wv)
+    dh = w["dh"]
+    _ln2_back(dh2, P["ln2_g"], w["n2"], w["r2"], dz, skip, w["g_ln2_g"], w["g_ln2_b"], dh, w["g_dc"])
+    G["ln2_g"], G["ln2_b"] = w["g_ln2_g"], w["g_ln2_b"]
+    G_Wv = Outer(dh, w["ubar"])
+    dubar = mm(dh, Wv, w["dubar"])
     if now:
         G_Wv.subtract_from(Wv, lr)
     g1, b1n = P["ln1_g"], P["ln1_b"]
-    a, uc = cache["a"], cache["uc"][0]
-    dl, m_dl = np.empty((n, T + 1)), np.empty(d)  # delta_l; sum_(i,t) delta_l_t nhat_t
-    _attend_back(cache["nx"], a, dubar, uc, g1, b1n, T, dl, m_dl, np.empty(d))
-    kappa = cache["kappa"]
+    a, uc = w["a"], w["uc"][0]
+    dl, m_dl = w["dl"], w["g_m_dl"]  # delta_l; sum_(i,t) delta_l_t nhat_t
+    _attend_back(w["nx"], a, dubar, uc, g1, b1n, T, dl, m_dl, w["g_v"])
+    s_nbar, s_asum, s_cls = w["g_s_nbar"], w["g_s_asum"], w["g_s_cls"]
+    _ubar_sums(dubar, w["nbar"], w["asum"], a, s_nbar, s_asum, s_cls)
+    kappa = w["kappa"]
     dl_x, dl_c = float(dl[:, 1:].sum()), float(dl[:, 0].sum())
     dkappa = s * (dl_c * uc + m_dl * g1 + dl_x * b1n)
-    duc = rows_sum(dubar, a[:, 0]) + s * dl_c * kappa
-    q = cache["q"]
+    duc = s_cls + s * dl_c * kappa
+    q = w["q"]
     W = NoneHeld if held is None else held
     dq = W.mv(1, Wk, dkappa)
     G_Wk = Outer(q[None, :], dkappa[None, :])
     G_Wq = Outer(dq[None, :], uc[None, :])
     duc = duc + W.mtv(0, Wq, dq)
-    G["ln1_g"] = np.einsum("id,id->d", dubar, cache["nbar"]) + s * kappa * m_dl + duc * cache["nc"][0]
-    G["ln1_b"] = rows_sum(dubar, cache["asum"]) + s * dl_x * kappa + duc
-    dc = dc + layer_norm_back(duc[None, :], g1, cache["nc"], cache["rc"])[0]
+    G["ln1_g"] = s_nbar + s * kappa * m_dl + duc * w["nc"][0]
+    G["ln1_b"] = s_asum + s * dl_x * kappa + duc
+    dc = (w["g_dc"] if skip else np.zeros(d)) + layer_norm_back(duc[None, :], g1, w["nc"], w["rc"])[0]
     G["cls"] = dc.reshape(1, 1, d)
     G["W_qkv"] = [G_Wq, G_Wk, G_Wv]
     if now:

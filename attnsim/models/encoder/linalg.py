@@ -26,14 +26,18 @@ def mtv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
     return blas.dgemv(1.0, A.T, x)
 
 
-def mm_t(U: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """U @ W.T (rows of U through the linear map W), C-ordered."""
-    return blas.dgemm(1.0, W.T, U.T, trans_a=1).T
+def mm_t(U: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """U @ W.T (rows of U through the linear map W), C-ordered (into ``out`` when given)."""
+    if out is None:
+        return blas.dgemm(1.0, W.T, U.T, trans_a=1).T
+    return blas.dgemm(1.0, W.T, U.T, beta=0.0, c=out.T, trans_a=1, overwrite_c=1).T
 
 
-def mm(D: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """D @ W (back-propagation through W), C-ordered."""
-    return blas.dgemm(1.0, W.T, D.T).T
+def mm(D: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """D @ W (back-propagation through W), C-ordered (into ``out`` when given)."""
+    if out is None:
+        return blas.dgemm(1.0, W.T, D.T).T
+    return blas.dgemm(1.0, W.T, D.T, beta=0.0, c=out.T, overwrite_c=1).T
 
 
 def dot(x: np.ndarray, y: np.ndarray) -> float:

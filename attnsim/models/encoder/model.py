@@ -17,6 +17,7 @@ from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...data.synthetic import clean_labels, data_keys, draw_tokens
 from ...runtime.threads import _Done, blas, threads
+from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from ..optim_kernels import _adamw
 from . import kernels as K
@@ -58,6 +59,7 @@ class EncoderStepper(Stepper):
         self._init_records(n, rel, T)
         self.moments = {k: (np.zeros(v.size), np.zeros(v.size)) for k, v in self.P.items()}
         self.nx = K.normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
+        self.work = K.work_arrays(n, T, d, self.P["b1"].size)  # every step's arrays, made once
         self._cache = None  # the forward pass of the current parameters
         self.held = linalg.Held(d)  # the updates of W_q and W_k not yet in P
         # both cores in a step's BLAS products (OpenBLAS keeps small ones on one);
@@ -66,7 +68,7 @@ class EncoderStepper(Stepper):
 
     def _forward(self) -> dict:
         if self._cache is None:
-            self._cache = K.forward(self.X2, self.n, self.T, self.P, self.skip, self.nx, self.held)
+            self._cache = K.forward(self.X2, self.n, self.T, self.P, self.skip, self.nx, self.held, self.work)
         return self._cache
 
     def _advance(self, step0: int, nsteps: int) -> tuple[Outcome, int]:
@@ -116,7 +118,10 @@ class EncoderStepper(Stepper):
     def observe(self) -> Observation:
         cache = self._forward()
         L, _ = K.loss_coefficients(cache["f"], self.y, self.loss)
-        return Observation(cache["logits"][:, 1:], None, cache["a"][:, 1:], cache["f"], L)
+        # copies: the next step's pass writes into the cache's arrays
+        return Observation(
+            cache["logits"][:, 1:].copy(), None, cache["a"][:, 1:].copy(), cache["f"].copy(), L
+        )
 
     def state(self) -> dict[str, np.ndarray]:
         self.held.apply(self.P["W_qkv"])
@@ -194,10 +199,11 @@ class TestSetEvaluator:
 
     def __call__(self, P: dict) -> dict:
         n = threads()  # both cores, as the steps' products (nothing else runs meanwhile)
-        if n == 1:
-            return self._measure(P)
-        with blas().limit(limits=n, user_api="blas"):
-            return self._measure(P)
+        with PROCESS.evaluating():
+            if n == 1:
+                return self._measure(P)
+            with blas().limit(limits=n, user_api="blas"):
+                return self._measure(P)
 
     def _measure(self, P: dict) -> dict:
         X, y = self.X, self.y
