@@ -20,7 +20,15 @@ import numpy as np
 from ..plotting import log_steps
 from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
-BASE = {"train": "p", "init_W": "identity", "d": 200, "limit": True, "log_scale": "log", "pop_log_points": 2}
+BASE = {
+    "train": "p",
+    "init_W": "identity",
+    "d": 200,
+    "limit": True,
+    "log_scale": "log",
+    "pop_log_points": 2,
+    "clean_twin": False,  # no number of the figure is the clean-label twin's
+}
 TARGET = 0.999
 LRS = (0.01, 0.05, 0.2)
 FLOW_STEPS = 10**15

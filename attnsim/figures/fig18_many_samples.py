@@ -15,7 +15,16 @@ import numpy as np
 from ..plotting import log_steps
 from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
-FINITE = {"train": "p", "init_W": "identity", "d": 500, "signal_norm": 3.0, "lr": 0.01, "steps": 3000}
+# the finite-n runs (no number of the figure is their clean-label twin's)
+FINITE = {
+    "train": "p",
+    "init_W": "identity",
+    "d": 500,
+    "signal_norm": 3.0,
+    "lr": 0.01,
+    "steps": 3000,
+    "clean_twin": False,
+}
 FINITE_LOG = {"log_scale": "log", "log_points": 40, "pop_log_points": 40}
 NS = (20, 50, 200, 500, 2000)
 C, TAU, BATCH = 10.0, 3.0, 8  # lr = C / d, steps = TAU d, batch of the online runs

@@ -73,7 +73,9 @@ def hand_built(quick: bool) -> dict:
 def trained(quick: bool) -> dict:
     out = {}
     for label, over in SETTINGS.items():
-        res = simulate({**over, "steps": 300 if quick else 1000, "test_n": 100, "log_every": 1000})
+        res = simulate(
+            {**over, "steps": 300 if quick else 1000, "test_n": 100, "log_every": 1000, "clean_twin": False}
+        )
         pb, st = res.problem, res.state
         e1, e2 = pb.mu_pos / over["signal_norm"], pb.mu_neg / over["signal_norm"]
         q = st["W"] @ st["p"]

@@ -27,6 +27,7 @@ P_ONLY = {
     "log_points": 80,
     "pop_log_points": 80,
     "limit": True,
+    "clean_twin": False,  # no number of the figure is the clean-label twin's
 }
 
 
