@@ -442,18 +442,27 @@ def _p_pass(data, B, p, work):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
-def _flow_rhs(data, W, p, nu, train, lr, work, values_stale, out):
-    """Gradient-flow vector field -grad L at the state (W, p, nu).
+def _flow_rhs(data, theta, W, p, nu, train, lr, work, values_stale, out):
+    """Gradient-flow vector field -grad L at the packed state theta.
 
-    Layout of out: [W (k*r) if trained, p (r) if trained, nu (k) if trained,
+    Layout of theta and out: [W (k*r) if trained, p (r) if trained, nu (k) if trained,
     S (n)], with dS_i/dt = s_rel,i (1 - s_rel,i) / lr so that S counts in units
-    of GD steps (t = lr * step). W, p, nu come contiguous (views of the packed
-    state where trained): a view taken here would be copied before each product.
+    of GD steps (t = lr * step); W, p, nu are the fixed blocks (used where not trained).
+    theta comes contiguous: its blocks are contiguous views, as the products need.
     ``values_stale``: work.u does not hold X nu (always, when nu is trained).
     Returns the loss (NaN flags divergence).
     """
     train_W, train_p, train_nu = train
     k, r = W.shape
+    o = 0
+    if train_W:
+        W = theta[: k * r].reshape(k, r)
+        o += k * r
+    if train_p:
+        p = theta[o : o + r]
+        o += r
+    if train_nu:
+        nu = theta[o : o + k]
     L = _forward_backward(data, W, p, nu, work, values_stale or train_nu, train_nu)
     j = 0
     if train_W:

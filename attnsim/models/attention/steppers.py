@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
+from ...runtime.numba_cache import resolved
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from ..optim_kernels import _adamw, _adamw_outer
@@ -377,12 +378,7 @@ def state_q(state: Mapping) -> np.ndarray:
 
 def _is_identity(W: np.ndarray) -> bool:
     """Whether W is exactly the identity matrix (k^2 comparisons, no product)."""
-    k = W.shape[0]
-    return (
-        W.shape == (k, k)
-        and np.array_equal(W.reshape(-1)[:: k + 1], np.ones(k))
-        and (np.count_nonzero(W) == k)
-    )
+    return W.shape[0] == W.shape[1] == np.count_nonzero(W) and bool(np.all(np.diagonal(W) == 1.0))
 
 
 def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -444,6 +440,7 @@ class FlowField(AttentionModel):
     def __init__(self, arrays: ModelArrays) -> None:
         super().__init__(arrays)
         self.evals = 0
+        self._rhs = _flow_rhs  # its compiled function once the first call has resolved it
 
     def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:
         tw, tp, tn = self.train
@@ -467,10 +464,24 @@ class FlowField(AttentionModel):
         self.evals += 1
         if self.evals > self.max_evals:
             raise EvaluationBudgetExceeded(t)
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
         out = np.empty_like(theta)
-        W, p, nu, _ = self.unpack(np.ascontiguousarray(theta, dtype=np.float64))
         # X nu once while nu is fixed (it is in every evaluation's work.u after that)
-        _flow_rhs(self.data, W, p, nu, self.train, self.lr, self.work, self.evals == 1, out)
+        args = (
+            self.data,
+            theta,
+            self.W,
+            self.p,
+            self.nu,
+            self.train,
+            self.lr,
+            self.work,
+            self.evals == 1,
+            out,
+        )
+        self._rhs(*args)
+        if self.evals == 1:  # every later call has arguments of these types
+            self._rhs = resolved(_flow_rhs, args)
         return out
 
 
