@@ -14,8 +14,8 @@ from attnsim.cli import main
 from attnsim.config import Config
 from attnsim.metrics import regime
 from attnsim.models.base import Outcome, finite_difference_errors
-from attnsim.models.encoder import kernels as K
-from attnsim.models.encoder import linalg
+from attnsim.models.encoder import kernels, linalg
+from attnsim.models.encoder import passes as K
 from attnsim.models.encoder.model import EncoderStepper
 from attnsim.models.encoder.params import init_params, param_shapes
 from attnsim.models.encoder.reference import encoder_forward, encoder_loss, random_encoder
@@ -132,7 +132,7 @@ def test_a_restored_snapshot_forgets_the_held_updates():
 
 def test_gelu_is_the_exact_one_in_both_tails():
     r = np.linspace(-30.0, 30.0, 6000).reshape(60, -1)
-    g, dg = K.gelu(r)
+    g, dg = kernels.gelu(r)
     cdf, pdf = ndtr(r), np.exp(-0.5 * r * r) / np.sqrt(2 * np.pi)
     np.testing.assert_allclose(g, r * cdf, rtol=1e-12, atol=1e-300)  # libm's erfc, cephes: 2e-13 apart
     np.testing.assert_allclose(dg, cdf + r * pdf, rtol=1e-12, atol=1e-300)

@@ -20,8 +20,9 @@ from ...runtime.threads import _Done, blas, threads
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from ..optim_kernels import _adamw
-from . import kernels as K
 from . import linalg
+from . import passes as K
+from .kernels import normalized_tokens
 from .params import check_config, init_params
 
 
@@ -58,7 +59,7 @@ class EncoderStepper(Stepper):
         self.lr, self.skip, self.loss = lr, skip, loss
         self._init_records(n, rel, T)
         self.moments = {k: (np.zeros(v.size), np.zeros(v.size)) for k, v in self.P.items()}
-        self.nx = K.normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
+        self.nx = normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
         self.work = K.work_arrays(n, T, d, self.P["b1"].size)  # every step's arrays, made once
         self._cache = None  # the forward pass of the current parameters
         self.held = linalg.Held(d)  # the updates of W_q and W_k not yet in P

@@ -63,9 +63,9 @@ class EncoderSpec(ModelSpec):
         return (cfg.seed, cfg.n, cfg.T, cfg.d, cfg.mlp_dim)
 
     def warm_up(self) -> None:
-        from . import kernels  # lazy
+        from . import passes  # lazy
 
-        kernels.warmup()
+        passes.warmup()
 
     def build(
         self, cfg: Config, ds: Dataset | None, streams: Streams, engine: str, reason: str, ws: Workspace
@@ -102,7 +102,7 @@ class EncoderSpec(ModelSpec):
 
     def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
         from ..base import finite_difference_errors  # lazy
-        from . import kernels as K  # lazy
+        from . import passes as K  # lazy
         from .reference import encoder_loss, random_encoder  # lazy
 
         X, y, P = random_encoder(seed)
