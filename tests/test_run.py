@@ -77,7 +77,7 @@ def test_bit_identical_reruns_in_fresh_processes(tmp_path):
         subprocess.run([sys.executable, "-c", _RERUN, str(tmp_path / name)], check=True)
     ja, jb = (json.loads((tmp_path / p / "result.json").read_text()) for p in "ab")
     for j in (ja, jb):
-        j.pop("elapsed_s"), j.pop("setup_s"), j.pop("startup_s")
+        j.pop("elapsed_s"), j.pop("setup_s"), j.pop("evaluation_s"), j.pop("startup_s")
     assert ja == jb
     ta, tb = np.load(tmp_path / "a" / "trajectory.npz"), np.load(tmp_path / "b" / "trajectory.npz")
     assert ta.files == tb.files
