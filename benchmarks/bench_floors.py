@@ -11,7 +11,10 @@ n T + 2 = 162):
 - the gradient flow's vector field (``FlowField``): one evaluation per call;
 - one population evaluation (``Population.evaluate``, 4096 points: the bulk
   metrics and the error's tail estimator) of the default run's state at step
-  1000.
+  1000, against two floors: the bulk's exponentials and sums with the tail
+  points' (without the tail estimator's search for its design points and the
+  weights of its mixture proposal), and that with both (SPEC §9: at most 1.5x
+  that floor).
 
 BLAS is pinned to one thread, as inside a run (``OPENBLAS_NUM_THREADS=1``
 is set before NumPy loads). Prints each loop's time per call, median (min-max)
@@ -141,6 +144,25 @@ def main() -> int:
     rows["population evaluation"] = _pair(
         _calls(lambda: pop.evaluate(*scal)),
         _calls(lambda: FK.population_floor(D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf)),
+        evals,
+        args.reps,
+    )
+    qhat_nu = scal[2] / sq
+    tail_args = (
+        aq,
+        anu,
+        ds.sigma * sq,
+        ds.sigma * qhat_nu,
+        ds.sigma * np.sqrt(max(scal[6] - qhat_nu**2, 0.0)),
+    )
+    U = np.empty((2 * cfg.T, tail_D.shape[2]))  # at most 2 T components per class
+    rows["population evaluation (floor with the tail's design search and mixture weights)"] = _pair(
+        _calls(lambda: pop.evaluate(*scal)),
+        _calls(
+            lambda: FK.population_floor_with_tail(
+                pop, tail_args, D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf, U
+            )
+        ),
         evals,
         args.reps,
     )

@@ -134,3 +134,36 @@ def population_floor(D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf):
         np.negative(np.abs(cdf, out=cdf), out=cdf), out=cdf
     )  # exp(-|x|): the work of one exp, never overflowing
     return acc
+
+
+def _mixture_weights(A, counts, X, K, U):
+    """The mixture proposal's weights of the tail points of one class: every point's
+    product with each component's half-space normal (T + 1 numbers; one BLAS product)
+    and that component's normal density there (NumPy's vectorized exp, as attnsim), summed
+    with the components' shares (``counts``, K + 1): what any balance-heuristic weight needs."""
+    U = np.dot(A[1 : K + 1], X, out=U[:K])
+    np.multiply(U, U, out=U)
+    np.multiply(U, -0.5, out=U)
+    np.exp(U, out=U)
+    return float(counts[0] * U.shape[1] + counts[1 : K + 1] @ U.sum(axis=1))
+
+
+def population_floor_with_tail(pop, args, D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf, U):
+    """:func:`population_floor` and what the tail estimator's proposal cannot do without:
+    its design-point search for both classes (attnsim's own Newton search, run as it is:
+    a search is the work, there is no barer one) and the mixture weights of its points
+    (:func:`_mixture_weights`). ``pop``: a Population; ``args``: its (aq, anu, kappa, b, sdc)."""
+    from attnsim.models.attention.population import design_kernels
+    from attnsim.models.attention.population.tail import DEFENSIVE, FLOOR, MAX_BETA, MERGE, PRUNE
+
+    acc = population_floor(D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf)
+    aq, an, kappa, b, sdc = args
+    tail = pop.tail
+    w = tail._w
+    settings = (DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE)
+    for c, y in enumerate((1.0, -1.0)):
+        K, _ = design_kernels._tail_components(
+            np.ascontiguousarray(aq[c]), np.ascontiguousarray(an[c]), kappa, b, sdc, y, tail.N, settings, w
+        )
+        acc += _mixture_weights(w.A, w.counts, tail.X[c], K, U)
+    return acc

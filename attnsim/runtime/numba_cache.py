@@ -47,6 +47,7 @@ __all__ = [
     "FASTMATH",
     "MIN_NUMBA",
     "INSTALLED",
+    "Resolving",
     "check_numba_version",
     "install",
     "resolved",
@@ -134,6 +135,24 @@ def resolved(kernel, args: tuple):
         return kernel.overloads[tuple(numba.typeof(a) for a in args)].entry_point
     except (AttributeError, KeyError, TypeError, ValueError):  # another Numba: dispatch as usual
         return kernel
+
+
+class Resolving:
+    """``kernel`` at one call site whose arguments always have the same types (its own work
+    arrays, floats, ints): the first call goes through Numba's dispatch, every later one
+    straight to the compiled function of those types (:func:`resolved`)."""
+
+    __slots__ = ("kernel", "fn")
+
+    def __init__(self, kernel):
+        self.kernel, self.fn = kernel, None
+
+    def __call__(self, *args):
+        if self.fn is not None:
+            return self.fn(*args)
+        out = self.kernel(*args)
+        self.fn = resolved(self.kernel, args)
+        return out
 
 
 check_numba_version(numba.__version__)

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, lapack, solve_triangular
 
-from ...runtime.numba_cache import resolved
+from ...runtime.numba_cache import Resolving
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from ..optim_kernels import _adamw, _adamw_outer
@@ -440,7 +440,7 @@ class FlowField(AttentionModel):
     def __init__(self, arrays: ModelArrays) -> None:
         super().__init__(arrays)
         self.evals = 0
-        self._rhs = _flow_rhs  # its compiled function once the first call has resolved it
+        self._rhs = Resolving(_flow_rhs)  # every call has arguments of the same types
 
     def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:
         tw, tp, tn = self.train
@@ -467,21 +467,9 @@ class FlowField(AttentionModel):
         theta = np.ascontiguousarray(theta, dtype=np.float64)
         out = np.empty_like(theta)
         # X nu once while nu is fixed (it is in every evaluation's work.u after that)
-        args = (
-            self.data,
-            theta,
-            self.W,
-            self.p,
-            self.nu,
-            self.train,
-            self.lr,
-            self.work,
-            self.evals == 1,
-            out,
+        self._rhs(
+            self.data, theta, self.W, self.p, self.nu, self.train, self.lr, self.work, self.evals == 1, out
         )
-        self._rhs(*args)
-        if self.evals == 1:  # every later call has arguments of these types
-            self._rhs = resolved(_flow_rhs, args)
         return out
 
 

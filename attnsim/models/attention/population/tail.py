@@ -61,6 +61,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ....runtime.numba_cache import Resolving
 from . import design_kernels, pop_kernels, sample_kernels
 
 DEFENSIVE = 0.15  # share of the points drawn from N(0, I)
@@ -142,6 +143,12 @@ class TailError:
             factor=np.ones(K),
         )
         self._vectors = np.empty((6, N))
+        # the kernels without Numba's dispatch after their first call: the arguments are these work
+        # arrays, the points and floats, the same types at every call (typing the 18 arrays of
+        # TailWork took microseconds of each)
+        self._components = Resolving(design_kernels._tail_components)
+        self._sample = Resolving(sample_kernels._tail_sample)
+        self._finish = Resolving(pop_kernels._tail_finish)
 
     def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
         """The error of the state with mean logits aq (2, T) and mean values
@@ -176,11 +183,12 @@ class TailError:
         """(P_y, its standard error, the bound on P_y not seen: 0 or FLOOR_BOUND)."""
         w = self._w
         aq, anu = np.ascontiguousarray(aq, dtype=np.float64), np.ascontiguousarray(anu, dtype=np.float64)
+        kappa, b, sdc, y = float(kappa), float(b), float(sdc), float(y)  # the kernels' types, every call
         # a design needs a smooth integrand: with sdc = 0 (nu along q) Phi(-t) is a step,
         # so the proposal is built for a slightly noisy value (the estimate stays exact)
         sdc_design = sdc if sdc > 0.0 else 1e-3 * (float(np.abs(anu).max()) + abs(b)) + 1e-300
         t, g, h, den, tail, keep = self._vectors
-        K, n_groups = design_kernels._tail_components(
+        K, n_groups = self._components(
             aq,
             anu,
             kappa,
@@ -193,32 +201,29 @@ class TailError:
         )
         if K == 0:  # every design point beyond MAX_BETA
             return 0.0, 0.0, FLOOR_BOUND
-        sample_kernels._tail_sample(
-            K, n_groups, aq, kappa, self.u[c], self.log_u[c], self.X[c], w, keep, g, h
-        )
+        self._sample(K, n_groups, aq, kappa, self.u[c], self.log_u[c], self.X[c], w, keep, g, h)
         E, U, GU = w.E, w.U[:K], w.GU[:K]
         np.exp(E, out=E)
         np.exp(GU, out=GU)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            p, se = pop_kernels._tail_finish(
-                E,
-                U,
-                GU,
-                w.zeta,
-                anu,
-                b,
-                sdc,
-                y,
-                keep,
-                w.log_mass,
-                w.factor,
-                K,
-                w.counts[: K + 1],
-                w.starts[: K + 2],
-                t,
-                g,
-                h,
-                den,
-                tail,
-            )
+        p, se = self._finish(
+            E,
+            U,
+            GU,
+            w.zeta,
+            anu,
+            b,
+            sdc,
+            y,
+            keep,
+            w.log_mass,
+            w.factor,
+            K,
+            w.counts[: K + 1],
+            w.starts[: K + 2],
+            t,
+            g,
+            h,
+            den,
+            tail,
+        )
         return p, se, 0.0
