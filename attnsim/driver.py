@@ -92,15 +92,12 @@ def run(
     evaluate: Evaluator | None = None,
     watch: Callable[[dict], None] | None = None,
     snapshots: bool = False,
-    meanwhile: Callable[[], None] | None = None,
 ) -> Trajectory:
     """Advance ``stepper`` along ``schedule.grid``, handing every log point to
     ``recorder``; ``evaluate`` runs at ``schedule.evaluate_at`` (through its ``defer``
     on a second thread while the steps go on, unless ``snapshots`` are kept),
     ``watch`` (if given) sees the parameters at every log point. With ``snapshots``
-    the state at each evaluated log point is kept for :func:`refine_crossing`.
-    ``meanwhile`` (if given) is called once the steps are done, while the deferred
-    evaluations finish on the other thread (the run's clean-label twin)."""
+    the state at each evaluated log point is kept for :func:`refine_crossing`."""
     grid = schedule.grid
     steps = int(grid[-1])
     at = set(schedule.evaluate_at) if evaluate is not None else set()
@@ -129,8 +126,6 @@ def run(
                 watch(stepper.state())
             if snapshots and j in at:
                 snaps[int(target)] = stepper.snapshot()
-        if meanwhile is not None:
-            meanwhile()
         _collect(recorder, pending)
     except SimulationError:
         _collect(recorder, pending)  # an overflow at an earlier log point is the one to report

@@ -110,43 +110,24 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
 
 
 class Beside:
-    """The twin trained on a thread of its own while the run steps on the caller's (the
-    twins' kernels release the GIL; the machine's second core takes them). ``result()``
-    waits for :func:`train`'s value; ``cancel()`` stops the twin at its next span.
-
-    With one thread (a sweep worker, which has one core: :func:`attnsim.runtime.threads.threads`)
-    the twin trains after the run, in ``result()``: the two would only take turns on that
-    core, and there the population metrics of each run are computed on its own thread, so two
-    at once would share the metrics' buffers."""
+    """The twin trained beside the run (:class:`attnsim.runtime.threads.Beside`: on a thread
+    of its own, or after the run with one thread, where each run computes its population
+    metrics on its own thread and two at once would take turns on one core); ``result()``
+    gives :func:`train`'s value, ``cancel()`` stops the twin at its next span."""
 
     def __init__(self, twin: Any, train_on: Callable, problem: Any):
-        import threading  # lazy: only a twin's run gets here
+        from .runtime.threads import Beside as OnThread  # lazy: only a twin's run gets here
 
-        from .runtime.threads import threads  # lazy: as threading
-
-        self.twin, self._out, self._args = twin, {}, (train_on, problem)
-        self._thread = None
-        if threads() > 1:
-            self._thread = threading.Thread(target=self._go, args=self._args, daemon=True)
-            self._thread.start()
-
-    def _go(self, train_on: Callable, problem: Any) -> None:
-        try:
-            self._out["value"] = train(self.twin, train_on, problem)
-        except BaseException as exc:  # handed to the caller's thread by result()
-            self._out["error"] = exc
+        self.twin = twin
+        self._job = OnThread(lambda: train(twin, train_on, problem))
 
     def result(self) -> tuple:
-        if self._thread is not None:
-            self._thread.join()
-        elif not self._out:
-            self._go(*self._args)  # one thread: the run has ended, the twin trains now
-        if "error" in self._out:
-            raise self._out["error"]
-        return self._out["value"]
+        return self._job.result()
 
     def cancel(self) -> None:
+        """Stop the twin at its next span (the run failed), and wait for it."""
         self.twin.cancelled = True
+        self._job.abandon()
 
 
 def assemble(trained: tuple, run_arrays: dict, final_of, theory_of) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from .data.dataset import DataError, Dataset, make_streams
 from .driver import Schedule, log_grid, pop_indices, run
 from .observers import Recorder, refine_times
 from .runtime.resources import small_pages
-from .runtime.threads import blas
+from .runtime.threads import Beside, blas
 from .runtime.workspace import PROCESS, WORKSPACE, Workspace
 
 
@@ -241,19 +241,17 @@ class _Trained(NamedTuple):
 
 
 def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, progress) -> _Trained:
-    """The run's training with its observers, the clean-label twin (trained while
-    the run's last population evaluations finish) and the limit's section."""
+    """The run's training with its observers, the clean-label and precision twins (each beside
+    the run: on a thread of its own, after it with one thread) and the limit's section."""
     rel = ds.relevant_indicator(problem.T)
     limit = spec.limit_watch(problem) if cfg.limit else None
     low = spec.precision_twin(problem, cfg, rel, ds.y)  # the precision twin (None unless asked for)
     watches = [w for w in (limit, None if low is None else low.watch_run) if w is not None]
     watch = (lambda state: [w(state) for w in watches]) if len(watches) > 1 else (watches or [None])[0]
     twin: dict = {}
-    meanwhile = (
-        (lambda: twin.update(clean_twin(problem, ds, cfg, pop, rel)))
-        if cfg.clean_twin and ds.n_noisy
-        else None
-    )
+    job = _clean_twin_job(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy else None
+    if isinstance(job, dict):  # the reason there is none
+        twin, job = job, None
     # one BLAS thread in the step loop and the metrics: the attention model's
     # matrices are small, and the encoder's rank-n products are bound by memory
     # bandwidth (measured: 70 ms per step at d = mlp_dim = 2000 on one thread, 80-140 on two)
@@ -262,6 +260,8 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
         if low is not None:  # on the other core while the run steps
             on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True)  # noqa: E731
             beside = precision.Beside(low, on, problem)
+        # the clean-label twin on the idle core while the run steps (its evaluations queue with the run's)
+        beside_twin = Beside(lambda: twin.update(job(True))) if job is not None else None
         try:
             traj = _train(
                 problem,
@@ -273,14 +273,17 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
                 progress=progress,
                 watch=watch,
                 refine=refines_times(cfg),
-                meanwhile=meanwhile,
             )
         except BaseException:
             if beside is not None:
                 beside.cancel()
+            if beside_twin is not None:
+                beside_twin.abandon()
             raise
         limit_section = limit.finish(cfg, traj, pop) if limit is not None else None
         low_run = None if beside is None else beside.result()
+        if beside_twin is not None:
+            beside_twin.result()
     return _Trained(traj, twin, limit_section, low_run)
 
 
@@ -380,7 +383,6 @@ def _train(
     progress: bool | None = False,
     watch=None,
     refine: bool = False,
-    meanwhile=None,
     stepper=None,
     quiet: bool = False,
 ):
@@ -395,7 +397,7 @@ def _train(
     schedule = Schedule(
         grid, pop_indices(len(grid), cfg.pop_log_points), cfg.lr, progress, cfg.log_scale == "log"
     )
-    traj = run(stepper, recorder, schedule, evaluate, watch=watch, snapshots=refine, meanwhile=meanwhile)
+    traj = run(stepper, recorder, schedule, evaluate, watch=watch, snapshots=refine)
     arrays = traj.arrays
     if refine and evaluate is not None and traj.frozen_at is None and "pop_score_relevant" in arrays:
         traj.refined = refine_times(
@@ -446,6 +448,15 @@ def clean_twin(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray
     the run itself (population error, else the finite test set). Its error
     is the reference of the excess error label noise causes (SPEC §3).
     Returns its error measures, or the reason it has none."""
+    job = _clean_twin_job(problem, ds, cfg, pop, rel)
+    return job if isinstance(job, dict) else job(False)
+
+
+def _clean_twin_job(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray) -> dict | Callable:
+    """:func:`clean_twin` as a function ``train(quiet)`` to call on any thread (``quiet``: on
+    a thread of its own, its warnings returned, never warned: the warnings filters belong to
+    the process, not to a thread), its stepper built now, on this one (building it records
+    engine facts in ``problem.info``, the run's own, which are kept); or the reason it has none."""
     # the run's own log grid (so the same GD form and kernels), population metrics at its ends only
     twin_cfg = cfg.replace(pop_log_points=2)
     if problem.evaluator(twin_cfg, pop) is None:
@@ -453,23 +464,36 @@ def clean_twin(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray
     twin_ds = dataclasses.replace(ds, y=ds.y_clean)
     info = dict(problem.info)  # the run's own engine facts, not the twin's
     try:
-        with warnings.catch_warnings():  # its warnings are the run's, said once and labelled below
-            warnings.simplefilter("ignore")
-            traj = _train(problem, twin_ds, twin_cfg, pop, rel, progress=False)
-    except SimulationError as exc:
-        return {"reason": f"the clean-label twin failed: {exc}"}
+        stepper = problem.stepper(twin_cfg, rel, y=twin_ds.y)
     finally:
         problem.info.clear()
         problem.info.update(info)
-    arrays = traj.arrays
-    out: dict[str, Any] = {"warnings": [f"clean-label twin: {w}" for w in dict.fromkeys(traj.warnings)]}
-    out.update(
-        {k: float(arrays[k][-1]) for k in ("pop_error", "pop_error_se", "pop_error_resolved") if k in arrays}
-    )
-    if "test_acc" in arrays:
-        out["test_error"] = 1.0 - float(arrays["test_acc"][-1])
-    out["train_acc"] = float(arrays["train_acc"][-1])
-    return out
+
+    def train(quiet: bool) -> dict:
+        try:
+            if quiet:
+                traj = _train(problem, twin_ds, twin_cfg, pop, rel, stepper=stepper, quiet=True)
+            else:
+                with warnings.catch_warnings():  # its warnings are the run's, said once and labelled below
+                    warnings.simplefilter("ignore")
+                    traj = _train(problem, twin_ds, twin_cfg, pop, rel, stepper=stepper)
+        except SimulationError as exc:
+            return {"reason": f"the clean-label twin failed: {exc}"}
+        arrays = traj.arrays
+        out: dict[str, Any] = {"warnings": [f"clean-label twin: {w}" for w in dict.fromkeys(traj.warnings)]}
+        out.update(
+            {
+                k: float(arrays[k][-1])
+                for k in ("pop_error", "pop_error_se", "pop_error_resolved")
+                if k in arrays
+            }
+        )
+        if "test_acc" in arrays:
+            out["test_error"] = 1.0 - float(arrays["test_acc"][-1])
+        out["train_acc"] = float(arrays["train_acc"][-1])
+        return out
+
+    return train
 
 
 IMPORT_S = time.perf_counter() - PACKAGE_T0  # the package's import up to here, counted in startup_s

@@ -93,6 +93,44 @@ class _Done:
         return False  # already done, as a Future would answer
 
 
+class Beside:
+    """``fn()`` on a thread of its own, beside the caller's work (a run's twins, whose kernels
+    release the GIL: the machine's second core takes them); with one thread (a sweep worker,
+    one process per core) it runs in :meth:`result` instead, after the caller's work: the two
+    would only take turns on that core. ``result()`` gives its value or raises its error."""
+
+    def __init__(self, fn: Callable[[], object]):
+        import threading  # lazy: only a run with a twin gets here
+
+        self._fn, self._out = fn, {}
+        self._thread = None
+        if threads() > 1:
+            self._thread = threading.Thread(target=self._go, daemon=True)
+            self._thread.start()
+
+    def _go(self) -> None:
+        try:
+            self._out["value"] = self._fn()
+        except BaseException as exc:  # handed to the caller's thread by result()
+            self._out["error"] = exc
+
+    def result(self):
+        if self._thread is not None:
+            self._thread.join()
+        elif not self._out:
+            self._go()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["value"]
+
+    def abandon(self) -> None:
+        """The caller's work failed: wait for a running ``fn``, never start a deferred one,
+        and drop its value or error (the caller's error is the one to report)."""
+        if self._thread is not None:
+            self._thread.join()
+        self._out.setdefault("value", None)
+
+
 def halves(fn: Callable, n: int) -> tuple:
     """(fn(0, h), fn(h, n)) with h = n // 2, the two calls on two threads."""
     h = n // 2

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +119,9 @@ class Population:
         )
         self._role_sum = (self.roles[None, :] == np.arange(4)[:, None]).astype(np.float64)  # (4, T)
         self._score_keys = tuple(f"pop_score_{r}" for r in ROLE_NAMES)
+        # one evaluation at a time: they share the work arrays below (a run's, its clean-label and
+        # precision twins' may be asked for from their threads at once)
+        self._busy = threading.Lock()
         self._draw = points if callable(points) else None
         if self._draw is None:
             self._take_points(*points)
@@ -168,6 +172,10 @@ class Population:
         nu.mu-, |nu|^2. The error comes from the tail estimator
         (:class:`.tail.TailError`), the loss and the scores from the
         quasi-random points."""
+        with self._busy:
+            return self._evaluate(q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu)
+
+    def _evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
         self._points()
         sig = self.sigma
         aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
