@@ -108,7 +108,7 @@ def main() -> int:
         "floor (import numba, scipy.special, scipy.linalg)": [sys.executable, "-c",
                                                               "import numba, scipy.special, scipy.linalg"],
         "attnsim --version": [exe, "--version"],
-        "attnsim run (default experiment)": [exe, "run", "--quiet", "--out", str(out / "run")],
+        "attnsim run (default experiment)": [exe, "run", "--quiet", "--force", "--out", str(out / "run")],
     }  # fmt: skip
     draw = [sys.executable, "-c", DRAW_W0]
     first_call = [sys.executable, "-c", FIRST_CALL]
