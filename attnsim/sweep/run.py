@@ -102,8 +102,9 @@ def run_sweeps(
     local = [p for p in plans if p.spec.data is None and p.missing]
     if n > 1 and local:
         n = _workers_that_fit([c for p in local for c in p.points], n, local[0].report)
-    for p in plans:
-        p.schedule(n)
+    total = sum(p.group() for p in plans)
+    for p in plans:  # a group of a small share of all the work stays whole: one setup, not one per worker
+        p.split(n, whole_below=total / (4 * n))
     order = sorted(
         ((cost, i, task) for i, p in enumerate(plans) for cost, task in p.tasks), key=lambda job: -job[0]
     )
@@ -143,9 +144,17 @@ class _Plan:
         self.missing = len({f"{k}.json" for k in self.keys} - set(os.listdir(self.store.dir)))
         self.tasks: list[tuple[float, list[Task]]] = []
 
-    def schedule(self, workers: int) -> None:
+    def schedule(self, workers: int, whole_below: float = 0.0) -> None:
         """The tasks of the points without a good record (retried ones counted), each
-        with its estimated flops, costliest setup groups first."""
+        with its estimated flops, costliest setup groups first; a group whose work (setup
+        and points) is below ``whole_below`` flops stays one task, its setup built once
+        (:func:`run_sweeps`: there is other work to keep the cores busy)."""
+        self.group()
+        self.split(workers, whole_below)
+
+    def group(self) -> float:
+        """The points without a good record by setup group, with the flops of each group's
+        setup and points; returns the plan's total."""
         spec, store = self.spec, self.store
         before = {k: store.read(k) for k in self.keys}
         self.report.retried = sum(1 for r in before.values() if r is not None and r.get("status") != "ok")
@@ -160,11 +169,20 @@ class _Plan:
                 groups.setdefault(group, []).append(task)
                 setup.setdefault(group, registry.spec(cfg.model).setup_flops(cfg, cfg.engine))
                 steps[group] = steps.get(group, 0.0) + _flops(cfg, spec.data)
-        # costliest setup groups first, so the last tasks to finish are short ones
+        self._groups = (groups, setup, steps)
+        return sum(setup.values()) + sum(steps.values())
+
+    def split(self, workers: int, whole_below: float = 0.0) -> None:
+        """The groups as tasks, costliest setup groups first (the last tasks to finish are
+        short ones): split so every worker has work (:func:`_chunks`), unless a group's work
+        is below ``whole_below``."""
+        groups, setup, steps = self._groups
         order = sorted(groups, key=lambda g: -(setup[g] + steps[g]))
         for g in order:
             per = steps[g] / len(groups[g])
-            for part in _chunks(groups[g], len(self.keys), workers, setup[g], per):
+            whole = setup[g] + steps[g] < whole_below
+            parts = [groups[g]] if whole else _chunks(groups[g], len(self.keys), workers, setup[g], per)
+            for part in parts:
                 self.tasks.append((setup[g] + per * len(part), part))
         self.report.scheduled = sum(len(t) for _, t in self.tasks)
         self.report.final = {}  # filled as points finish (SweepReport.finished)
