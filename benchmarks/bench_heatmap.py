@@ -68,7 +68,7 @@ def run_figure(checkout: Path, folder: Path, quick: bool) -> tuple[float, float,
 
 SWEEP = """[sweep]
 name = "fig3_heatmap"
-seeds = [0]
+seeds = {seeds}
 [base]
 steps = 1000
 log_every = 1000
@@ -80,15 +80,15 @@ d = {grid_d}
 """
 
 
-def run_sweep_only(checkout: Path, folder: Path, quick: bool) -> tuple[float, float, float]:
+def run_sweep_only(checkout: Path, folder: Path, quick: bool, seeds: int = 1) -> tuple[float, float, float]:
     """(wall s, CPU s, CPU s inside the simulations) of the figure's sweep run
     by ``attnsim sweep`` from scratch: the workers, the records and the CSV,
-    without the figure's plot."""
+    without the figure's plot (``seeds``: seeds 0 .. seeds - 1 in every cell)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     grids = (("[5.0, 10.0, 20.0, 50.0, 100.0]", "[250, 1000, 2500, 5000]") if quick else
              ("{start = 5.0, stop = 100.0, num = 39}", "{start = 250, stop = 5000, step = 125}"))  # fmt: skip
-    (folder / "heatmap.toml").write_text(SWEEP.format(grid_s=grids[0], grid_d=grids[1]))
+    (folder / "heatmap.toml").write_text(SWEEP.format(grid_s=grids[0], grid_d=grids[1], seeds=seeds))
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     cmd = [
         sys.executable,
@@ -113,6 +113,13 @@ def main() -> int:
         "--quick", action="store_true", help="the figure's quick grid (a smoke test of this script)"
     )
     ap.add_argument("--plot", type=Path, help="where to write the plot (default: in the temporary folder)")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=10,
+        help="the sweep once more with this many seeds per cell (the phase diagram's statistics; "
+        "target 4 minutes at 10); 0: not",
+    )
     ap.add_argument("--json", type=Path, help="also write the table as JSON here")
     args = ap.parse_args()
     contenders = {"this checkout": HERE}
@@ -142,6 +149,13 @@ def main() -> int:
         sweep_share.append(sim / cpu)
         print(f"attnsim sweep alone: {wall:6.1f} s wall, {cpu:6.1f} s CPU, {100 * sim / cpu:.1f} % inside",
               flush=True)  # fmt: skip
+    many = None
+    if args.seeds:
+        many = run_sweep_only(HERE, tmp / "sweep", args.quick, args.seeds)
+        print(
+            f"attnsim sweep, {args.seeds} seeds per cell: {many[0]:6.1f} s wall, {many[1]:6.1f} s CPU",
+            flush=True,
+        )
     grid = "quick grid" if args.quick else "39 x 39 runs"
     print(f"\nloss heatmap from scratch ({grid}), {os.cpu_count()} cores; median (min-max) of {args.reps}")
     first = float(np.median(walls["this checkout"]))
@@ -161,6 +175,8 @@ def main() -> int:
                "inside_sweep": float(np.median(sweep_share)), "inside_sweep_min": min(sweep_share),
                "inside_sweep_max": max(sweep_share), "reps": args.reps, "grid": grid,
                "cores": os.cpu_count()}  # fmt: skip
+        if many is not None:
+            row.update(seeds=args.seeds, seeds_wall_s=many[0], seeds_cpu_s=many[1])
         args.json.write_text(json.dumps({"benchmark": "heatmap", "rows": {"fig3": row}}, indent=1))
     if len(numbers) == 2:
         same = numbers["this checkout"] == numbers["reference"]

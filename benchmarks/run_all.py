@@ -46,6 +46,7 @@ BENCHMARKS = [
     ("heatmap", "bench_heatmap.py", ["--reps", "2", "--plot", "{perf}/bench_heatmap.png"],
      ["--reps", "1", "--quick", "--plot", "{perf}/bench_heatmap.png"]),
     ("startup", "bench_startup.py", ["--reps", "7"], ["--reps", "3"]),
+    ("figures", "bench_figures.py", ["--reps", "1"], ["--reps", "1", "--quick"]),
 ]  # fmt: skip
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -230,7 +231,29 @@ def section_heatmap(res: dict) -> list[str]:
         f"**{100 * r['inside_sweep']:.1f} %** "
         f"({100 * r['inside_sweep_min']:.1f}–{100 * r['inside_sweep_max']:.1f}) |",
         f"| the same, the figure command (its plot included) | {100 * r['inside_figure']:.1f} % |",
+        *([f"| wall seconds, `attnsim sweep` of the grid with {r['seeds']} seeds per cell (target: 4 min) | "
+           f"**{r['seeds_wall_s']:.1f}** ({r['seeds_cpu_s']:.1f} s CPU) |"] if "seeds" in r else []),
     ]  # fmt: skip
+
+
+def section_figures(res: dict) -> list[str]:
+    lines = ["| figure | runs | CPU s in its runs | of which setups | of which evaluations | longest run, s "
+             "| drawing, s |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    rows = res["rows"]
+    for name, r in rows.items():
+        cells = (r["cpu_s"], r["setup_s"], r["evaluation_s"], r["longest_s"], r["draw_s"])
+        lines.append(f"| {name} | {r['runs']} | " + " | ".join(f"{v:.1f}" for v in cells) + " |")
+    sims = sum(r["cpu_s"] for r in rows.values())
+    draws = sum(r["draw_s"] for r in rows.values())
+    what = "the quick grids" if res.get("quick") else "full size"
+    lines += ["", "| | |", "|---|---:|",
+              f"| wall seconds, `python scripts/make_figures.py` from an empty cache ({what}) | "
+              f"**{res['wall_s']:.1f}** ({res['wall_s'] / 60:.1f} min) |",
+              f"| CPU seconds, every process | {res['cpu_s']:.1f} |",
+              f"| of which inside the runs (the records' `cpu_s`) | {sims:.1f} |",
+              f"| drawing (the main process, beside the workers) | {draws:.1f} |",
+              f"| idle core-seconds ({res['cores']} x wall - CPU) | {res['idle_core_s']:.1f} |"]  # fmt: skip
+    return lines
 
 
 def section_startup(res: dict) -> list[str]:
@@ -269,6 +292,15 @@ SECTIONS = {
                 "of CPU seconds inside the simulations is the records' `cpu_s` over the CPU seconds of every "
                 "process (target, SPEC §9: ≥ 90 % for a sweep).",
                 section_heatmap, "bench_heatmap.png"),
+    "figures": ("Every figure from an empty cache",
+                "`python scripts/make_figures.py` in a fresh process with an empty sweep cache (the "
+                "kernel cache warm): the sweeps of every figure run together on one worker per core, "
+                "the costliest tasks first, and each figure is drawn as soon as its own are done. Per "
+                "figure, the CPU seconds of its runs (each worker's process time around its simulation), "
+                "of which the setups and the evaluations (population metrics, test sets), its longest "
+                "run (no schedule finishes the figure sooner) and its drawing; a sweep two figures read "
+                "counts for the first. Target (SPEC §9): 10 minutes on 2 cores.",
+                section_figures, None),
     "startup": ("Whole-process latency",
                 "`attnsim --version` and a fresh `attnsim run` against the floor of any Numba + SciPy tool "
                 "(`python -c \"import numba, scipy.special, scipy.linalg\"`), with the kernel cache warm.",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -68,3 +69,32 @@ def test_the_performance_page_is_written_from_the_benchmarks_json():
     assert "| reduced | 0.12 (0.1–0.2) | 140× | — |" in text
     assert "CPU X, 2 cores" in text and "20.0 GB/s" in text and "run_all.py --quick" in text
     assert "not measured" in text  # the heatmap and start-up sections, absent here
+
+
+def test_the_figures_profile_is_written_per_figure_with_the_idle_cores():
+    run_all = _load("run_all")
+    row = {
+        "runs": 31,
+        "cpu_s": 786.7,
+        "setup_s": 5.5,
+        "evaluation_s": 12.0,
+        "longest_s": 261.7,
+        "draw_s": 1.2,
+    }
+    figures = {"rows": {"encoder_dynamics": row}, "wall_s": 600.0, "cpu_s": 1150.0, "idle_core_s": 50.0,
+               "cores": 2, "quick": False}  # fmt: skip
+    lines = run_all.section_figures(figures)
+    assert "| encoder_dynamics | 31 | 786.7 | 5.5 | 12.0 | 261.7 | 1.2 |" in lines
+    assert any("**600.0** (10.0 min)" in line for line in lines)
+    assert any("idle core-seconds (2 x wall - CPU) | 50.0" in line for line in lines)
+
+
+def test_the_mixture_weights_floor_sums_each_components_normal_density():
+    FK = _load("floor_kernels")
+    rng = np.random.default_rng(1)
+    K, T1, N = 3, 5, 40
+    A, X = rng.standard_normal((K + 1, T1)), rng.standard_normal((T1, N))
+    counts = np.array([4, 3, 2, 1])
+    U = np.empty((K, N))
+    want = counts[0] * N + sum(counts[k + 1] * np.exp(-0.5 * (A[k + 1] @ X) ** 2).sum() for k in range(K))
+    assert FK._mixture_weights(A, counts, X, K, U) == pytest.approx(want, rel=1e-12)
