@@ -53,23 +53,54 @@ def fill_W0(
             chunk[:] = kept[lo : lo + chunk.size]
             _scale_draws(init.kind, init.scale, chunk)
         return out
-    bg = rng.bit_generator
-    state = bg.state
-    if init.kind in ("gaussian", "identity") or not hasattr(bg, "advance") or state.get("has_uint32", 1):
+    if init.kind in ("gaussian", "identity") or not _jumps(rng):
         for _ in W0_blocks(init, rng, d, out=out):
             pass
         return out
+    _random_in_halves(rng, out, lambda rows: _scale_draws(init.kind, init.scale, rows))
+    return out
+
+
+def uniform_fill(rng: np.random.Generator, low: float, high: float, out: np.ndarray) -> np.ndarray:
+    """``rng.uniform(low, high, out.shape)`` into ``out``: the same numbers (low + (high - low) u,
+    one 64-bit draw each) and ``rng`` left where they leave it, drawn as two halves at once
+    (:func:`fill_W0`'s way) when the stream can jump."""
+    if not _jumps(rng):
+        out[...] = rng.uniform(low, high, out.shape)
+        return out
+    width = high - low
+
+    def scale(part: np.ndarray) -> None:
+        np.multiply(part, width, out=part)
+        np.add(part, low, out=part)
+
+    _random_in_halves(rng, out.reshape(-1, out.shape[-1]) if out.ndim > 1 else out[None, :], scale)
+    return out
+
+
+def _jumps(rng: np.random.Generator) -> bool:
+    """Whether ``rng``'s stream can be copied and jumped ahead by a count of 64-bit draws."""
+    bg = rng.bit_generator
+    return hasattr(bg, "advance") and not bg.state.get("has_uint32", 1)
+
+
+def _random_in_halves(rng: np.random.Generator, out: np.ndarray, then) -> None:
+    """``rng.random(out=out)`` for a 2-d ``out``, its two halves of rows at once
+    (:func:`attnsim.runtime.threads.halves`) from copies of the stream, the second jumped past
+    the first half (``PCG64.advance``), ``then(rows)`` applied to each half; the stream is then
+    jumped past all the numbers."""
+    bg = rng.bit_generator
+    state, cols = bg.state, out.shape[1]
 
     def rows(lo: int, hi: int) -> None:
         copy = type(bg)()
         copy.state = state
-        copy.advance(lo * d)
+        copy.advance(lo * cols)
         np.random.Generator(copy).random(out=out[lo:hi])
-        _scale_draws(init.kind, init.scale, out[lo:hi])
+        then(out[lo:hi])
 
-    halves(rows, d)
-    bg.advance(d * d)
-    return out
+    halves(rows, out.shape[0])
+    bg.advance(out.size)
 
 
 def W0_block_rows(d: int) -> int:

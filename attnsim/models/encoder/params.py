@@ -9,6 +9,7 @@ import numpy as np
 
 from ...config import Config, ConfigError
 from ...data.dataset import DataError
+from ...init import uniform_fill
 from ...registry import ENCODER_ARRAYS as PARAMS
 
 
@@ -81,8 +82,8 @@ def init_params(cfg: Config, rng: np.random.Generator, given: dict | None = None
         shape = shapes[name]
         if name == "cls":
             v = cfg.init_cls_scale * rng.standard_normal(shape)
-        elif name in bound:
-            v = rng.uniform(-bound[name], bound[name], shape)
+        elif name in bound:  # the weight matrices' halves drawn at once (the same numbers)
+            v = uniform_fill(rng, -bound[name], bound[name], np.empty(shape))
         else:
             v = np.ones(shape) if name.endswith("_g") else np.zeros(shape)
         P[name] = v
