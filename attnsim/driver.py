@@ -144,7 +144,8 @@ def run(
         status="frozen" if walk.frozen_at is not None else "ok",
         frozen_at=walk.frozen_at,
         warnings=walk.warnings + (recorded_warnings if walk.frozen_at is None else []),
-        state=stepper.final_state(),
+        # no step follows but a refinement's (from the snapshots): the stepper's own arrays will do
+        state=stepper.final_state() if snapshots else stepper.state(),
         snapshots=snaps,
     )
 

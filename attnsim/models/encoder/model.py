@@ -9,6 +9,7 @@ is :func:`.reference.encoder_forward`.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -34,7 +35,8 @@ class EncoderStepper(Stepper):
     W_qkv being one tensor as torch's to_qkv.weight; a zero gradient takes no step) or
     "adam" (torch.optim.AdamW over model.parameters() as one group, every tensor
     decaying; ``adam`` = (beta1, beta2, eps, weight_decay)). The last two form each
-    gradient as an array (:func:`.linalg.dense_grads`)."""
+    gradient as an array (:func:`.linalg.dense_grads`). ``own``: P's arrays are the stepper's
+    to train in place (else it trains a copy)."""
 
     def __init__(
         self,
@@ -47,6 +49,7 @@ class EncoderStepper(Stepper):
         rel: np.ndarray,
         optimizer: str = "gd",
         adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
+        own: bool = False,
     ):
         if optimizer not in ("gd", "normalized", "adam"):
             raise ValueError(f"optimizer: {optimizer!r} (gd, normalized or adam)")
@@ -55,7 +58,8 @@ class EncoderStepper(Stepper):
         self.n, self.T = n, T
         self.X2 = np.ascontiguousarray(X.reshape(n * T, d), dtype=np.float64)
         self.y = np.asarray(y, dtype=np.float64)
-        self.P = {k: np.array(v, dtype=np.float64) for k, v in P.items()}
+        # own: P's arrays are the stepper's to train in place (else it trains a copy)
+        self.P = {k: (np.ascontiguousarray if own else np.array)(v, dtype=np.float64) for k, v in P.items()}
         self.lr, self.skip, self.loss = lr, skip, loss
         self._init_records(n, rel, T)
         self.moments = {k: (np.zeros(v.size), np.zeros(v.size)) for k, v in self.P.items()}
@@ -146,7 +150,10 @@ class EncoderStepper(Stepper):
 
 
 class EncoderProblem:
-    """The encoder's training and test sets and initial parameters."""
+    """The encoder's training and test sets and initial parameters (:attr:`P0`; the first
+    stepper takes those very arrays and trains them in place, so each later reader of P0
+    gets them drawn again from the same stream: a copy of the default encoder's 160 MB of
+    parameters took as long as drawing them)."""
 
     engine = "dense"
 
@@ -154,7 +161,8 @@ class EncoderProblem:
         check_config(cfg)
         self.reason = reason
         self.ds = ds
-        self.P0 = init_params(cfg, streams.init, ds.extra)
+        self._draw = (cfg, copy.deepcopy(streams.init), ds.extra)  # to draw P(0) again
+        self._P0: dict | None = init_params(cfg, streams.init, ds.extra)
         self.T = ds.X.shape[1]
         if ds.X_test is not None:
             self.X_test, self.y_test = ds.X_test, ds.y_test
@@ -169,19 +177,29 @@ class EncoderProblem:
             "test_n": 0 if self.y_test is None else int(self.y_test.size),
         }
 
+    @property
+    def P0(self) -> dict:
+        """The initial parameters (drawn again if a stepper has taken them)."""
+        if self._P0 is None:
+            cfg, rng, extra = self._draw
+            return init_params(cfg, copy.deepcopy(rng), extra)
+        return self._P0
+
     def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> EncoderStepper:
         """GD, normalized GD or AdamW on every parameter, trained on the labels ``y``
-        (default: the observed ones)."""
+        (default: the observed ones); the first stepper trains P0's own arrays."""
+        P, self._P0 = self.P0, None
         return EncoderStepper(
             self.ds.X,
             self.ds.y if y is None else y,
-            self.P0,
+            P,
             cfg.lr,
             cfg.skip,
             cfg.loss,
             rel,
             optimizer=cfg.optimizer,
             adam=(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay),
+            own=True,
         )
 
     def evaluator(self, cfg: Config, pop: None = None) -> TestSetEvaluator | None:
