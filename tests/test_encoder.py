@@ -151,6 +151,31 @@ def test_pytorch_default_initialization():
         assert np.all(P[g] == 1) and np.all(P[g.replace("_g", "_b")] == 0)
 
 
+@pytest.mark.parametrize("shape", [(7,), (300, 300), (5, 1, 3)])
+def test_uniform_draws_in_two_halves_are_rng_uniforms_and_leave_the_stream_where_it_does(shape):
+    from attnsim.init import uniform_fill
+
+    a, b = np.random.default_rng(4), np.random.default_rng(4)
+    np.testing.assert_array_equal(uniform_fill(a, -0.3, 0.3, np.empty(shape)), b.uniform(-0.3, 0.3, shape))
+    assert a.random() == b.random()
+
+
+def test_the_first_stepper_trains_p0_itself_and_later_readers_get_it_drawn_again():
+    from attnsim.data.dataset import make_streams
+    from attnsim.data.synthetic import generate
+    from attnsim.models.encoder.model import EncoderProblem
+
+    cfg = Config(model="encoder", n=4, T=3, d=12, mlp_dim=8, noise_rate=0.0)
+    streams = make_streams(2)
+    pb = EncoderProblem(cfg, generate(cfg, streams), streams, "test")
+    before = {k: v.copy() for k, v in pb.P0.items()}
+    stepper = pb.stepper(cfg, np.zeros((4, 3)))
+    stepper.advance(0, 3)
+    for k, v in pb.P0.items():  # drawn again, not the trained arrays
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+    assert any(not np.array_equal(stepper.state()[k], before[k]) for k in before)
+
+
 def test_encoder_run_records_scores_tests_and_regime(tmp_path):
     r = attnsim.simulate(SMALL, save_scores=True)
     tr, f = r.trajectory, r.final
