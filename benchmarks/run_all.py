@@ -325,11 +325,20 @@ WHY = """## Why it is fast
   updated right after its last read, and W_q's and W_k's rank-one updates held
   and applied 32 at a time ([Encoder](encoder.md)).
 - **Overlap.** Population metrics run on the second core while the steps go
-  on; the run's clean-label twin trains while the last evaluations finish.
+  on; the run's clean-label and precision twins train beside it on a thread
+  of their own (in a sweep worker, one process per core, after it).
 - **Start-up.** `attnsim --version` imports nothing numerical; cached kernels
   load without Numba's compiler refresh ([Design](design.md#numba)).
 - **Sweeps.** Points that share d and seed share the reduced setup and the
   draws of W(0); workers are long-lived processes that load the kernels once.
+- **Figures.** `attnsim figures` queues every figure's sweeps together on one
+  worker per core, the costliest tasks first whichever figure they belong to,
+  and draws each figure as soon as its own sweeps are done; figures whose runs
+  were serial in the drawing process (15, 17, 18) run as sweeps too.
+- **No dispatch in hot calls.** A kernel called thousands of times with the
+  same argument types (the flow's vector field, the population tail's passes)
+  goes straight to its compiled function after the first call; typing a
+  namedtuple of a dozen arrays cost Numba's dispatch 2.6 µs a call.
 - **Gradient flow** integrates the same dynamics to 10¹⁴ steps in seconds:
   its cost follows the solver's steps, not the number of GD steps.
 """
