@@ -15,6 +15,12 @@ and attnsim's floor timed in attnsim's process at the same thread settings,
 alternating with its steps: the nine BLAS passes of SPEC §9, and those plus
 the four matrix-vector passes over W_q and W_k.
 
+An encoder run's cost beyond its steps (``--fixed-reps``): the default encoder
+(``--set model=encoder --set test_n=200``) run for s and 2s steps in paired
+fresh processes (kernels warm); its ``elapsed_s`` at s steps less s times the
+pair's per-step slope is what the run costs besides its steps (data, setup, the
+first forward pass, the metrics, the final state). Median over the pairs.
+
 Usage::
 
     pip install '.[bench]'   # torch
@@ -196,6 +202,16 @@ PROCESSES = ("torch32", "torch64", "attnsim")  # attnsim's process also times th
 
 
 def worker(which: str, d: int, n: int, steps: int) -> None:
+    if which == "run":
+        import warnings
+
+        from attnsim.run import ensure_compiled, simulate
+
+        warnings.simplefilter("ignore")
+        ensure_compiled(model="encoder")
+        r = simulate({"model": "encoder", "test_n": 200, "steps": steps})
+        print(json.dumps({"elapsed_s": r.elapsed_s, "setup_s": r.setup_s, "d": r.config["d"]}))
+        return
     if which.startswith("torch"):
         import torch
 
@@ -207,6 +223,27 @@ def worker(which: str, d: int, n: int, steps: int) -> None:
     print(json.dumps(out))
 
 
+def fixed_cost(reps: int, steps: int, env: dict) -> dict:
+    """Seconds of an encoder run beyond its steps, from ``reps`` pairs of fresh processes."""
+
+    def one(s: int) -> dict:
+        cmd = [sys.executable, __file__, "--worker", "run", "0", "0", str(s)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    one(2)  # the kernels loaded or compiled once, untimed
+    fixed, slope, setup = [], [], []
+    for _ in range(reps):
+        a, b = one(steps), one(2 * steps)
+        per_step = (b["elapsed_s"] - a["elapsed_s"]) / steps
+        fixed.append(a["elapsed_s"] - steps * per_step)
+        slope.append(per_step)
+        setup.append(a["setup_s"])
+    return {"d": a["d"], "steps": steps, "reps": reps, "fixed_s": float(np.median(fixed)),
+            "fixed_min": min(fixed), "fixed_max": max(fixed), "ms_per_step": 1e3 * float(np.median(slope)),
+            "setup_s": float(np.median(setup))}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--d-list", default="500,1000,2000")
@@ -216,6 +253,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", default="runs/bench_encoder.png")
     ap.add_argument("--json", help="also write the table as JSON here (benchmarks/run_all.py reads it)")
+    ap.add_argument("--fixed-reps", type=int, default=6, help="pairs of runs for the fixed cost (0: skip)")
+    ap.add_argument("--fixed-steps", type=int, default=20)
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -266,9 +305,16 @@ def main() -> int:
               f"(ratio {every / cls_path:.1f})")  # fmt: skip
     print("x floor: attnsim's step over the nine passes: the median over alternating blocks of 5 of each")
     _plot(rows, shown, args)
+    out = {"benchmark": "encoder", "rows": rows, "plot": args.plot}
+    if args.fixed_reps:
+        f = out["fixed"] = fixed_cost(args.fixed_reps, args.fixed_steps, env)
+        print(f"an encoder run beyond its steps (d = {f['d']}, test_n = 200): {f['fixed_s']:.3f} s "
+              f"({f['fixed_min']:.3f}-{f['fixed_max']:.3f}; {f['ms_per_step']:.1f} ms per step, setup_s "
+              f"{f['setup_s']:.3f}), median of {f['reps']} pairs of {f['steps']} and {2 * f['steps']} steps "
+              "(target: 0.3 s)")  # fmt: skip
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "encoder", "rows": rows, "plot": args.plot}, fh, indent=1)
+            json.dump(out, fh, indent=1)
     return 0
 
 
