@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 import warnings
@@ -62,18 +63,14 @@ def _warm_up(integrator: str, model: str, ws: Workspace) -> float:
     spec = registry.spec(model)
     with warnings.catch_warnings():  # the warm-up runs' settings are not the user's: nothing to say
         warnings.simplefilter("ignore")
-        _warm_runs(spec, integrator, model, ws)
+        if f"{model}/gd" not in ws.warm:
+            spec.warm_up()
+            simulate(spec.warm_configs["gd"], _warmup=True, workspace=ws)
+            ws.warm.add(f"{model}/gd")
+        if integrator != "gd":
+            simulate(spec.warm_configs[integrator], _warmup=True, workspace=ws)
+            ws.warm.add(f"{model}/{integrator}")
     return time.perf_counter() - t
-
-
-def _warm_runs(spec, integrator: str, model: str, ws: Workspace) -> None:
-    if f"{model}/gd" not in ws.warm:
-        spec.warm_up()
-        simulate(spec.warm_configs["gd"], _warmup=True, workspace=ws)
-        ws.warm.add(f"{model}/gd")
-    if integrator != "gd":
-        simulate(spec.warm_configs[integrator], _warmup=True, workspace=ws)
-        ws.warm.add(f"{model}/{integrator}")
 
 
 def _file_identity(data) -> dict:
@@ -248,6 +245,8 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
     low = spec.precision_twin(problem, cfg, rel, ds.y)  # the precision twin (None unless asked for)
     watches = [w for w in (limit, None if low is None else low.watch_run) if w is not None]
     watch = (lambda state: [w(state) for w in watches]) if len(watches) > 1 else (watches or [None])[0]
+    # the run's stepper first: it trains P(0)'s own arrays; the twin draws them again on its thread
+    stepper = problem.stepper(cfg, rel, y=ds.y)
     twin: dict = {}
     job = _clean_twin_job(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy else None
     if isinstance(job, dict):  # the reason there is none
@@ -273,6 +272,7 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
                 progress=progress,
                 watch=watch,
                 refine=refines_times(cfg),
+                stepper=stepper,
             )
         except BaseException:
             if beside is not None:
@@ -385,18 +385,19 @@ def _train(
     refine: bool = False,
     stepper=None,
     quiet: bool = False,
+    final_only: bool = False,
 ):
     """The driver on ``problem``'s stepper (or ``stepper``, another of the same problem)
     along the run's log grid, recording the paper's metrics; with ``refine`` the times of
-    generalization and of the settled population loss are located between log points."""
+    generalization and of the settled population loss are located between log points;
+    ``final_only`` evaluates at the last log point alone (a twin, measured at its end)."""
     grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     stepper = problem.stepper(cfg, rel, y=ds.y) if stepper is None else stepper
     evaluate = problem.evaluator(cfg, pop)
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer)
     recorder.quiet = quiet
-    schedule = Schedule(
-        grid, pop_indices(len(grid), cfg.pop_log_points), cfg.lr, progress, cfg.log_scale == "log"
-    )
+    at = [len(grid) - 1] if final_only else pop_indices(len(grid), cfg.pop_log_points)
+    schedule = Schedule(grid, at, cfg.lr, progress, cfg.log_scale == "log")
     traj = run(stepper, recorder, schedule, evaluate, watch=watch, snapshots=refine)
     arrays = traj.arrays
     if refine and evaluate is not None and traj.frozen_at is None and "pop_score_relevant" in arrays:
@@ -455,39 +456,39 @@ def clean_twin(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray
 def _clean_twin_job(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray) -> dict | Callable:
     """:func:`clean_twin` as a function ``train(quiet)`` to call on any thread (``quiet``: on
     a thread of its own, its warnings returned, never warned: the warnings filters belong to
-    the process, not to a thread), its stepper built now, on this one (building it records
-    engine facts in ``problem.info``, the run's own, which are kept); or the reason it has none."""
-    # the run's own log grid (so the same GD form and kernels), population metrics at its ends only
+    the process, not to a thread), its stepper built by ``train`` (building it records engine
+    facts in ``problem.info``: the run's own, taken now, are put back, and nothing reads them
+    before the twin is done); or the reason it has none."""
+    # the run's own log grid (so the same GD form and kernels), population metrics at its end
+    # only (at step 0 the twin is the run: the same P(0), the same measure)
     twin_cfg = cfg.replace(pop_log_points=2)
     if problem.evaluator(twin_cfg, pop) is None:
         return {"reason": "no error measure (no population metrics, no test set)"}
     twin_ds = dataclasses.replace(ds, y=ds.y_clean)
     info = dict(problem.info)  # the run's own engine facts, not the twin's
-    try:
-        stepper = problem.stepper(twin_cfg, rel, y=twin_ds.y)
-    finally:
-        problem.info.clear()
-        problem.info.update(info)
+
+    def build():
+        try:
+            return problem.stepper(twin_cfg, rel, y=twin_ds.y)
+        finally:
+            problem.info.clear()
+            problem.info.update(info)
 
     def train(quiet: bool) -> dict:
+        go = functools.partial(_train, problem, twin_ds, twin_cfg, pop, rel, quiet=quiet, final_only=True)
         try:
             if quiet:
-                traj = _train(problem, twin_ds, twin_cfg, pop, rel, stepper=stepper, quiet=True)
+                traj = go(stepper=build())
             else:
                 with warnings.catch_warnings():  # its warnings are the run's, said once and labelled below
                     warnings.simplefilter("ignore")
-                    traj = _train(problem, twin_ds, twin_cfg, pop, rel, stepper=stepper)
+                    traj = go(stepper=build())
         except SimulationError as exc:
             return {"reason": f"the clean-label twin failed: {exc}"}
         arrays = traj.arrays
         out: dict[str, Any] = {"warnings": [f"clean-label twin: {w}" for w in dict.fromkeys(traj.warnings)]}
-        out.update(
-            {
-                k: float(arrays[k][-1])
-                for k in ("pop_error", "pop_error_se", "pop_error_resolved")
-                if k in arrays
-            }
-        )
+        for k in (k for k in ("pop_error", "pop_error_se", "pop_error_resolved") if k in arrays):
+            out[k] = float(arrays[k][-1])
         if "test_acc" in arrays:
             out["test_error"] = 1.0 - float(arrays["test_acc"][-1])
         out["train_acc"] = float(arrays["train_acc"][-1])

@@ -220,6 +220,38 @@ def test_no_label_noise_is_never_benign_or_harmful_and_the_twin_is_that_run():
     )
 
 
+def test_the_clean_twin_is_measured_at_its_end_alone(monkeypatch):
+    """At step 0 the twin is the run (the same P(0), the same measure): of its evaluations
+    only the last is made, and its error is still that of the noise-free run."""
+    from attnsim.models.attention import population
+    from attnsim.run import ensure_compiled
+
+    ensure_compiled("gd")  # its warm-up run evaluates too
+    cfg = {"signal_norm": 5.0, "steps": 200, "log_every": 10, "pop_log_points": 5}
+    calls = []
+    evaluate = population.Population.evaluate
+
+    def counted(self, *args):
+        calls.append(1)
+        return evaluate(self, *args)
+
+    monkeypatch.setattr(population.Population, "evaluate", counted)
+    clean = attnsim.simulate({**cfg, "noise_rate": 0.0})
+    alone = len(calls)
+    noisy = attnsim.simulate(cfg)
+    assert len(calls) - alone == alone + 1  # the run's own, the twin's one
+    assert noisy.final["error_clean_twin"] == clean.final["pop_error"]
+
+
+def test_the_encoder_twin_trains_on_its_own_copy_of_the_initial_parameters():
+    """The run's stepper takes P(0)'s arrays, the twin draws them again on its thread:
+    a noisy run's twin is the clean run, to the last bit."""
+    cfg = {"model": "encoder", "d": 64, "mlp_dim": 64, "steps": 5, "test_n": 50, "clean_twin": True}
+    clean = attnsim.simulate({**cfg, "noise_rate": 0.0})
+    noisy = attnsim.simulate(cfg)
+    assert noisy.final["error_clean_twin"] == 1.0 - clean.final["test_acc"]
+
+
 @pytest.mark.parametrize("n_clean", [12, 14, 18, 20])
 def test_accuracy_of_non_power_of_two_groups_is_not_exactly_one(n_clean):
     """Group accuracies are sums of 1/n weights; the regime must not depend on them."""

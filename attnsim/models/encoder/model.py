@@ -171,6 +171,7 @@ class EncoderProblem:
             self.X_test, _ = draw_tokens(data_keys(cfg), self.y_test, streams.test)
         else:
             self.X_test = self.y_test = None
+        self._test_nx: dict[int, np.ndarray] = {}  # the test set's normalized tokens, by chunk
         self.info = {
             "k": cfg.d,
             "mlp_dim": cfg.mlp_dim,
@@ -206,15 +207,26 @@ class EncoderProblem:
         """Loss and accuracy on the finite test set (no closed form exists)."""
         if self.X_test is None:
             return None
-        return TestSetEvaluator(self.X_test, self.y_test, cfg.skip, cfg.loss)
+        return TestSetEvaluator(self.X_test, self.y_test, cfg.skip, cfg.loss, self._test_nx)
+
+
+CHUNK = 1024  # test samples per forward pass
+KEEP_NX_BYTES = 256 * 2**20  # the test set's normalized tokens kept between evaluations up to this size
+KEEP_WORK_BYTES = 128 * 2**20  # a chunk's work arrays kept between evaluations up to about this size
 
 
 class TestSetEvaluator:
     """Loss and accuracy of encoder parameters on a finite test set, in chunks
-    (an :class:`attnsim.models.base.Evaluator`; :meth:`defer` computes at once)."""
+    (an :class:`attnsim.models.base.Evaluator`; :meth:`defer` computes at once).
+    The normalized test tokens depend on the data alone: they are computed once and
+    kept in ``nx`` (shared by the run's evaluators and its twin's) when the test set's
+    tokens fit in :data:`KEEP_NX_BYTES`; the pass's work arrays are kept between calls
+    when they are small (fresh ones fault in their pages at every evaluation)."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, skip: bool, loss: str):
+    def __init__(self, X: np.ndarray, y: np.ndarray, skip: bool, loss: str, nx: dict | None = None):
         self.X, self.y, self.skip, self.loss = X, y, skip, loss
+        self._nx = nx if nx is not None and X.nbytes <= KEEP_NX_BYTES else None
+        self._work: dict[int, dict] = {}
 
     def __call__(self, P: dict) -> dict:
         n = threads()  # both cores, as the steps' products (nothing else runs meanwhile)
@@ -228,14 +240,27 @@ class TestSetEvaluator:
         X, y = self.X, self.y
         m, T, d = X.shape
         total, right = 0.0, 0
-        for lo in range(0, m, 1024):
-            hi = min(m, lo + 1024)
+        for lo in range(0, m, CHUNK):
+            hi = min(m, lo + CHUNK)
             X2 = np.ascontiguousarray(X[lo:hi].reshape(-1, d))
-            f = K.forward(X2, hi - lo, T, P, self.skip)["f"]
+            nx = None if self._nx is None else self._nx.get(lo)
+            if nx is None:
+                nx = normalized_tokens(X2)
+                if self._nx is not None:
+                    self._nx[lo] = nx
+            f = K.forward(X2, hi - lo, T, P, self.skip, nx=nx, work=self._work_for(hi - lo, T, d, P))["f"]
             L, _ = K.loss_coefficients(f, y[lo:hi], self.loss)
             total += L * (hi - lo)
             right += int(np.count_nonzero(y[lo:hi] * f > 0))
         return {"test_loss": total / m, "test_acc": right / m}
+
+    def _work_for(self, n: int, T: int, d: int, P: dict) -> dict | None:
+        if n not in self._work:
+            m = P["b1"].size
+            if 8 * n * (18 * d + 3 * m) > KEEP_WORK_BYTES:  # work_arrays' n-row arrays
+                return None
+            self._work[n] = K.work_arrays(n, T, d, m)
+        return self._work[n]
 
     def defer(self, P: dict) -> _Done:
         with np.errstate(over="ignore", invalid="ignore"):
