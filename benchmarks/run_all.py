@@ -210,7 +210,7 @@ def section_encoder(res: dict) -> list[str]:
         f = res["fixed"]
         lines += ["", f"An encoder run's cost beyond its steps (`--set model=encoder --set test_n=200`, d = "
                   f"{f['d']}: `elapsed_s` at {f['steps']} steps less {f['steps']} times the per-step slope "
-                  f"to {2 * f['steps']}, paired fresh processes): **{f['fixed_s']:.2f} s** "
+                  f"to {3 * f['steps']}, paired fresh processes): **{f['fixed_s']:.2f} s** "
                   f"({f['fixed_min']:.2f}–{f['fixed_max']:.2f}, median of {f['reps']} pairs; "
                   f"{f['ms_per_step']:.1f} ms per step). Target: 0.3 s."]  # fmt: skip
     return lines
