@@ -231,7 +231,13 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], durable: bool 
     path = Path(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        while tmp is None:  # named before it exists (mkstemp names it after: a signal unwinding
+            # the process between the two, as when a sweep worker is stopped, left a file nobody knew)
+            tmp = path.parent / f".{path.name}.{os.urandom(8).hex()}.tmp"
+            with contextlib.suppress(FileExistsError):  # else another writer's (one chance in 2**64)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                break
+            tmp = None
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
@@ -416,22 +422,12 @@ def _versions() -> dict[str, str]:
     import numba  # lazy: reading results (attnsim plot, attnsim.load) needs no Numba or SciPy
     import scipy  # lazy: as numba
 
-    return {
-        "attnsim": __version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "numba": numba.__version__,
-    }
+    return {"attnsim": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "scipy": scipy.__version__, "numba": numba.__version__}  # fmt: skip
 
 
-THREAD_VARIABLES = (
-    "NUMBA_NUM_THREADS",
-    "NUMBA_THREADING_LAYER",
-    "OPENBLAS_NUM_THREADS",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-)
+THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS")  # fmt: skip
 
 
 def thread_settings() -> dict[str, Any]:

@@ -148,15 +148,15 @@ def test_a_records_folder_made_read_only_stops_the_sweep_in_one_line(tmp_path, m
                      "[grid]\nsignal_norm = [1, 2, 3]\n")  # fmt: skip
     import attnsim.results
 
-    real = attnsim.results.tempfile.mkstemp
+    real = os.open
 
-    def read_only(*a, dir=None, **kw):
-        if dir is not None and Path(dir).name == "records":
+    def read_only(path, flags, *a, **kw):
+        if flags & os.O_CREAT and Path(path).parent.name == "records":
             raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        return real(*a, dir=dir, **kw)
+        return real(path, flags, *a, **kw)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(attnsim.results.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(attnsim.results.os, "open", read_only)
     assert main(["sweep", str(sweep), "--workers", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Read-only file system" in err[0] and "records/" in err[0], err
@@ -635,3 +635,22 @@ def test_two_runs_into_one_folder_at_once_lose_neither(tmp_path):
     for p, e in zip(procs, errs):  # one refused before it began, or kept beside: never lost
         assert p.returncode == 0 or (p.returncode == 2 and "already holds" in e), e
     assert len(finished) == 1 or any(f"this run is in {out}-2" in e for e in errs)
+
+
+def test_an_exit_right_after_the_temporary_file_is_created_leaves_nothing(tmp_path, monkeypatch):
+    """A sweep worker stopped on Ctrl-C unwinds by SystemExit wherever it is: also between
+    the temporary file's creation and the moment its name is known (mkstemp's window)."""
+    real_open = os.open
+
+    def open_then_exit(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        if flags & os.O_CREAT:
+            os.close(fd)
+            raise SystemExit(143)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_exit)
+    with pytest.raises(SystemExit):
+        attnsim.results.atomic_write(tmp_path / "r.json", lambda fh: fh.write(b"{}"))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
