@@ -245,16 +245,16 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
     low = spec.precision_twin(problem, cfg, rel, ds.y)  # the precision twin (None unless asked for)
     watches = [w for w in (limit, None if low is None else low.watch_run) if w is not None]
     watch = (lambda state: [w(state) for w in watches]) if len(watches) > 1 else (watches or [None])[0]
-    # the run's stepper first: it trains P(0)'s own arrays; the twin draws them again on its thread
-    stepper = problem.stepper(cfg, rel, y=ds.y)
-    twin: dict = {}
-    job = _clean_twin_job(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy else None
-    if isinstance(job, dict):  # the reason there is none
-        twin, job = job, None
     # one BLAS thread in the step loop and the metrics: the attention model's
     # matrices are small, and the encoder's rank-n products are bound by memory
     # bandwidth (measured: 70 ms per step at d = mlp_dim = 2000 on one thread, 80-140 on two)
     with blas().limit(limits=1, user_api="blas"):
+        # the run's stepper first: it trains P(0)'s own arrays; the twin draws them again on its thread
+        stepper = problem.stepper(cfg, rel, y=ds.y)
+        twin: dict = {}
+        job = _clean_twin_job(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy else None
+        if isinstance(job, dict):  # the reason there is none
+            twin, job = job, None
         beside = None
         if low is not None:  # on the other core while the run steps
             on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True)  # noqa: E731
