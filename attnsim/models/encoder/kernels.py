@@ -190,23 +190,32 @@ def _head_back(df, zf, w, g, nhat, rstd, g_w, g_g, g_b, dz, g_b2):
         g_b2[j] = 0.0
     for i in range(n):
         a = df[i]
-        m1 = 0.0
-        m2 = 0.0
         for j in range(d):
             g_w[j] += a * zf[i, j]
-            dy = a * w[j]
-            g_g[j] += dy * nhat[i, j]
-            g_b[j] += dy
-            gh = dy * g[j]
-            m1 += gh
-            m2 += gh * nhat[i, j]
-        m1 /= d
-        m2 /= d
+        m1, m2 = _ln_back_sums(a, w, g, nhat[i], g_g, g_b)
         r = rstd[i]
         for j in range(d):
             v = r * (a * w[j] * g[j] - m1 - nhat[i, j] * m2)
             dz[i, j] = v
             g_b2[j] += v
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, inline="always")
+def _ln_back_sums(a, dy, g, nhat, g_g, g_b):
+    """One row of a LayerNorm's backward with output gradient a * dy: its gain and bias
+    gradients added to g_g and g_b, and the two means its input gradient needs,
+    mean(a dy g) and mean(a dy g nhat)."""
+    d = dy.size
+    m1 = 0.0
+    m2 = 0.0
+    for j in range(d):
+        v = a * dy[j]
+        g_g[j] += v * nhat[j]
+        g_b[j] += v
+        gh = v * g[j]
+        m1 += gh
+        m2 += gh * nhat[j]
+    return m1 / d, m2 / d
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
@@ -232,17 +241,7 @@ def _ln2_back(dh2, g, nhat, rstd, dz, skip, g_g, g_b, dh, dc):
         g_b[j] = 0.0
         dc[j] = 0.0
     for i in range(n):
-        m1 = 0.0
-        m2 = 0.0
-        for j in range(d):
-            dy = dh2[i, j]
-            g_g[j] += dy * nhat[i, j]
-            g_b[j] += dy
-            gh = dy * g[j]
-            m1 += gh
-            m2 += gh * nhat[i, j]
-        m1 /= d
-        m2 /= d
+        m1, m2 = _ln_back_sums(1.0, dh2[i], g, nhat[i], g_g, g_b)  # a * dy exact with a = 1
         r = rstd[i]
         for j in range(d):
             v = r * (dh2[i, j] * g[j] - m1 - nhat[i, j] * m2)
