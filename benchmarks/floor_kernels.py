@@ -167,3 +167,15 @@ def population_floor_with_tail(pop, args, D, tail_D, sq, wa, anu, s0, s1, E, tai
         )
         acc += _mixture_weights(w.A, w.counts, tail.X[c], K, U)
     return acc
+
+
+@njit(cache=True)
+def twin_step_floor(W, p, q, g, gp, lr, nsteps):
+    """A precision twin's unavoidable passes over its d x d W per step, in its format
+    (float32): q = W p (read W), then one pass reading and writing W (W^T g for p's
+    gradient, then W -= lr g p^T)."""
+    for _ in range(nsteps):
+        np.dot(W, p, q)
+        _rw_pass(W, g, g, p, lr, gp)
+        for j in range(p.size):
+            p[j] -= lr * gp[j] * 1e-12

@@ -98,3 +98,37 @@ def test_the_mixture_weights_floor_sums_each_components_normal_density():
     U = np.empty((K, N))
     want = counts[0] * N + sum(counts[k + 1] * np.exp(-0.5 * (A[k + 1] @ X) ** 2).sum() for k in range(K))
     assert FK._mixture_weights(A, counts, X, K, U) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_twin_floor_passes_over_w_in_its_own_format():
+    FK = _load("floor_kernels")
+    rng = np.random.default_rng(2)
+    f = np.float32
+    W, p, g = (rng.standard_normal(s).astype(f) for s in ((6, 6), 6, 6))
+    W1, p1, q, gp = W.copy(), p.copy(), np.empty(6, f), np.empty(6, f)
+    FK.twin_step_floor(W1, p1, q, g, gp, f(0.1), 1)
+    np.testing.assert_allclose(q, W @ p, rtol=1e-5)
+    np.testing.assert_allclose(gp, W.T @ g, rtol=1e-5)  # the W before the update
+    np.testing.assert_allclose(W1, W - f(0.1) * np.outer(g, p), rtol=1e-5)
+    assert W1.dtype == np.float32
+
+
+def test_the_gallery_floor_prices_only_the_runs_it_bounds():
+    gf = _load("bench_gallery_floor")
+    from attnsim.config import Config
+
+    enc = Config(model="encoder", d=500, mlp_dim=2000, steps=1000, noise_rate=0.2, clean_twin=False)
+    assert gf.priced(enc, 8) == [(gf.ENCODER, (500, 2000, 20), 1000)]
+    run = Config(d=200, steps=300, precision_twin="float32", clean_twin=True, noise_rate=0.2)
+    assert gf.priced(run, 8) == [(gf.ATTENTION, (160, 162), 600), (gf.TWIN, (200,), 300)]  # the twin doubles
+    assert gf.priced(Config(d=32, n=997, steps=10, clean_twin=False), 16) == [(gf.ATTENTION, (15952, 32), 10)]
+    assert gf.priced(Config(d=12000, n=100, T=32, clean_twin=False), 32) == []  # out of cache: not bounded
+    assert gf.priced(Config(train="p", clean_twin=False), 8) == []  # W fixed: no W pass to price
+    assert gf.priced(Config(integrator="flow", clean_twin=False), 8) == []
+    real = {"runs": 27, "bounded": 27, "floor_s": 200.0, "measured_cpu_s": 360.0, "by_class": {}}
+    none = {"runs": 0, "bounded": 0, "floor_s": 0.0, "measured_cpu_s": 0.0, "by_class": {}}
+    res = {"rows": {"real": real, "limit": none}, "floor_s": 1500.0, "measured_cpu_s": 2500.0,
+           "floors_us": {"attention GD, (n T, k) = 160, 162": 9.8}}  # fmt: skip
+    lines = _load("run_all").section_gallery_floor(res)
+    assert "| real | 27 | 27 | 200.0 | 360.0 | 1.80 |" in lines and not any("| limit |" in x for x in lines)
+    assert "**at least 1500 CPU s**" in lines[-1] and "12.5 minutes on 2 cores" in lines[-1]
