@@ -127,8 +127,10 @@ def test_the_gallery_floor_prices_only_the_runs_it_bounds():
     assert gf.priced(Config(integrator="flow", clean_twin=False), 8) == []
     real = {"runs": 27, "bounded": 27, "floor_s": 200.0, "measured_cpu_s": 360.0, "by_class": {}}
     none = {"runs": 0, "bounded": 0, "floor_s": 0.0, "measured_cpu_s": 0.0, "by_class": {}}
-    res = {"rows": {"real": real, "limit": none}, "floor_s": 1500.0, "measured_cpu_s": 2500.0,
-           "floors_us": {"attention GD, (n T, k) = 160, 162": 9.8}}  # fmt: skip
+    part = {"runs": 36, "bounded": 32, "floor_s": 250.0, "measured_cpu_s": 570.0, "by_class": {}}
+    res = {"rows": {"real": real, "limit": none, "precision": part}, "floor_s": 1500.0,
+           "measured_cpu_s": 2500.0, "floors_us": {"attention GD, (n T, k) = 160, 162": 9.8}}  # fmt: skip
     lines = _load("run_all").section_gallery_floor(res)
     assert "| real | 27 | 27 | 200.0 | 360.0 | 1.80 |" in lines and not any("| limit |" in x for x in lines)
+    assert "| precision | 36 | 32 | 250.0 | 570.0 |  |" in lines  # not every run priced: no ratio
     assert "**at least 1500 CPU s**" in lines[-1] and "12.5 minutes on 2 cores" in lines[-1]
