@@ -397,3 +397,30 @@ def test_twin_in_a_one_thread_process_trains_after_the_run_and_gives_the_same_nu
         out.append(json.loads(run.stdout.strip().splitlines()[-1]))
     for key in out[0]:
         np.testing.assert_array_equal(np.array(out[0][key], float), np.array(out[1][key], float), err_msg=key)
+
+
+def test_the_float32_w_pass_rounds_each_update_once_as_torch_does():
+    """The q-form's fused W pass updates W by w - lr (g p) in one rounding (a float32
+    fused multiply-add), as torch's float32 ``W.add_(gW, alpha=-lr)`` does on CPU. Here the
+    exact value 1 - lr (g p) lies just below the midpoint between 1 - 2**-24 and 1: torch
+    gives 1 - 2**-24 (checked with torch 2.13), while rounding first to float64 lands on
+    the midpoint and then, ties to even, on 1. Off such ties both agree (random W)."""
+    from attnsim.models.attention.precision_kernels import _fused_w_step
+
+    lr = np.float32((1 + 2**-12) * 2**-10)
+    g = np.full(3, (1 - 4095 * 2**-24) * 2**-15, dtype=np.float32)
+    W, p, gp = np.ones((3, 16), np.float32), np.ones(16, np.float32), np.empty(16, np.float32)
+    assert _fused_w_step(W, g, p, gp, lr, False, gp) == W.size
+    assert np.all(W == np.float32(1 - 2**-24))
+    rng = np.random.default_rng(4)
+    W = rng.standard_normal((40, 40)).astype(np.float32)
+    g, p = (rng.standard_normal(40).astype(np.float32) for _ in range(2))
+    lr = np.float32(0.005)
+    want = (W.astype(np.float64) - np.float64(lr) * (g[:, None] * p[None, :]).astype(np.float64)).astype(
+        np.float32
+    )
+    want_gp = np.zeros(40, np.float32)
+    for a in range(40):  # row after row, in float32
+        want_gp += W[a] * g[a]
+    _fused_w_step(W, g, p, gp := np.empty(40, np.float32), lr, False, gp)
+    assert np.array_equal(W, want) and np.array_equal(gp, want_gp)

@@ -31,12 +31,37 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
 from ...runtime.numba_cache import CACHE, ERROR_MODEL
 
 GD, ADAMW = 0, 1
+
+
+@intrinsic
+def _minus_product(typingctx, w, lr, prod):
+    """w - lr * prod in w's type. All three float32: one fused multiply-add (LLVM's
+    ``llvm.fma``, which vectorizes), rounded once, as torch's float32 ``add_(g, alpha=-lr)``
+    with its alpha cast to float32; the same value as the float64 form below whenever
+    that form's two roundings do not meet a float32 tie. Otherwise: float64(w) -
+    float64(lr) * float64(prod), rounded to w's type."""
+    if not all(isinstance(t, types.Float) for t in (w, lr, prod)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if all(t == types.float32 for t in sig.args):
+            f = ir.FloatType()
+            fma = builder.module.declare_intrinsic("llvm.fma", [f], ir.FunctionType(f, [f, f, f]))
+            return builder.call(fma, [builder.fneg(args[1]), args[2], args[0]])
+        w64, lr64, prod64 = (context.cast(builder, v, t, types.float64) for v, t in zip(args, sig.args))
+        return context.cast(
+            builder, builder.fsub(w64, builder.fmul(lr64, prod64)), types.float64, sig.args[0]
+        )
+
+    return w(w, lr, prod), codegen
 
 
 @njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
@@ -313,13 +338,13 @@ def _fused_w_step(W, gq, p, gp, lr, bf, row):
     for c in range(r):
         gp[c] = gq[0] - gq[0]
     changed = 0
-    if not bf:  # one vectorized loop per row
+    if not bf:  # one vectorized loop per row (float32: 8-wide fused multiply-adds)
         for a in range(k):
             g = gq[a]
             for c in range(r):
                 w = W[a, c]
                 gp[c] += w * g
-                new = W.dtype.type(np.float64(w) - np.float64(lr) * np.float64(g * p[c]))
+                new = _minus_product(w, lr, g * p[c])
                 changed += new != w
                 W[a, c] = new
         return changed
