@@ -58,7 +58,9 @@ def _bench(d: int, args) -> None:
     )
     makers = {
         "float64 exact (dense W form)": lambda: steppers.Segment(
-            (pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+            steppers.ModelArrays(
+                pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel, cfg.attention
+            )
         ),
         "float32 twin, qform": lambda: twin("float32", "qform"),
         "bfloat16 twin, qform": lambda: twin("bfloat16", "qform"),
