@@ -42,26 +42,26 @@ GD, ADAMW = 0, 1
 
 
 @intrinsic
-def _minus_product(typingctx, w, lr, prod):
-    """w - lr * prod in w's type. All three float32: one fused multiply-add (LLVM's
-    ``llvm.fma``, which vectorizes), rounded once, as torch's float32 ``add_(g, alpha=-lr)``
-    with its alpha cast to float32; the same value as the float64 form below whenever
-    that form's two roundings do not meet a float32 tie. Otherwise: float64(w) -
-    float64(lr) * float64(prod), rounded to w's type."""
-    if not all(isinstance(t, types.Float) for t in (w, lr, prod)):
+def _fma(typingctx, a, b, c):
+    """a b + c. All three float32: one fused multiply-add (LLVM's ``llvm.fma``, which
+    vectorizes), rounded once, as torch's float32 kernels do (``add_`` with alpha, checked
+    against torch 2.13 in a tie; ``lerp_`` and ``addcmul_``: :func:`_adamw`). Otherwise in float64,
+    float64(a) float64(b) + float64(c): a product of two float32 numbers is exact
+    there, so stored in float32 this is the fused multiply-add's result but in
+    double-rounding ties."""
+    if not all(isinstance(t, types.Float) for t in (a, b, c)):
         return None
+    single = a == b == c == types.float32
 
     def codegen(context, builder, sig, args):
-        if all(t == types.float32 for t in sig.args):
+        if single:
             f = ir.FloatType()
             fma = builder.module.declare_intrinsic("llvm.fma", [f], ir.FunctionType(f, [f, f, f]))
-            return builder.call(fma, [builder.fneg(args[1]), args[2], args[0]])
-        w64, lr64, prod64 = (context.cast(builder, v, t, types.float64) for v, t in zip(args, sig.args))
-        return context.cast(
-            builder, builder.fsub(w64, builder.fmul(lr64, prod64)), types.float64, sig.args[0]
-        )
+            return builder.call(fma, args)
+        x, y, z = (context.cast(builder, v, t, types.float64) for v, t in zip(args, sig.args))
+        return builder.fadd(builder.fmul(x, y), z)
 
-    return w(w, lr, prod), codegen
+    return (types.float32 if single else types.float64)(a, b, c), codegen
 
 
 @njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
@@ -344,7 +344,7 @@ def _fused_w_step(W, gq, p, gp, lr, bf, row):
             for c in range(r):
                 w = W[a, c]
                 gp[c] += w * g
-                new = _minus_product(w, lr, g * p[c])
+                new = W.dtype.type(_fma(-lr, g * p[c], w))
                 changed += new != w
                 W[a, c] = new
         return changed
@@ -362,13 +362,6 @@ def _fused_w_step(W, gq, p, gp, lr, bf, row):
             W[a, c] = row[c]
     _bf16(gp)
     return changed
-
-
-@njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
-def _fma(a, b, c):
-    """a b + c, as float64 (a product of two float32 numbers is exact in float64;
-    stored in float32 it is the fused multiply-add's result but in double-rounding ties)."""
-    return np.float64(a) * np.float64(b) + np.float64(c)
 
 
 @njit(cache=CACHE, nogil=True, error_model=ERROR_MODEL)
