@@ -53,9 +53,10 @@ ENCODER = "encoder GD, (d, mlp_dim, n)"
 TWIN = "float32 twin, d"
 
 
-def per_call(fn, budget: float = 0.3, reps: int = 5) -> float:
+def per_call(fn, budget: float = 0.1, reps: int = 15) -> float:
     """Seconds per call of ``fn()``: the fastest of ``reps`` blocks of about ``budget`` s each
-    (the floor is what the machine can do: a slower block was slowed by its neighbours)."""
+    (the floor is what the machine can do: a slower block was slowed by its neighbours;
+    many short blocks find the machine's quiet moments)."""
     fn()
     t = time.perf_counter()
     fn()
