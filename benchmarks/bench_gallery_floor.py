@@ -118,7 +118,7 @@ def priced(cfg, T: int) -> list[tuple[str, tuple, int]]:
     out = []
     nT = cfg.n * T
     k = min(cfg.d, nT + 2)
-    if cfg.optimizer == "gd" and "W" in cfg.train.split(",") and max(nT, k) * k <= IN_CACHE:
+    if cfg.optimizer == "gd" and "W" in cfg.train_set and max(nT, k) * k <= IN_CACHE:
         out.append((ATTENTION, (nT, k), twin * cfg.steps))
     if cfg.precision_twin == "float32":
         out.append((TWIN, (cfg.d,), cfg.steps))
