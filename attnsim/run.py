@@ -46,20 +46,20 @@ def ensure_compiled(
     ws = WORKSPACE if workspace is None else workspace
     if f"{model}/{integrator}" in ws.warm:
         return 0.0
+    t = time.perf_counter()  # from here: the hook's import of Numba is start-up too
     if announce is None:
-        return _warm_up(integrator, model, ws)
+        return _warm_up(integrator, model, ws, t)
     from .runtime.numba_cache import ON_MISS  # lazy: imports Numba, which the warm-up needs anyway
 
     ON_MISS.append(announce)  # said when Numba compiles, not when a busy machine loads slowly
     try:
-        return _warm_up(integrator, model, ws)
+        return _warm_up(integrator, model, ws, t)
     finally:
         if announce in ON_MISS:
             ON_MISS.remove(announce)
 
 
-def _warm_up(integrator: str, model: str, ws: Workspace) -> float:
-    t = time.perf_counter()
+def _warm_up(integrator: str, model: str, ws: Workspace, t: float) -> float:  # seconds since t
     spec = registry.spec(model)
     with warnings.catch_warnings():  # the warm-up runs' settings are not the user's: nothing to say
         warnings.simplefilter("ignore")
