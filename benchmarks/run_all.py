@@ -354,7 +354,8 @@ WHY = """## Why it is fast
   ([Engines](engines.md)); the implicit engine never forms anything of size d.
 - **The X W form.** When log points are far apart, the step keeps B = X W and
   K = X Xᵀ instead of W: the outputs come from B p, and W is rebuilt only when
-  a caller asks for it.
+  a caller asks for it. With W fixed and generated tokens B is triangular
+  beside the two signal columns, and a step reads only its nonzero half.
 - **Kernels.** One fused pass over W per step (Wᵀg and the rank-one update
   together), the tokens in blocks that stay in cache; population terms in SIMD
   loops of arithmetic only, fed by NumPy's vectorized exp.

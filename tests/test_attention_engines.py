@@ -60,6 +60,20 @@ def test_identity_setup_keeps_q_in_span_Q_and_equals_dense(train):
     np.testing.assert_allclose(generated_coordinates(noise, Q, factor), noise @ Q, rtol=0, atol=1e-13)
 
 
+def test_p_alone_with_many_tokens_reads_half_of_b_and_equals_dense():
+    """W(0) = I fixed and n T = 800 tokens: the reduced engine's B is their triangular
+    factor and the signal columns, read in halves (token_blocks); the run equals the dense
+    engine's to rounding."""
+    from attnsim.models.attention.token_blocks import pass_blocks
+
+    cfg = {"n": 100, "T": 8, "d": 1000, "signal_norm": 20.0, "steps": 60, "log_every": 20, "lr": 0.05,
+           "train": "p", "init_W": "identity", "pop_points": 256, "clean_twin": False}  # fmt: skip
+    a = attnsim.simulate({**cfg, "engine": "dense"})
+    b = attnsim.simulate({**cfg, "engine": "reduced"})
+    _same(a, b, keys=[k for k in ARRAYS if k != "W_dev"])
+    assert pass_blocks(b.problem.X2, 8).tail.shape == (800, 2)
+
+
 @pytest.mark.parametrize("init_W", ["kaiming_uniform", "gaussian", "identity"])
 def test_reduced_lift_equals_dense_state_with_rectangular_W(init_W):
     cfg = Config(n=5, T=4, d=60, signal_norm=5.0, steps=40, lr=0.1, train="W,p,nu", init_W=init_W,

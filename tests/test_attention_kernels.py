@@ -175,6 +175,45 @@ def test_the_x_w_form_follows_the_w_form(train, loss):
     np.testing.assert_allclose(b.state()["W"], W_then, rtol=1e-13, atol=1e-14)
 
 
+def _triangular_tokens(n, T, tail, seed=0):
+    """Tokens as the reduced engine keeps generated ones: a lower-triangular (n T, n T)
+    factor (positive diagonal), then ``tail`` dense signal columns."""
+    rng = np.random.default_rng(seed)
+    L = np.tril(rng.standard_normal((n * T, n * T)))
+    L[np.diag_indices(n * T)] = np.abs(L.diagonal()) + 30.0
+    return np.ascontiguousarray(np.concatenate([L, rng.standard_normal((n * T, tail))], axis=1))
+
+
+def test_the_p_pass_reads_a_triangular_b_in_halves_as_the_products_it_replaces():
+    """W fixed: _p_pass over token_blocks' halves of a lower-triangular B (each block up
+    to its last nonzero column, the signal columns beside) gives z = B p, its loss and
+    gp = B^T c as NumPy computes them; a B that is not triangular, or that fits in a few
+    blocks, is read whole (its blocks a view of B, the products as before)."""
+    from attnsim.models.attention.token_blocks import HALF_MIN, pass_blocks
+
+    n, T = 64, 8
+    B = _triangular_tokens(n, T, tail=2)
+    assert B.size >= HALF_MIN
+    y = np.where(np.arange(n) % 2, 1.0, -1.0)
+    p = np.random.default_rng(1).standard_normal(B.shape[1]) * 0.05
+    pb = pass_blocks(B, T)
+    assert pb.flat.size < 0.75 * B.size and pb.tail.shape == (n * T, 2) and pb.blocks[:, 3].max() == n * T
+    seg = steppers.SegmentXW(steppers.ModelArrays(B, y, np.eye(B.shape[1]), p, np.ones(B.shape[1]), T, 0.1,
+                                                  ["p"], "logistic", np.zeros(n * T)))  # fmt: skip
+    assert np.array_equal(seg.blocks.flat, pb.flat)
+    wk = seg.work
+    total = K._p_pass(seg.data, pb.flat, pb.blocks, pb.tail, p, wk)
+    np.testing.assert_allclose(wk.z, B @ p, rtol=1e-13, atol=1e-13)
+    u = B @ np.ones(B.shape[1])
+    _, f, L = steppers.outputs(wk.z.reshape(n, T), u.reshape(n, T), y)
+    assert total / n == pytest.approx(L, rel=1e-13)
+    np.testing.assert_allclose(wk.gp, B.T @ wk.c, rtol=1e-12, atol=1e-15 * np.abs(B.T @ wk.c).max())
+    whole = pass_blocks(B + np.triu(np.full(B.shape, 1e-300), 1), T)  # one entry above is enough
+    assert whole.tail.shape[1] == 0 and whole.flat.size == B.size
+    small = _triangular_tokens(8, 8, tail=2)
+    assert np.shares_memory(pass_blocks(small, 8).flat, small)
+
+
 def test_an_x_w_state_is_detached_and_gives_q_without_w():
     """state() of the X W form keeps what it was when taken (later steps do
     not move it), its q() is W p, and W is rebuilt only when asked for."""

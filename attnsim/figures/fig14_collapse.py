@@ -4,8 +4,8 @@ T = 32 tokens (2 relevant, 2 weakly relevant of each kind, 26 irrelevant),
 rho = 0.1, n = 100, balanced flips, lr = 5e-3, 1000 steps (the script's
 defaults; the notebook does not say which it ran), eta from 0 to 0.9, at the
 two cases the notebook prints (d = 12000, |mu| = 120 and d = 6000, |mu| = 100;
-its grid also had |mu| = 20, 60: left out, a T = 32, n = 100 run streams an
-82 MB token matrix per step and the figure keeps to 10 minutes). Against eta: the population error,
+its grid also had |mu| = 20, 60: left out, a T = 32, n = 100 run streams the
+41 MB nonzero half of an 82 MB token matrix per step). Against eta: the population error,
 the frakS ratio (the sums of s_rel (1 - s_rel) over clean and over noisy
 samples, as the notebook divides them) and the training accuracy, with the
 notebook's numbers at d = 12000, |mu| = 120 beside attnsim's (seeds 0-2 there)."""

@@ -387,16 +387,17 @@ def _descend(x, g, lr, normalized):  # x -= lr g (normalized: lr g / |g|)
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, nogil=True, error_model=ERROR_MODEL)
-def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v, fit_since, S_acc):
+def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v, fit_since, S_acc, pb):
     """:func:`_gd_segment` for a fixed nu, with B = X W (n*T, r) in place of W
-    (see "The X W form"); ``work.u`` holds X nu. Statuses as there, except
-    that divergence is seen in the loss (z = B p) and |p|^2 (|g|^2 = c . K c)."""
+    (see "The X W form"); ``work.u`` holds X nu; ``pb``: B in :func:`_p_pass`'s blocks
+    (flat, tail, blocks) when W is fixed. Statuses as there, except that divergence is
+    seen in the loss (z = B p) and |p|^2 (|g|^2 = c . K c)."""
     train_W, train_p = train
     for k in range(nsteps):
         step = step0 + k
         if not math.isfinite(_sumsq(p)):
             return DIVERGED, step
-        L = _p_pass(data, B, p, work) if not train_W else _z_and_coeffs(data, B, p, work)
+        L = _p_pass(data, pb[0], pb[1], pb[2], p, work) if not train_W else _z_and_coeffs(data, B, p, work)
         if not math.isfinite(L):
             return DIVERGED, step
         _in_loop_records(data, work, step, fit_since, S_acc)
@@ -420,24 +421,32 @@ def _z_and_coeffs(data, B, p, work):  # z = B p and the coefficients; the summed
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
-def _p_pass(data, B, p, work):
-    """z = B p, the coefficients c and work.gp = B^T c in one pass over B, in
-    blocks of whole samples of about ``CHUNK_FLOATS`` numbers (B is read once
-    per step, not twice: it rarely fits in cache); returns the summed loss."""
-    T, n, r = data.T, data.y.size, B.shape[1]
-    per = max(1, CHUNK_FLOATS // (T * r))
-    tmp = work.part[0]
+def _p_pass(data, flat, blocks, tail, p, work):
+    """z = B p, the coefficients c and work.gp = B^T c in one pass over B, block by
+    block (:mod:`.token_blocks`: each block's rows up to its width w, C-ordered in
+    ``flat`` where ``blocks`` says, and B's last columns ``tail``): each block is multiplied by p and, still
+    in cache, by c (B is read once per step, not twice: it rarely fits in cache);
+    returns the summed loss."""
+    T, r, t = data.T, p.size, tail.shape[1]
+    z, c, gp, tmp = work.z, work.c, work.gp, work.part[0]
     for j in range(r):
-        work.gp[j] = 0.0
+        gp[j] = 0.0
     total = 0.0
-    for i0 in range(0, n, per):
-        i1 = min(n, i0 + per)
-        Bb = B[i0 * T : i1 * T]
-        np.dot(Bb, p, work.z[i0 * T : i1 * T])
+    for b in range(blocks.shape[0]):
+        i0, i1, off, w = blocks[b, 0], blocks[b, 1], blocks[b, 2], blocks[b, 3]
+        a, e = i0 * T, i1 * T
+        Bb = flat[off : off + (e - a) * w].reshape(e - a, w)
+        np.dot(Bb, p[:w], z[a:e])
+        for i in range(a, e):
+            for j in range(t):
+                z[i] += tail[i, j] * p[r - t + j]
         total += _block_coeffs(data, i0, i1, work)
-        np.dot(work.c[i0 * T : i1 * T], Bb, tmp)
-        for j in range(r):
-            work.gp[j] += tmp[j]
+        np.dot(c[a:e], Bb, tmp[:w])
+        for j in range(w):
+            gp[j] += tmp[j]
+        for i in range(a, e):
+            for j in range(t):
+                gp[r - t + j] += c[i] * tail[i, j]
     return total
 
 

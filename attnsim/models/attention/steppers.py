@@ -37,6 +37,7 @@ from .kernels import (
     _relevant_increments,
     _sq_dist,
 )
+from .token_blocks import PassBlocks, pass_blocks
 
 
 def outputs(
@@ -233,6 +234,9 @@ class AdamSegment(Segment):
             dst[...] = src
 
 
+_NO_BLOCKS = PassBlocks(np.zeros(0), np.zeros((0, 4), dtype=np.int64), np.zeros((0, 0)))
+
+
 class SegmentXW(Segment):
     """Gradient descent in the X W form (module docstring): the kernel updates
     B = X W and p; :meth:`state` gives an :class:`XWState` (W rebuilt from B
@@ -261,6 +265,8 @@ class SegmentXW(Segment):
         # B(0) = X W(0): X itself when W(0) is the identity (W(0) = I in the reduced engine)
         self.B0 = X if _is_identity(self.W0) else np.ascontiguousarray(X @ self.W0)
         self.B = self.B0 if self.fixed_W else self.B0.copy()  # (W fixed: B is never written)
+        # W fixed: B as the pass reads it (its nonzero part, when triangular); else unused
+        self.blocks = pass_blocks(self.B, self.T) if self.fixed_W else _NO_BLOCKS
         self.v = np.empty(X.shape[0])
         np.dot(X, self.nu, self.work.u)
         self._fresh = True  # self.W is the W of self.B
@@ -281,6 +287,7 @@ class SegmentXW(Segment):
             self.v,
             self.fit_since,
             self.S_acc,
+            self.blocks,
         )
         return int(st), int(step)
 
