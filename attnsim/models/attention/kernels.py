@@ -390,7 +390,7 @@ def _descend(x, g, lr, normalized):  # x -= lr g (normalized: lr g / |g|)
 def _gd_segment_xw(data, B, K, p, train, lr, normalized, step0, nsteps, work, v, fit_since, S_acc, pb):
     """:func:`_gd_segment` for a fixed nu, with B = X W (n*T, r) in place of W
     (see "The X W form"); ``work.u`` holds X nu; ``pb``: B in :func:`_p_pass`'s blocks
-    (flat, tail, blocks) when W is fixed. Statuses as there, except that divergence is
+    (flat, blocks, tail) when W is fixed. Statuses as there, except that divergence is
     seen in the loss (z = B p) and |p|^2 (|g|^2 = c . K c)."""
     train_W, train_p = train
     for k in range(nsteps):
@@ -423,9 +423,9 @@ def _z_and_coeffs(data, B, p, work):  # z = B p and the coefficients; the summed
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _p_pass(data, flat, blocks, tail, p, work):
     """z = B p, the coefficients c and work.gp = B^T c in one pass over B, block by
-    block (:mod:`.token_blocks`: each block's rows up to its width w, C-ordered in
-    ``flat`` where ``blocks`` says, and B's last columns ``tail``): each block is multiplied by p and, still
-    in cache, by c (B is read once per step, not twice: it rarely fits in cache);
+    block (:mod:`.token_blocks`: each block's rows up to its width w, C-ordered in ``flat``
+    where ``blocks`` says, B's last columns in ``tail``): each block is multiplied by p and,
+    still in cache, by c (B is read once per step, not twice: it rarely fits in cache);
     returns the summed loss."""
     T, r, t = data.T, p.size, tail.shape[1]
     z, c, gp, tmp = work.z, work.c, work.gp, work.part[0]
