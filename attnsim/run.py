@@ -47,19 +47,20 @@ def ensure_compiled(
     if f"{model}/{integrator}" in ws.warm:
         return 0.0
     t = time.perf_counter()  # from here: the hook's import of Numba is start-up too
-    if announce is None:
-        return _warm_up(integrator, model, ws, t)
-    from .runtime.numba_cache import ON_MISS  # lazy: imports Numba, which the warm-up needs anyway
+    hooks = []
+    if announce is not None:
+        from .runtime.numba_cache import ON_MISS as hooks  # lazy: imports Numba, which the warm-up needs
 
-    ON_MISS.append(announce)  # said when Numba compiles, not when a busy machine loads slowly
+        hooks.append(announce)  # said when Numba compiles, not when a busy machine loads slowly
     try:
-        return _warm_up(integrator, model, ws, t)
+        _warm_up(integrator, model, ws)
     finally:
-        if announce in ON_MISS:
-            ON_MISS.remove(announce)
+        if announce in hooks:
+            hooks.remove(announce)
+    return time.perf_counter() - t
 
 
-def _warm_up(integrator: str, model: str, ws: Workspace, t: float) -> float:  # seconds since t
+def _warm_up(integrator: str, model: str, ws: Workspace) -> None:
     spec = registry.spec(model)
     with warnings.catch_warnings():  # the warm-up runs' settings are not the user's: nothing to say
         warnings.simplefilter("ignore")
@@ -70,7 +71,6 @@ def _warm_up(integrator: str, model: str, ws: Workspace, t: float) -> float:  # 
         if integrator != "gd":
             simulate(spec.warm_configs[integrator], _warmup=True, workspace=ws)
             ws.warm.add(f"{model}/{integrator}")
-    return time.perf_counter() - t
 
 
 def _file_identity(data) -> dict:

@@ -226,29 +226,22 @@ def test_start_up_counts_what_the_announcing_warm_up_imports(monkeypatch):
     (they were: a default run's setup_s read 0.29 s instead of 0.08 s)."""
     import sys
     import time
+    import types
 
     import attnsim.run
     from attnsim.runtime.workspace import Workspace
 
-    monkeypatch.setattr(attnsim.run, "_warm_up", lambda i, m, ws, t: time.perf_counter() - t)
-    hook = type(sys)("numba_cache")
-    hook.ON_MISS = []
-    monkeypatch.setattr("builtins.__import__", _imports_slowly(lambda: time.sleep(0.05) or hook))
+    class SlowHook(types.ModuleType):  # its ON_MISS takes as long as importing Numba
+        @property
+        def ON_MISS(self):
+            time.sleep(0.05)
+            return []
+
+    monkeypatch.setitem(sys.modules, "attnsim.runtime.numba_cache", SlowHook("numba_cache"))
+    quick = types.SimpleNamespace(warm_up=lambda: None, warm_configs={"gd": None})  # a warm-up of no time
+    monkeypatch.setattr(attnsim.run.registry, "spec", lambda model: quick)
+    monkeypatch.setattr(attnsim.run, "simulate", lambda *a, **k: None)
     assert attnsim.run.ensure_compiled(announce=lambda: None, workspace=Workspace()) >= 0.05
-
-
-def _imports_slowly(hook):
-    """builtins.__import__ with ``hook`` for ``from .runtime.numba_cache import ...``."""
-    import builtins
-
-    real = builtins.__import__
-
-    def imp(name, globals=None, locals=None, fromlist=(), level=0):
-        if name == "runtime.numba_cache" and level == 1:
-            return hook()
-        return real(name, globals, locals, fromlist, level)
-
-    return imp
 
 
 def test_the_clean_twin_is_measured_at_its_end_alone(monkeypatch):
