@@ -281,7 +281,7 @@ def test_the_x_w_form_reports_divergence_and_frozen_states():
 def test_sq_dist_is_the_squared_distance_in_its_stated_order(shape):
     """|a - b|^2 as eight interleaved partial sums and a tail, added in the
     order the docstring gives; equal to NumPy's sum to rounding."""
-    from attnsim.models.attention.kernels import _sq_dist
+    from attnsim.models.attention.state_kernels import _sq_dist
 
     rng = np.random.default_rng(sum(shape))
     a, b = rng.standard_normal(shape), rng.standard_normal(shape)
@@ -301,3 +301,27 @@ def test_sq_dist_is_the_squared_distance_in_its_stated_order(shape):
     ) + tail
     assert _sq_dist(np.ascontiguousarray(a), np.ascontiguousarray(b)) == ref
     assert _sq_dist(a, b) == pytest.approx(float(np.sum(d * d)), rel=1e-13)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 8, 13])
+def test_relevant_increments_sum_each_sample_in_token_order(n):
+    """s_rel (1 - s_rel) per sample, its relevant mass summed token by token in order,
+    bit for bit, whether four samples run side by side or one alone (n not a multiple of
+    4); ``add`` adds to what ``out`` holds, the same bits as adding afterwards."""
+    rng = np.random.default_rng(n)
+    T = 5
+    s = rng.random(n * T)
+    rel = (rng.random(n * T) < 0.4).astype(float)
+    ref = np.empty(n)
+    for i in range(n):
+        sr = 0.0
+        for t in range(i * T, i * T + T):
+            sr += rel[t] * s[t]
+        ref[i] = sr * (1.0 - sr)
+    out = np.full(n, np.nan)
+    K._relevant_increments(s, rel, T, out, False)
+    assert np.array_equal(out, ref)
+    acc = rng.standard_normal(n)
+    expect = acc + ref
+    K._relevant_increments(s, rel, T, acc, True)
+    assert np.array_equal(acc, expect)

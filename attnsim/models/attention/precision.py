@@ -20,8 +20,8 @@ import numpy as np
 
 from ..base import Observation, Outcome, Stepper
 from ..formats import FORMATS, UNIT_ROUNDOFF, to_format  # noqa: F401  (to_format: the twin's API)
-from .kernels import _sq_dist
 from .precision_kernels import ADAMW, GD, _bf16, _forward, _twin_steps
+from .state_kernels import _sq_dist
 from .steppers import state_q
 
 GRAPHS = ("qform", "official")  # z = X (W p), or the official loop's (X W) p

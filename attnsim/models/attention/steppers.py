@@ -35,8 +35,8 @@ from .kernels import (
     _in_loop_records,
     _outputs,
     _relevant_increments,
-    _sq_dist,
 )
+from .state_kernels import _sq_dist
 from .token_blocks import PassBlocks, pass_blocks
 
 
@@ -152,7 +152,7 @@ class AttentionModel:
     def relevant_increments(self, s: np.ndarray) -> np.ndarray:
         """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T)."""
         out = np.empty(self.data.y.size)
-        _relevant_increments(f64(s).reshape(-1), self.data.rel, self.T, out)
+        _relevant_increments(f64(s).reshape(-1), self.data.rel, self.T, out, False)
         return out
 
 
