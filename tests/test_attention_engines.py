@@ -259,6 +259,27 @@ def test_implicit_runs_at_huge_d_reports_population_and_warns():
     assert any("reduce lr" in w for w in r.warnings)
 
 
+def test_a_cached_setup_does_not_carry_one_runs_engine_facts_into_the_next():
+    """A gradient flow built from the setup a GD run cached records the facts of its own
+    engine, as in a fresh process: no "gd_state" (it has no GD stepper)."""
+    cfg = {
+        "n": 6,
+        "T": 5,
+        "d": 300,
+        "log_every": 20,
+        "pop_points": 256,
+        "engine": "reduced",
+        "clean_twin": False,
+    }
+    ws = attnsim.Workspace()
+    gd = attnsim.simulate({**cfg, "steps": 40}, workspace=ws)
+    flow = {**cfg, "steps": 1e3, "integrator": "flow", "signal_norm": 9.0}
+    after = attnsim.simulate(flow, workspace=ws)
+    assert len(ws.setups) == 1 and "gd_state" in gd.engine
+    assert after.engine == attnsim.simulate(flow, workspace=attnsim.Workspace()).engine
+    assert "gd_state" not in after.engine
+
+
 def test_reduced_setup_is_shared_across_signal_strengths_exactly():
     cfg = {"n": 6, "T": 5, "d": 300, "steps": 60, "log_every": 20, "pop_points": 256, "engine": "reduced"}
     ws = attnsim.Workspace()

@@ -57,6 +57,12 @@ class Problem:
     info: dict = field(default_factory=dict)
     _W0R: np.ndarray | None = field(default=None, repr=False)  # W(0) R, (d, r), once lift_q needs it
 
+    def __post_init__(self) -> None:
+        # its own engine facts: a cached setup's dict is read by every run built from it, and
+        # building a stepper writes its facts here (a GD run's "gd_state" went into the
+        # record of a later gradient flow of the same setup)
+        self.info = dict(self.info)
+
     @property
     def k(self) -> int:
         return self.X2.shape[1]
