@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -327,3 +327,13 @@ def format_error(value: float, se: float, resolved: float | None = None) -> str:
     if resolved is not None and resolved == 0.0:
         return f"< {value:.2g} (unresolved: an upper bound)"
     return f"{value:.3g} +- {'n/a' if se is None or se != se else format(se, '.2g')}"
+
+
+def uniform_attention(pop: Any, ds: Any) -> dict | None:
+    """The population metrics of uniform attention (q = 0) with the run's
+    initial head: what attention adds is measured from this (None without
+    population metrics)."""
+    if pop is None or ds.mu_pos is None:
+        return None
+    nu = ds.nu
+    return pop.evaluate(0.0, 0.0, 0.0, 0.0, float(nu @ ds.mu_pos), float(nu @ ds.mu_neg), float(nu @ nu))

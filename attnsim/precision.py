@@ -4,6 +4,7 @@ twin, trained in float32 or bfloat16, with the exact run beside it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -107,6 +108,37 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
         said_of = lambda w: w.replace("in float64", f"in {twin.fmt}")  # noqa: E731
         traj.warnings = [f"precision twin ({twin.fmt}): {said_of(w)}" for w in traj.warnings]
     return twin, traj, None
+
+
+def exact_key(cfg: Any, save_scores: bool) -> str:
+    """What the exact run beside a precision twin depends on: every config key but the
+    twin's own (its format and graph), and whether scores are saved."""
+    c = cfg.to_dict()
+    for k in ("precision_twin", "precision_graph"):
+        c.pop(k)
+    return json.dumps([c, bool(save_scores)], sort_keys=True)
+
+
+def watched(twin: Any, problem: Any) -> tuple:
+    """What a kept exact run hands the next twin: the twin's format, what it saw of the
+    run at each log point, and the facts the run's stepper wrote in ``problem.info``."""
+    return twin.fmt, twin.watched(), dict(problem.info)
+
+
+def beside_kept(twin: Any, kept: tuple, train_on: Callable, problem: Any) -> tuple:
+    """:func:`train` of a twin beside an exact run kept from a point of the same config
+    with another format (nothing of the run steps again: its twin's view of it is
+    :func:`watched`'s), on this thread; the engine's facts are the run's, with a note
+    that it was trained once for both."""
+    fmt, seen, info = kept
+    twin.rewatch(seen)
+    out = train(twin, train_on, problem)
+    problem.info.update(info)
+    problem.info["exact_run"] = (
+        f"shared: trained once in this process, beside the {fmt} twin of the same config (the exact "
+        "run does not depend on its twin); elapsed_s counts this twin alone"
+    )
+    return out
 
 
 class Beside:

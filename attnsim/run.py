@@ -138,7 +138,8 @@ def _simulate(config, data, save_scores, progress, announce, workspace, _warmup,
     pop = spec.population(cfg, ds, streams.population, ws)
     setup = time.perf_counter() - t0 - startup
     counted = PROCESS.evaluation_s
-    run_ = _train_run(spec, problem, ds, cfg, pop, save_scores, progress)
+    kept = ws.kept_run if data is None else None
+    run_ = _train_run(spec, problem, ds, cfg, pop, save_scores, progress, kept)
     res = _assemble(cfg, data, spec, problem, ds, pop, run_, ws, t0, setup, startup)
     res.evaluation_s = PROCESS.evaluation_s - counted
     return res
@@ -237,12 +238,20 @@ class _Trained(NamedTuple):
     precision: tuple | None = None  # the precision twin and its trajectory
 
 
-def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, progress) -> _Trained:
+def _train_run(
+    spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, progress, kept=None
+) -> _Trained:
     """The run's training with its observers, the clean-label and precision twins (each beside
-    the run: on a thread of its own, after it with one thread) and the limit's section."""
+    the run: on a thread of its own, after it with one thread) and the limit's section; with a
+    precision twin, the exact run is ``kept`` (:class:`KeptRun`) or taken from it."""
     rel = ds.relevant_indicator(problem.T)
     limit = spec.limit_watch(problem) if cfg.limit else None
     low = spec.precision_twin(problem, cfg, rel, ds.y)  # the precision twin (None unless asked for)
+    on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True)  # noqa: E731
+    key = precision.exact_key(cfg, save_scores) if low is not None and kept is not None else None
+    if key is not None and (hit := kept.take(key)) is not None:  # trained beside another format
+        with blas().limit(limits=1, user_api="blas"):
+            return hit._replace(precision=precision.beside_kept(low, hit.precision, on, problem))
     watches = [w for w in (limit, None if low is None else low.watch_run) if w is not None]
     watch = (lambda state: [w(state) for w in watches]) if len(watches) > 1 else (watches or [None])[0]
     # one BLAS thread in the step loop and the metrics: the attention model's
@@ -257,7 +266,6 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
             twin, job = job, None
         beside = None
         if low is not None:  # on the other core while the run steps
-            on = lambda pb, stepper: _train(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True)  # noqa: E731
             beside = precision.Beside(low, on, problem)
         # the clean-label twin on the idle core while the run steps (its evaluations queue with the run's)
         beside_twin = Beside(lambda: twin.update(job(True))) if job is not None else None
@@ -284,6 +292,8 @@ def _train_run(spec, problem, ds: Dataset, cfg: Config, pop, save_scores: bool, 
         low_run = None if beside is None else beside.result()
         if beside_twin is not None:
             beside_twin.result()
+    if key is not None:  # the run, what its twin watched and its engine's facts
+        kept.keep(key, _Trained(traj, twin, limit_section, precision.watched(low, problem)))
     return _Trained(traj, twin, limit_section, low_run)
 
 
@@ -308,7 +318,7 @@ def _assemble(
     if ds.roles is not None:
         arrays["roles"] = ds.roles
     bayes = bayes_of(ds, cfg.data_model, cfg.shuffle_roles, ws.bayes)
-    uniform = uniform_attention(pop, ds)
+    uniform = metrics.uniform_attention(pop, ds)
     final = metrics.final_metrics(
         arrays,
         ds.n_noisy,
@@ -406,16 +416,6 @@ def _train(
         )
     traj.snapshots = {}
     return traj
-
-
-def uniform_attention(pop: Any, ds: Dataset) -> dict | None:
-    """The population metrics of uniform attention (q = 0) with the run's
-    initial head: what attention adds is measured from this (None without
-    population metrics)."""
-    if pop is None or ds.mu_pos is None:
-        return None
-    nu = ds.nu
-    return pop.evaluate(0.0, 0.0, 0.0, 0.0, float(nu @ ds.mu_pos), float(nu @ ds.mu_neg), float(nu @ nu))
 
 
 def test_set_note(seed: int, ds: Dataset, problem: Any) -> str | None:

@@ -1,6 +1,7 @@
 """The precision twin (SPEC §16) against torch's own float32 and bfloat16 loops
 (tests/data/precision_small.npz, recorded by tests/data/record_precision.py)."""
 
+import json
 import math
 from pathlib import Path
 
@@ -424,3 +425,36 @@ def test_the_float32_w_pass_rounds_each_update_once_as_torch_does():
         want_gp += W[a] * g[a]
     _fused_w_step(W, g, p, gp := np.empty(40, np.float32), lr, False, gp)
     assert np.array_equal(W, want) and np.array_equal(gp, want_gp)
+
+
+def test_a_sweep_worker_trains_the_exact_run_once_for_both_twin_formats(monkeypatch):
+    """With the workspace's kept run on (sweep workers), the second format's point trains
+    its twin alone beside the exact run of the first: its result is a fresh run's, with
+    its engine saying the run was shared; another config trains its own run."""
+    from attnsim import run as run_module
+    from attnsim.runtime.workspace import Workspace
+
+    trained = []
+    real_train = run_module._train
+    monkeypatch.setattr(
+        run_module, "_train", lambda *a, **k: trained.append(k.get("quiet")) or real_train(*a, **k)
+    )
+    cfg = {"d": 200, "steps": 800, "log_scale": "log", "log_points": 20, "noise_rate": 0.2}
+    ws = Workspace()
+    ws.kept_run.enabled = True
+    first = attnsim.simulate({**cfg, "precision_twin": "float32"}, workspace=ws)
+    trained.clear()
+    shared = attnsim.simulate({**cfg, "precision_twin": "bfloat16"}, workspace=ws)
+    assert trained == [True]  # the twin alone
+    fresh = attnsim.simulate({**cfg, "precision_twin": "bfloat16"}, workspace=Workspace())
+    assert set(shared.trajectory) == set(fresh.trajectory)
+    for k, v in fresh.trajectory.items():
+        np.testing.assert_array_equal(shared.trajectory[k], v, err_msg=k)
+    assert json.dumps(shared.final) == json.dumps(fresh.final)
+    assert json.dumps(shared.precision) == json.dumps(fresh.precision)
+    assert shared.theory == fresh.theory and shared.warnings == fresh.warnings
+    assert "exact_run" not in first.engine and "float32 twin" in shared.engine["exact_run"]
+    assert {k: v for k, v in shared.engine.items() if k != "exact_run"} == fresh.engine
+    trained.clear()
+    other = attnsim.simulate({**cfg, "precision_twin": "bfloat16", "signal_norm": 7.0}, workspace=ws)
+    assert len(trained) > 1 and "exact_run" not in other.engine  # its own run, and its twin

@@ -445,8 +445,8 @@ def test_refine_times_follows_the_flow_and_the_limit_unless_told():
 
 def test_a_fresh_workspace_shares_no_cache_and_clear_keeps_the_sweep_switch():
     """Runs in their own Workspace fill only its caches and give the same numbers;
-    clear() empties the caches but keeps whether W(0) draws are kept (a sweep
-    worker's switch); the threads belong to the process, not to a workspace."""
+    clear() empties the caches but keeps whether W(0) draws and exact runs are kept (a
+    sweep worker's switches); the threads belong to the process, not to a workspace."""
     from attnsim.runtime.workspace import PROCESS, WORKSPACE, Workspace
 
     cfg = {"n": 6, "T": 4, "d": 40, "steps": 20, "log_every": 10, "pop_points": 64, "seed": 77}
@@ -458,7 +458,9 @@ def test_a_fresh_workspace_shares_no_cache_and_clear_keeps_the_sweep_switch():
     b = attnsim.simulate(cfg, workspace=Workspace())
     for key in ("train_loss", "pop_error", "pop_loss"):
         np.testing.assert_array_equal(a.trajectory[key], b.trajectory[key])
-    ws.kept_draws.enabled = True
+    ws.kept_draws.enabled = ws.kept_run.enabled = True
+    ws.kept_run.keep("a run", {"kept": 1})
     ws.clear()
     assert ws.kept_draws.enabled and not ws.populations and not ws.warm
+    assert ws.kept_run.enabled and ws.kept_run.take("a run") is None
     assert not hasattr(ws, "executors") and isinstance(PROCESS.executors, dict)

@@ -286,6 +286,32 @@ def test_cheap_setup_groups_go_in_short_tasks():
     assert [len(p) for p in _chunks(list(range(10)), 10, 2)] == [2] * 5  # every worker gets work
 
 
+def test_the_twins_of_one_exact_run_go_to_one_worker_one_after_the_other():
+    """Points that differ only in their precision twin's keys share their exact run: they
+    are put next to each other in their setup group and no split falls between them (the
+    worker then trains the run once); any other point keeps its place."""
+    from attnsim.sweep.run import _chunks, _runs_together, run_key
+    from attnsim.sweep.spec import Task
+
+    def task(i, **keys):
+        return Task(f"k{i}", {"d": 200, "seed": 0, **keys}, [])
+
+    tasks = [
+        task(i, signal_norm=float(i % 3), precision_twin=f)
+        for i, f in enumerate(["float32"] * 3 + ["bfloat16"] * 3)
+    ]
+    tasks += [task(6, signal_norm=9.0), task(7, signal_norm=9.0, precision_twin="none")]
+    tasks.append(task(8, signal_norm=0.0, precision_twin="bfloat16", precision_graph="official"))
+    order = _runs_together(tasks)
+    assert [t.key for t in order] == ["k0", "k3", "k8", "k1", "k4", "k2", "k5", "k6", "k7"]
+    assert run_key(tasks[6]) != run_key(tasks[7])  # no twin: each point is its own run
+    for size_total in (9, 18, 36):
+        parts = _chunks(order, size_total, 2, key=run_key)
+        assert sum(parts, []) == order
+        assert all(run_key(p[-1]) != run_key(q[0]) for p, q in zip(parts, parts[1:]))
+    assert [len(p) for p in _chunks(order, 9, 2)] == [2, 2, 2, 2, 1]  # without a key: as before
+
+
 def test_worker_pool_can_start_its_workers_at_once(tmp_path):
     from attnsim.sweep import executors as sweep
 

@@ -15,6 +15,7 @@ workspace it is given (``simulate(..., workspace=)``; default: the process's
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import threading
 import time
@@ -92,6 +93,31 @@ class KeptDraws:
         self._values = values
 
 
+class KeptRun:
+    """The exact run of the last point trained beside a precision twin, kept so that
+    the next point of the same config with another twin format (a sweep over
+    ``precision_twin``: figure 17 runs float32 and bfloat16 beside each exact run)
+    trains its twin alone: the exact run does not depend on its twin (the same bits
+    beside either format). Off unless ``enabled`` (sweep workers turn it on); one run
+    at a time, copied in and out (a run's record changes the arrays it is given)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._key: str | None = None
+        self._value: Any = None
+
+    def take(self, key: str) -> Any:
+        """A copy of the run kept under ``key``, or None."""
+        return copy.deepcopy(self._value) if self.enabled and key == self._key else None
+
+    def keep(self, key: str, value: Any) -> None:
+        if self.enabled:
+            self._key, self._value = key, copy.deepcopy(value)
+
+    def clear(self) -> None:
+        self._key = self._value = None
+
+
 class Process:
     """What belongs to the process, not to a workspace: its threads and what they hold.
 
@@ -148,16 +174,18 @@ class Workspace:
 
     def __init__(self) -> None:
         self.kept_draws = KeptDraws(max_bytes=256 * 1024**2)  # W(0) up to d = 5792, as the setup keeps it
+        self.kept_run = KeptRun()
         self.clear()
 
     def clear(self) -> None:
-        """Drop every cached setup, buffer and point set (whether W(0) draws are kept, a
-        switch sweep workers turn on, stays as it was; the draws themselves go)."""
+        """Drop every cached setup, buffer and point set (whether W(0) draws and exact runs
+        are kept, switches sweep workers turn on, stays as it was; what they hold goes)."""
         self.setups: OrderedDict = OrderedDict()  # reduced setups of generated data, by setup key
         self.w0 = np.empty(0)  # the reused d x d W(0) buffer (flat)
         enabled = self.kept_draws.enabled
         self.kept_draws = KeptDraws(max_bytes=self.kept_draws.max_bytes)
         self.kept_draws.enabled = enabled
+        self.kept_run.clear()
         self.points: dict = {}  # population points by (seed, T, points)
         self.populations: dict = {}  # populations by their arguments
         self.bayes: dict = {}  # Bayes errors of data models, by their arguments

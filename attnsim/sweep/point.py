@@ -20,11 +20,13 @@ def run_point(cfg_dict: dict, save: list[str], data: str | None = None) -> dict:
     """Simulate one point and return its record. The process's workspace keeps the
     draws of W(0) from then on (:class:`attnsim.runtime.workspace.KeptDraws`): the
     sweep's points of the same seed and a smaller d read them instead of drawing
-    them. Python warnings go into the record's "warnings" (the sweep's summary
+    them, and the exact run beside a precision twin (:class:`attnsim.runtime.workspace.KeptRun`):
+    the next point of the same config with another twin format trains its twin alone. Python
+    warnings go into the record's "warnings" (the sweep's summary
     reports them once), not onto the worker's stderr."""
     from ..run import simulate  # lazy: a sweep's parent plans and stores without the kernels
 
-    WORKSPACE.kept_draws.enabled = True
+    WORKSPACE.kept_draws.enabled = WORKSPACE.kept_run.enabled = True
     t, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

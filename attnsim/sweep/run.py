@@ -181,7 +181,8 @@ class _Plan:
         for g in order:
             per = steps[g] / len(groups[g])
             whole = setup[g] + steps[g] < whole_below
-            parts = [groups[g]] if whole else _chunks(groups[g], len(self.keys), workers, setup[g], per)
+            tasks = _runs_together(groups[g])
+            parts = [tasks] if whole else _chunks(tasks, len(self.keys), workers, setup[g], per, run_key)
             for part in parts:
                 self.tasks.append((setup[g] + per * len(part), part))
         self.report.scheduled = sum(len(t) for _, t in self.tasks)
@@ -268,14 +269,44 @@ def _memory_estimate(cfg: Config) -> list:
 
 
 def _chunks(
-    group: list, total: int, workers: int, setup_flops: float = 0.0, point_flops: float = 0.0
+    group: list,
+    total: int,
+    workers: int,
+    setup_flops: float = 0.0,
+    point_flops: float = 0.0,
+    key: Callable | None = None,
 ) -> list[list]:
     """Split a setup group so every worker has work (each part still shares
     its setup). A group whose setup costs at most a tenth of ``TAIL_POINTS``
     of its points goes in parts of ``TAIL_POINTS`` (each worker that takes a
     part builds the setup again): the cheap groups run last, and short last
-    tasks keep one core from idling while the other finishes a long one."""
+    tasks keep one core from idling while the other finishes a long one. Neighbours of
+    one ``key`` stay in one part (it then holds more than the others)."""
     size = max(1, math.ceil(total / max(1, 4 * workers)))
     if point_flops > 0 and setup_flops <= 0.1 * TAIL_POINTS * point_flops:
         size = min(size, TAIL_POINTS)
-    return [group[i : i + size] for i in range(0, len(group), size)]
+    parts: list[list] = [[]]
+    for i, task in enumerate(group):  # twins of one exact run stay in one part (they share it)
+        if len(parts[-1]) >= size and not (key is not None and key(group[i - 1]) == key(task)):
+            parts.append([])
+        parts[-1].append(task)
+    return parts if group else []
+
+
+def run_key(task: Task) -> str:
+    """The exact run a point trains: points that differ only in their precision twin's
+    keys share one (:class:`attnsim.runtime.workspace.KeptRun`: a worker trains it once
+    when they come one after the other); any other point is its own."""
+    c = task.config
+    if task.data is not None or c.get("precision_twin", "none") == "none":
+        return task.key
+    twin = ("precision_twin", "precision_graph")
+    return json.dumps({k: v for k, v in c.items() if k not in twin}, sort_keys=True, default=str)
+
+
+def _runs_together(tasks: list[Task]) -> list[Task]:
+    """``tasks`` with those of one exact run (:func:`run_key`) next to each other, in order."""
+    first: dict[str, int] = {}
+    for t in tasks:
+        first.setdefault(run_key(t), len(first))
+    return sorted(tasks, key=lambda t: first[run_key(t)])

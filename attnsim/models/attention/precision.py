@@ -146,6 +146,14 @@ class PrecisionTwin(Stepper):
         distance from it at the same log point."""
         self.run_q.append(np.array(self.run_q_of(state), dtype=np.float64))
 
+    def watched(self) -> list[np.ndarray]:
+        """What :meth:`watch_run` kept of the run: its q at each log point."""
+        return self.run_q
+
+    def rewatch(self, run_q: list[np.ndarray]) -> None:
+        """Take a kept run's :meth:`watched` as if this twin had watched that run."""
+        self.run_q = run_q
+
     @property
     def first_saturated(self) -> int:
         return int(self.marks[0])

@@ -227,6 +227,12 @@ class EncoderTwin(Stepper):
     def watch_run(self, state) -> None:
         """The run's states are not compared coordinate by coordinate (no q = W p)."""
 
+    def watched(self) -> None:
+        return None
+
+    def rewatch(self, seen: None) -> None:
+        """Nothing to take: :meth:`watch_run` keeps nothing."""
+
     def q_rel_dev(self) -> None:
         return None
 
