@@ -267,6 +267,21 @@ def test_a_sweep_waiting_for_another_process_lock_says_so(tmp_path):
     assert proc.returncode == 0 and "1 of 1 records" in out, err
 
 
+def test_a_stopped_workers_lock_file_is_removed_unless_someone_holds_it(tmp_path):
+    """A worker killed mid-point (or stopped between creating its lock file and holding it)
+    leaves the file; the sweep removes it, but never a lock a live process holds."""
+    store = Store(tmp_path / "s")
+    left = store.dir / "a.lock"
+    left.write_text("4242")  # its holder is gone
+    store.drop_stale_lock("a")
+    assert not left.exists()
+    store.drop_stale_lock("never-locked")  # nothing there: nothing to do
+    with store.lock("b"):  # held (by another open file, as another process would)
+        store.drop_stale_lock("b")
+        assert (store.dir / "b.lock").exists()
+    assert not (store.dir / "b.lock").exists()
+
+
 def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     path = _sweep_file(tmp_path, steps=100_000, base="log_every = 1000\n")  # seconds per point: still running
     recdir = tmp_path / "sweeps" / "s" / "records"

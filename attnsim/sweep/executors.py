@@ -254,7 +254,7 @@ def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
     """Ask idle workers to exit (``idle_exit``; else terminate them too: one may
     still be loading its kernels, with nothing to clean up); terminate busy
     ones (Ctrl-C): they unwind and remove their temporary files; anything
-    still alive after 5 s is killed."""
+    still alive after 5 s is killed, and a lock file a stopped worker left is removed."""
     for w in pool:
         if w.proc.exitcode is None:
             if w.task or not idle_exit:
@@ -269,6 +269,8 @@ def _stop(pool: list[_Worker], idle_exit: bool = True) -> None:
             w.proc.kill()
             w.proc.join()
         w.conn.close()
+        if w.task and w.job is not None:  # the point it was computing: no lock file left behind
+            w.job[0].drop_stale_lock(w.task[0].key)
 
 
 def worker_identity() -> dict:

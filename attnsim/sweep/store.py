@@ -173,6 +173,25 @@ class Store:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def drop_stale_lock(self, key: str) -> None:
+        """Remove the lock file of a point whose worker was stopped mid-point, unless a live
+        process holds it (a lock dies with its process; its file stays when the worker was
+        killed, or stopped between creating the file and holding it)."""
+        path = self.dir / f"{key}.lock"
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
     def compute(self, task: Task, run: Callable[..., dict]) -> bool:
         """Compute (``run(config, save, data)`` gives the record) and write one record
         unless it is done (maybe by another sweep in the same folder); True when it
