@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import numpy as np
@@ -25,3 +26,27 @@ def small_cfg():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def workers_in_this_process():
+    """For a test whose sweep runs its remote workers as threads of the test process (dask's
+    ``processes=False``): a remote worker pins its process to one thread for good
+    (``pin_one_thread``), and the tests after this one must find the process as it was."""
+    import numba
+
+    from attnsim.runtime import threads
+
+    pinned, numba_threads = threads._ONE_THREAD, numba.get_num_threads()
+    env = os.environ.get("OPENBLAS_NUM_THREADS")
+    blas_threads = {lib.prefix: lib.num_threads for lib in threads.blas().lib_controllers}
+    yield
+    threads._ONE_THREAD = pinned
+    numba.set_num_threads(numba_threads)
+    if env is None:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+    else:
+        os.environ["OPENBLAS_NUM_THREADS"] = env
+    for lib in threads.blas().lib_controllers:
+        if lib.prefix in blas_threads:
+            lib.set_num_threads(blas_threads[lib.prefix])

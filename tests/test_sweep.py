@@ -174,7 +174,7 @@ def record_key_of(rec):
     return json.dumps(rec["config"], sort_keys=True)
 
 
-def test_sweep_dask_executor_matches_local(tmp_path):
+def test_sweep_dask_executor_matches_local(tmp_path, workers_in_this_process):
     distributed = pytest.importorskip("distributed")
     spec = _spec(seeds=1)
     local = run_sweep(spec, tmp_path / "local", workers=1, progress=False).records()
@@ -327,7 +327,7 @@ def test_worker_pool_can_start_its_workers_at_once(tmp_path):
 
 
 @pytest.mark.parametrize("executor", ["local", "dask"])
-def test_records_of_a_data_sweep_verify_when_read_again(executor, tmp_path):
+def test_records_of_a_data_sweep_verify_when_read_again(executor, tmp_path, workers_in_this_process):
     """With data the record's config is what the file decided: the record keeps
     the point its key is of, whichever executor wrote it."""
     import shutil
