@@ -5,7 +5,7 @@ twin, trained in float32 or bfloat16, with the exact run beside it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -110,13 +110,18 @@ def train(twin: Any, train_on: Callable, problem: Any) -> tuple:
     return twin, traj, None
 
 
+TWIN_KEYS = ("precision_twin", "precision_graph")  # the twin's own config keys: the exact run ignores them
+
+
+def without_twin(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's keys but the precision twin's own: what the exact run beside it depends on."""
+    return {k: v for k, v in config.items() if k not in TWIN_KEYS}
+
+
 def exact_key(cfg: Any, save_scores: bool) -> str:
-    """What the exact run beside a precision twin depends on: every config key but the
-    twin's own (its format and graph), and whether scores are saved."""
-    c = cfg.to_dict()
-    for k in ("precision_twin", "precision_graph"):
-        c.pop(k)
-    return json.dumps([c, bool(save_scores)], sort_keys=True)
+    """The exact run beside a precision twin as a key: :func:`without_twin` of its config,
+    and whether scores are saved."""
+    return json.dumps([without_twin(cfg.to_dict()), bool(save_scores)], sort_keys=True)
 
 
 def watched(twin: Any, problem: Any) -> tuple:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import registry
 from ..config import Config
+from ..precision import without_twin
 from ..results import atomic_write
 from ..runtime.resources import format_bytes, physical_memory
 from .executors import _connect, _release, _run_executor, _run_local, _take_workers, _Worker, dask_executor
@@ -297,11 +298,9 @@ def run_key(task: Task) -> str:
     """The exact run a point trains: points that differ only in their precision twin's
     keys share one (:class:`attnsim.runtime.workspace.KeptRun`: a worker trains it once
     when they come one after the other); any other point is its own."""
-    c = task.config
-    if task.data is not None or c.get("precision_twin", "none") == "none":
+    if task.data is not None or task.config.get("precision_twin", "none") == "none":
         return task.key
-    twin = ("precision_twin", "precision_graph")
-    return json.dumps({k: v for k, v in c.items() if k not in twin}, sort_keys=True, default=str)
+    return json.dumps(without_twin(task.config), sort_keys=True, default=str)
 
 
 def _runs_together(tasks: list[Task]) -> list[Task]:

@@ -168,10 +168,7 @@ class Store:
                 os.pwrite(fd, f"{os.getpid()} {threading.current_thread().name}".encode(), 0)
             yield
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # after the record is written: a waiter then finds it done
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            _remove_lock(fd, path)  # after the record is written: a waiter then finds it done
 
     def drop_stale_lock(self, key: str) -> None:
         """Remove the lock file of a point whose worker was stopped mid-point, unless a live
@@ -187,10 +184,7 @@ class Store:
         except BlockingIOError:
             os.close(fd)
             return
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        _remove_lock(fd, path)
 
     def compute(self, task: Task, run: Callable[..., dict]) -> bool:
         """Compute (``run(config, save, data)`` gives the record) and write one record
@@ -202,6 +196,14 @@ class Store:
                 return False
             self.write(task.key, stamped(task, run(task.config, task.save, task.data)))
             return True
+
+
+def _remove_lock(fd: int, path: Path) -> None:
+    """Remove a held lock's file, then release and close it (a waiter then finds its own)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def stamped(task: Task, rec: dict) -> dict:
