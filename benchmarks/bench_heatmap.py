@@ -18,6 +18,17 @@ it is spread over the cores), and the ratio of medians; writes a plot of every
 timing (``--plot``, default a file in the temporary folder, whose path is
 printed). Target (SPEC §9): <= 25 s on this machine's 2 cores.
 
+Beside the timings, a lower bound of each sweep's CPU seconds whatever the code
+(nothing run, its points read from the sweep): every run and its clean-label twin
+priced at the attention model's GD floor (``bench_gallery_floor.priced``: the
+cheaper of the W and X W forms' floor kernels, one BLAS thread as in a worker),
+and every setup group (d, seed) at what the reduced setup cannot avoid: W(0)'s
+d^2 draws (once per seed, at its largest d: smaller d read a prefix of the same
+stream) and its two products with k-column bases (Q^T W(0), then W(0) R: R
+depends on the first), 4 d^2 k flops, as NumPy's BLAS does them, measured at
+each d. Everything else (bases, evaluations, records, start-up, the plot)
+counts 0; over the cores, the sum bounds the wall seconds.
+
 Usage::
 
     python benchmarks/bench_heatmap.py [--reps 3] [--reference PATH_TO_OTHER_CHECKOUT] [--quick]
@@ -86,8 +97,7 @@ def run_sweep_only(checkout: Path, folder: Path, quick: bool, seeds: int = 1) ->
     without the figure's plot (``seeds``: seeds 0 .. seeds - 1 in every cell)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    grids = (("[5.0, 10.0, 20.0, 50.0, 100.0]", "[250, 1000, 2500, 5000]") if quick else
-             ("{start = 5.0, stop = 100.0, num = 39}", "{start = 250, stop = 5000, step = 125}"))  # fmt: skip
+    grids = _grids(quick)
     (folder / "heatmap.toml").write_text(SWEEP.format(grid_s=grids[0], grid_d=grids[1], seeds=seeds))
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     cmd = [
@@ -103,6 +113,68 @@ def run_sweep_only(checkout: Path, folder: Path, quick: bool, seeds: int = 1) ->
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall, cpu = time.perf_counter() - t, children_cpu() - cpu
     return wall, cpu, simulation_cpu(folder / "sw")
+
+
+def sweep_points(quick: bool, seeds: int) -> list:
+    """The points of :data:`SWEEP` (the figure's grid, seeds 0 .. seeds - 1), read, not run."""
+    import tomllib
+
+    from attnsim.sweep import parse_sweep
+
+    grids = _grids(quick)
+    return parse_sweep(tomllib.loads(SWEEP.format(grid_s=grids[0], grid_d=grids[1], seeds=seeds))).points()
+
+
+def _grids(quick: bool) -> tuple[str, str]:
+    return (("[5.0, 10.0, 20.0, 50.0, 100.0]", "[250, 1000, 2500, 5000]") if quick else
+            ("{start = 5.0, stop = 100.0, num = 39}", "{start = 250, stop = 5000, step = 125}"))  # fmt: skip
+
+
+def floor_bound(quick: bool, seeds: list[int]) -> dict[int, dict]:
+    """Per number of seeds: the lower bound of the sweep's CPU seconds (module docstring),
+    as {"steps_s", "setups_s", "cpu_s"}; prints the floors it measures."""
+    saved = os.environ.get("OPENBLAS_NUM_THREADS")
+    import bench_gallery_floor as G  # sets OPENBLAS_NUM_THREADS for its own process: put back
+
+    if saved is None:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+    else:
+        os.environ["OPENBLAS_NUM_THREADS"] = saved
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    floors: dict = {}
+    setups: dict[tuple, float] = {}
+
+    def setup_floor(d: int, k: int, draw: bool) -> float:
+        if (d, k, draw) not in setups:
+            W, Qt, M = np.empty((d, d)), rng.standard_normal((k, d)), np.empty((k, d))
+
+            def setup() -> None:
+                if draw:
+                    rng.random(out=W)
+                np.matmul(Qt, W, out=M)
+                np.matmul(Qt, W, out=M)
+
+            setups[(d, k, draw)] = G.per_call(setup, budget=0.05, reps=3)
+        return setups[(d, k, draw)]
+
+    out = {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        for count in seeds:
+            steps_s = setups_s = 0.0
+            groups: dict[tuple, int] = {}
+            for cfg in sweep_points(quick, count):
+                for kind, size, steps in G.priced(cfg, cfg.T):
+                    steps_s += steps * G.measure((kind, size), floors)
+                groups[(cfg.seed, cfg.d)] = cfg.n * cfg.T + 2
+            top = {seed: max(d for s, d in groups if s == seed) for seed, _ in groups}
+            for (seed, d), k in groups.items():
+                setups_s += setup_floor(d, min(k, d), draw=d == top[seed])
+            out[count] = {"steps_s": steps_s, "setups_s": setups_s, "cpu_s": steps_s + setups_s}
+            print(f"lower bound, {count} seed(s) per cell: {steps_s:.1f} CPU s in the steps + {setups_s:.1f} "
+                  f"in the setups = {steps_s + setups_s:.1f} CPU s", flush=True)  # fmt: skip
+    return out
 
 
 def main() -> int:
@@ -156,8 +228,10 @@ def main() -> int:
             f"attnsim sweep, {args.seeds} seeds per cell: {many[0]:6.1f} s wall, {many[1]:6.1f} s CPU",
             flush=True,
         )
+    bound = floor_bound(args.quick, [1] + ([args.seeds] if args.seeds else []))
+    cores = os.cpu_count() or 1
     grid = "quick grid" if args.quick else "39 x 39 runs"
-    print(f"\nloss heatmap from scratch ({grid}), {os.cpu_count()} cores; median (min-max) of {args.reps}")
+    print(f"\nloss heatmap from scratch ({grid}), {cores} cores; median (min-max) of {args.reps}")
     first = float(np.median(walls["this checkout"]))
     for name in contenders:
         w, c = walls[name], cpus[name]
@@ -165,6 +239,9 @@ def main() -> int:
               f"CPU {np.median(c):6.1f} s ({min(c):.1f}-{max(c):.1f})   "
               f"{np.median(w) / first:.2f}x this checkout's wall   "
               f"{100 * np.median(inside[name]):.1f} % of the CPU inside the simulations")  # fmt: skip
+    for count, b in bound.items():
+        print(f"lower bound at the floors, {count} seed(s) per cell: {b['cpu_s']:.1f} CPU s, "
+              f"{b['cpu_s'] / cores:.1f} s on {cores} cores")  # fmt: skip
     share = 100 * float(np.median(sweep_share))
     print(f"the sweep alone (attnsim sweep, no plot): {share:.1f} % of its CPU inside the simulations "
           f"({100 * min(sweep_share):.1f}-{100 * max(sweep_share):.1f})")  # fmt: skip
@@ -175,8 +252,11 @@ def main() -> int:
                "inside_sweep": float(np.median(sweep_share)), "inside_sweep_min": min(sweep_share),
                "inside_sweep_max": max(sweep_share), "reps": args.reps, "grid": grid,
                "cores": os.cpu_count()}  # fmt: skip
+        row.update(floor_cpu_s=bound[1]["cpu_s"], floor_steps_s=bound[1]["steps_s"],
+                   floor_setups_s=bound[1]["setups_s"])  # fmt: skip
         if many is not None:
-            row.update(seeds=args.seeds, seeds_wall_s=many[0], seeds_cpu_s=many[1])
+            row.update(seeds=args.seeds, seeds_wall_s=many[0], seeds_cpu_s=many[1],
+                       seeds_floor_cpu_s=bound[args.seeds]["cpu_s"])  # fmt: skip
         args.json.write_text(json.dumps({"benchmark": "heatmap", "rows": {"fig3": row}}, indent=1))
     if len(numbers) == 2:
         same = numbers["this checkout"] == numbers["reference"]

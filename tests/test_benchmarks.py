@@ -134,3 +134,32 @@ def test_the_gallery_floor_prices_only_the_runs_it_bounds():
     assert "| real | 27 | 27 | 200.0 | 360.0 | 1.80 |" in lines and not any("| limit |" in x for x in lines)
     assert "| precision | 36 | 32 | 250.0 | 570.0 |  |" in lines  # not every run priced: no ratio
     assert "**at least 1500 CPU s**" in lines[-1] and "12.5 minutes on 2 cores" in lines[-1]
+
+
+def test_the_heatmaps_lower_bound_prices_every_run_and_twin_and_each_setup_group(monkeypatch):
+    gf = _load("bench_gallery_floor")
+    bh = _load("bench_heatmap")
+    calls = []
+
+    def per_call(fn, budget=0.1, reps=15):
+        calls.append(fn)
+        return 0.01  # every setup group's floor, whatever its d
+
+    monkeypatch.setattr(gf, "measure", lambda key, floors: 1e-5)  # every GD step's floor
+    monkeypatch.setattr(gf, "per_call", per_call)
+    bound = bh.floor_bound(True, [1, 2])
+    points = bh.sweep_points(True, 1)
+    ds = {c.d for c in points}
+    assert len(points) == 20 and all(c.clean_twin and c.noise_rate > 0 for c in points)
+    assert bound[1]["steps_s"] == pytest.approx(20 * 2 * 1000 * 1e-5)  # each run and its clean-label twin
+    assert bound[1]["setups_s"] == pytest.approx(len(ds) * 0.01)  # one setup per d for one seed
+    assert bound[2]["steps_s"] == pytest.approx(2 * bound[1]["steps_s"])
+    assert bound[2]["setups_s"] == pytest.approx(2 * len(ds) * 0.01)
+    assert len(calls) == len(ds)  # measured once per d, the largest with the draws of W(0) (once per seed)
+    row = {"grid": "quick grid", "wall_s": 30.0, "wall_min": 29.0, "wall_max": 31.0, "cpu_s": 60.0,
+           "inside_sweep": 0.9, "inside_sweep_min": 0.9, "inside_sweep_max": 0.9, "inside_figure": 0.9,
+           "cores": 2, "floor_cpu_s": 36.0, "seeds": 10, "seeds_wall_s": 330.0, "seeds_cpu_s": 650.0,
+           "seeds_floor_cpu_s": 360.0}  # fmt: skip
+    lines = _load("run_all").section_heatmap({"rows": {"fig3": row}})
+    assert any("≥ 36.0, ≥ **18.0** (target 25)" in x for x in lines)
+    assert any("≥ 360.0, ≥ **180.0** (target 240)" in x for x in lines)
