@@ -60,13 +60,17 @@ def test_the_performance_page_is_written_from_the_benchmarks_json():
            "x_floor": 1.0345}  # fmt: skip
     floors = {"rows": {"reduced GD step, W form": row}, "k": 162, "r": 162, "tokens": 160, "threads": "1"}
     engines = {"default": {"reduced": {"s": 0.12, "min": 0.1, "max": 0.2, "x_official": 140.0,
-                                       "x_careful": math.nan}}}  # fmt: skip
+                                       "x_careful": math.nan},
+                           "implicit": {"s": 0.1, "min": 0.1, "max": 0.1, "x_official": 180.0,
+                                        "x_careful": 40.0, "setup_s": 0.04,
+                                        "x_official_without_setup": 300.0}}}  # fmt: skip
     made = (("encoder", encoder), ("floors", floors), ("engines", engines))
     results = {name: {"json": data, "command": f"python benchmarks/bench_{name}.py"} for name, data in made}
     text = run_all.page(info, results, quick=True)
     assert "| 2000 | 36.0 (36.0–36.0) | 28.0 (28.0–28.0) | **1.29** |" in text
     assert "| reduced GD step, W form | 15.0 (14.0–16.0) | 14.5 (14.0–15.0) | **1.03** |" in text
-    assert "| reduced | 0.12 (0.1–0.2) | 140× | — |" in text
+    assert "| reduced | 0.12 (0.1–0.2) | — | 140× | — | — |" in text  # JSON without setup_s: dashes
+    assert "| implicit | 0.1 (0.1–0.1) | 0.040 | 180× | 40× | 300× |" in text
     assert "CPU X, 2 cores" in text and "20.0 GB/s" in text and "run_all.py --quick" in text
     assert "not measured" in text  # the heatmap and start-up sections, absent here
 
