@@ -148,7 +148,9 @@ def floor_bound(quick: bool, seeds: list[int]) -> dict[int, dict]:
 
     def setup_floor(d: int, k: int, draw: bool) -> float:
         if (d, k, draw) not in setups:
-            W, Qt, M = np.empty((d, d)), rng.standard_normal((k, d)), np.empty((k, d))
+            # W holds numbers from the start (np.empty may hand back old memory: a subnormal or NaN
+            # there would slow the products and raise the bound)
+            W, Qt, M = rng.random((d, d)), rng.standard_normal((k, d)), np.empty((k, d))
 
             def setup() -> None:
                 if draw:
