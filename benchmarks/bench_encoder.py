@@ -13,7 +13,9 @@ float32 (what the paper ran), the same in float64 (attnsim's numerics), and
 attnsim as ``attnsim run`` steps (its BLAS threads as the stepper sets them),
 and attnsim's floor timed in attnsim's process at the same thread settings,
 alternating with its steps: the nine BLAS passes of SPEC §9, and those plus
-the four matrix-vector passes over W_q and W_k.
+the four matrix-vector passes over W_q and W_k. Then where attnsim's step
+goes (``step_parts``): more steps with every BLAS call of the step timed, its
+seconds in the nine passes, in W_q's and W_k's, and in the rest.
 
 An encoder run's cost beyond its steps (``--fixed-reps``): the default encoder
 (``--set model=encoder --set test_n=200``; the encoder has no clean-label twin
@@ -122,10 +124,59 @@ def run_attnsim(d: int, n: int, steps: int, block: int = 5) -> dict:
                 t = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - t) / block)
-    out = {name: float(np.median(v)) for name, v in times.items()}
+        out = {name: float(np.median(v)) for name, v in times.items()}
+        out["parts"] = step_parts(stepper, done[0], max(block, steps))
     out["ratio"] = float(np.median(np.array(times["attnsim"]) / np.array(times["floor"])))
     out["blas_threads"] = stepper.blas_threads
     return out
+
+
+def step_parts(stepper, step0: int, steps: int) -> dict:
+    """Where a step's seconds go, from ``steps`` more steps with every BLAS call of
+    the step timed: in the nine passes (the forward products of W_v, W1, W2, their
+    back-propagation and their rank-n updates), in W_q's and W_k's (the four
+    matrix-vector passes with the held updates' corrections, and those updates going
+    in every 32 steps), and the rest (the per-row kernels, the loss, Python); seconds
+    per step. A timer costs well under a microsecond per call, against milliseconds."""
+    from attnsim.models.encoder import linalg, passes
+
+    acc = {"nine": 0.0, "query": 0.0}
+    inside = [False]  # within Held.apply: its products are W_q's and W_k's, not the nine
+
+    def timed(fn, part):
+        def call(*args, **kw):
+            if inside[0]:
+                return fn(*args, **kw)
+            t = time.perf_counter()
+            try:
+                inside[0] = part == "query"
+                return fn(*args, **kw)
+            finally:
+                inside[0] = False
+                acc[part] += time.perf_counter() - t
+
+        return call
+
+    nine = [(passes, "mm_t"), (passes, "mm"), (linalg.Outer, "subtract_from")]
+    query = [(linalg.Held, "mv"), (linalg.Held, "mtv"), (linalg.Held, "apply")]
+    patched = [(o, n, "nine") for o, n in nine] + [(o, n, "query") for o, n in query]
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patched]
+    try:
+        for owner, name, part in patched:
+            setattr(owner, name, timed(getattr(owner, name), part))
+        t = time.perf_counter()
+        stepper.advance(step0, steps)
+        total = time.perf_counter() - t
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+    in_nine, in_query = acc["nine"] / steps, acc["query"] / steps
+    return {
+        "step": total / steps,
+        "nine": in_nine,
+        "query": in_query,
+        "rest": total / steps - in_nine - in_query,
+    }
 
 
 def run_torch(d: int, n: int, steps: int, dtype: str = "float32") -> float:
@@ -294,6 +345,9 @@ def main() -> int:
                "peak_mb": {k: max(r["peak_mb"] for r in res[k]) for k in procs},
                "x_floor": float(np.median([r["ratio"] for r in res["attnsim"]])),
                "x_floor_q": float(np.median(sec["attnsim"])) / float(np.median(sec["floor_q"]))}  # fmt: skip
+        parts = [r["parts"] for r in res["attnsim"] if "parts" in r]
+        if parts:  # where a step goes, each part the median over the processes
+            row["parts_ms"] = {k: 1e3 * float(np.median([p[k] for p in parts])) for k in parts[0]}
         if have_torch:
             row["x_float32"] = row["ms"]["torch32"] / row["ms"]["attnsim"]
             row["x_float64"] = row["ms"]["torch64"] / row["ms"]["attnsim"]
@@ -305,6 +359,10 @@ def main() -> int:
         print(f"{d:6d}{cells}  {row['x_floor']:6.2f}{tail}")
         print(f"{'':6} multiply-adds per step: every position {every:.3g}, CLS path {cls_path:.3g} "
               f"(ratio {every / cls_path:.1f})")  # fmt: skip
+        if parts:
+            pm = row["parts_ms"]
+            print(f"{'':6} a step with its BLAS calls timed, ms: {pm['step']:.2f} = nine passes "
+                  f"{pm['nine']:.2f} + W_q, W_k {pm['query']:.2f} + the rest {pm['rest']:.2f}")  # fmt: skip
     print("x floor: attnsim's step over the nine passes: the median over alternating blocks of 5 of each")
     _plot(rows, shown, args)
     out = {"benchmark": "encoder", "rows": rows, "plot": args.plot}

@@ -212,6 +212,18 @@ def section_encoder(res: dict) -> list[str]:
               f"processes; BLAS threads in attnsim's step: {rows[0]['blas_threads_in_step']}. × floor is the "
               "median over alternating blocks (five steps, five floors, ...) of the step over the "
               "floor."]  # fmt: skip
+    if all("parts_ms" in r for r in rows):
+        lines += ["", "Where attnsim's step goes (ms; more steps with every BLAS call of the step timed, the "
+                  "median over the processes): its nine passes against their floor, W_q's and W_k's four "
+                  "matrix-vector passes with the held updates' corrections and their rank-32 products, and "
+                  "the rest (the per-row kernels over tokens and samples, the loss, Python).", "",
+                  "| d = mlp_dim | a step | in the nine passes | × their floor | W_q, W_k | the rest |",
+                  "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for r in rows:
+            p = r["parts_ms"]
+            x = p["nine"] / r["ms"]["floor"]
+            lines.append(f"| {r['d']} | {p['step']:.2f} | {p['nine']:.2f} | {x:.2f} | {p['query']:.2f} "
+                         f"| {p['rest']:.2f} |")  # fmt: skip
     if "fixed" in res:
         f = res["fixed"]
         lines += ["", f"An encoder run's cost beyond its steps (`--set model=encoder --set test_n=200`, d = "

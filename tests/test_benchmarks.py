@@ -55,7 +55,8 @@ def test_the_performance_page_is_written_from_the_benchmarks_json():
             "bytecode_cache": "on", "git": "abc123", "date": "2026-12-01 00:00"}  # fmt: skip
     ms = {"attnsim": 36.0, "floor": 28.0, "floor_q": 31.0}
     encoder = {"rows": [{"d": 2000, "n": 20, "blas_threads_in_step": 2, "ms": ms, "ms_min": ms, "ms_max": ms,
-                         "x_floor": 1.2857, "x_floor_q": 1.16}]}  # fmt: skip
+                         "x_floor": 1.2857, "x_floor_q": 1.16,
+                         "parts_ms": {"step": 35.0, "nine": 29.4, "query": 3.5, "rest": 2.1}}]}  # fmt: skip
     row = {"us": 15.0, "us_min": 14.0, "us_max": 16.0, "floor_us": 14.5, "floor_min": 14.0, "floor_max": 15.0,
            "x_floor": 1.0345}  # fmt: skip
     floors = {"rows": {"reduced GD step, W form": row}, "k": 162, "r": 162, "tokens": 160, "threads": "1"}
@@ -68,6 +69,7 @@ def test_the_performance_page_is_written_from_the_benchmarks_json():
     results = {name: {"json": data, "command": f"python benchmarks/bench_{name}.py"} for name, data in made}
     text = run_all.page(info, results, quick=True)
     assert "| 2000 | 36.0 (36.0–36.0) | 28.0 (28.0–28.0) | **1.29** |" in text
+    assert "| 2000 | 35.00 | 29.40 | 1.05 | 3.50 | 2.10 |" in text  # where a step goes
     assert "| reduced GD step, W form | 15.0 (14.0–16.0) | 14.5 (14.0–15.0) | **1.03** |" in text
     assert "| reduced | 0.12 (0.1–0.2) | — | 140× | — | — |" in text  # JSON without setup_s: dashes
     assert "| implicit | 0.1 (0.1–0.1) | 0.040 | 180× | 40× | 300× |" in text
