@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "benchmarks"
+sys.path.insert(0, str(HERE))
+import targets  # noqa: E402
 
 # (name, script, full arguments, quick arguments); {perf} is the output folder
 BENCHMARKS = [
@@ -442,6 +444,12 @@ def page(info: dict, results: dict, quick: bool) -> str:
         f"| machine measured at | {info['git']}, {info['date']} (each section says when it ran) |",
         "",
     ]  # fmt: skip
+    out += ["## Targets", "",
+            "Each performance target a benchmark measures, against its latest measurement below "
+            "(`benchmarks/targets.py` reads the benchmarks' JSON): met or not, and, where a benchmark "
+            "measures one, the lower bound no code can beat with the work the target asks for.", "",
+            *targets.section({k: v["json"] for k, v in results.items()},
+                             {k: v[0] for k, v in SECTIONS.items()}), ""]  # fmt: skip
     for name, (title, what, fn, plot) in SECTIONS.items():
         res = results.get(name)
         out += [f"## {title}", "", what, ""]
