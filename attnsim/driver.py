@@ -23,6 +23,7 @@ import numpy as np
 
 from ._meta import SimulationError
 from .models.base import Evaluator, Outcome, Stepper
+from .runtime.threads import stepping_done
 
 PROGRESS_CHUNK = 20_000  # most GD steps per kernel call while progress may show (flows are never cut)
 
@@ -198,7 +199,14 @@ class _Walk:
 
 def _collect(rec: Recorder, pending: list) -> None:
     """Add the deferred evaluations to their rows, in log order (a metric that
-    overflowed raises SimulationError naming its step)."""
+    overflowed raises SimulationError naming its step). The steps are done: the
+    background jobs may go on if they waited for this thread (a twin's), and this
+    thread computes the queued ones itself meanwhile, the last first, until it meets
+    the background thread coming from the first."""
+    stepping_done()
+    for _, job in reversed(pending):
+        if not job.run_here():
+            break
     while pending:
         j, job = pending.pop(0)
         try:

@@ -396,7 +396,11 @@ WHY = """## Why it is fast
   and applied 32 at a time ([Encoder](encoder.md)).
 - **Overlap.** Population metrics run on the second core while the steps go
   on; the run's clean-label and precision twins train beside it on a thread
-  of their own (in a sweep worker, one process per core, after it).
+  of their own (in a sweep worker, one process per core, after it). While a
+  twin steps, the evaluations wait rather than make three threads take turns
+  on two cores (and on the GIL), and each thread that has stepped computes
+  queued evaluations itself, the last first, while the background thread
+  takes them from the first.
 - **Start-up.** `attnsim --version` imports nothing numerical; cached kernels
   load without Numba's compiler refresh ([Design](design.md#numba)).
 - **Sweeps.** Points that share d and seed share the reduced setup and the

@@ -464,3 +464,54 @@ def test_a_fresh_workspace_shares_no_cache_and_clear_keeps_the_sweep_switch():
     assert ws.kept_draws.enabled and not ws.populations and not ws.warm
     assert ws.kept_run.enabled and ws.kept_run.take("a run") is None
     assert not hasattr(ws, "executors") and isinstance(PROCESS.executors, dict)
+
+
+def test_background_jobs_wait_while_a_twin_steps_and_a_collecting_thread_takes_queued_ones(monkeypatch):
+    """While a twin steps beside its run, the run's queued evaluations wait (three threads on two
+    cores took turns, and the evaluations 3-4x their time); a thread that collects takes queued
+    jobs itself, the last first; the twin's collect, or its end, lets the queue go on."""
+    import threading
+    import time
+
+    from attnsim.models.attention.problem import _Deferred
+    from attnsim.runtime import threads
+    from attnsim.runtime.workspace import PROCESS
+
+    monkeypatch.setattr(threads, "threads", lambda: 2)
+    stepping, collect = threading.Event(), threading.Event()
+
+    def twin():
+        stepping.set()
+        collect.wait(10)
+        threads.stepping_done()  # as the driver's collect does
+        return "twin"
+
+    beside = threads.Beside(twin)
+    stepping.wait(10)
+    ran = []
+
+    class Pop:  # a population whose sibling says on which thread it evaluated
+        def sibling(self):
+            return self
+
+        def evaluate(self, x):
+            return {"x": x, "on": threading.current_thread().name}
+
+    jobs = [
+        _Deferred(
+            {}, threads.in_background(lambda i=i: ran.append(i) or {"x": i, "on": "queue"}), Pop(), (i,)
+        )
+        for i in range(3)
+    ]
+    time.sleep(0.05)
+    assert ran == []  # held while the twin steps
+    assert jobs[2].run_here() and jobs[1].run_here()  # this thread takes the last ones
+    assert jobs[2].result() == {"x": 2, "on": threading.current_thread().name}
+    collect.set()  # the twin collects: the queue goes on
+    assert jobs[0].result() == {"x": 0, "on": "queue"} and not jobs[0].run_here()
+    assert beside.result() == "twin" and ran == [0]
+    failing = threads.Beside(lambda: 1 / 0)  # a twin that fails before its collect lets go too
+    with pytest.raises(ZeroDivisionError):
+        failing.result()
+    assert threads.in_background(lambda: "free").result() == "free"
+    PROCESS.beside.wait()  # no hold left

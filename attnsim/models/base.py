@@ -178,11 +178,14 @@ class Stepper(ABC):
 
 
 class Job(Protocol):
-    """A computation under way: ``result()`` waits for its value."""
+    """A computation under way: ``result()`` waits for its value; ``run_here()`` computes
+    it on the calling thread if it has not started (whether it did)."""
 
     def result(self) -> dict: ...
 
     def cancel(self) -> Any: ...
+
+    def run_here(self) -> bool: ...
 
 
 class Evaluator(Protocol):

@@ -78,8 +78,20 @@ def in_background(fn: Callable, *args) -> Future | _Done:
     order given, one at a time (or run it now with one thread); returns an
     object whose ``result()`` gives its value. For work that overlaps the
     caller's own (population metrics while the steps go on): the jobs may
-    share buffers, since they never run at the same time."""
-    return _start(1, fn, args)
+    share buffers, since they never run at the same time. A job waits while a
+    twin steps beside its run (:class:`attnsim.runtime.workspace.SteppingBeside`)."""
+    return _start(1, _when_cores_free, (fn, args))
+
+
+def _when_cores_free(fn: Callable, args: tuple):
+    PROCESS.beside.wait()
+    return fn(*args)
+
+
+def stepping_done() -> None:
+    """The calling thread steps no more (it collects its evaluations): if it is a twin
+    beside its run, the background jobs may go on."""
+    PROCESS.beside.done()
 
 
 class _Done:
@@ -91,6 +103,9 @@ class _Done:
 
     def cancel(self) -> bool:
         return False  # already done, as a Future would answer
+
+    def run_here(self) -> bool:
+        return False  # nothing left to run
 
 
 class Beside:
@@ -105,8 +120,20 @@ class Beside:
         self._fn, self._out = fn, {}
         self._thread = None
         if threads() > 1:
-            self._thread = threading.Thread(target=self._go, daemon=True)
-            self._thread.start()
+            self._thread = threading.Thread(target=self._stepping, daemon=True)
+            PROCESS.beside.hold()  # the background jobs wait while it steps (SteppingBeside)
+            try:
+                self._thread.start()
+            except BaseException:
+                PROCESS.beside.release()
+                raise
+
+    def _stepping(self) -> None:
+        PROCESS.beside.own()
+        try:
+            self._go()
+        finally:
+            PROCESS.beside.done()  # if it never collected (it failed first)
 
     def _go(self) -> None:
         try:

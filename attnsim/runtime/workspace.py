@@ -118,6 +118,46 @@ class KeptRun:
         self._key = self._value = None
 
 
+class SteppingBeside:
+    """The twins stepping beside their runs on threads of their own (:class:`attnsim.runtime.threads.Beside`):
+    while any does, the background queue's jobs (a run's population metrics) wait. The run and its twin
+    then have the two cores; a third thread beside them took turns with both, and the GIL with them, and
+    its evaluations took three to four times their own time. A twin stops holding the queue when it
+    collects its evaluations or ends; the threads that collect take queued jobs themselves meanwhile."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._holds = 0
+        self._mine = threading.local()
+
+    def hold(self) -> None:
+        """One more twin about to step (called before its thread starts: no job slips in first)."""
+        with self._cond:
+            self._holds += 1
+
+    def own(self) -> None:
+        """The calling thread is the twin that :meth:`hold` counted."""
+        self._mine.held = True
+
+    def done(self) -> None:
+        """The calling thread steps no more: its hold goes, once (nothing on any other thread)."""
+        if getattr(self._mine, "held", False):
+            self._mine.held = False
+            self.release()
+
+    def release(self) -> None:
+        with self._cond:
+            self._holds -= 1
+            if not self._holds:
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        """Until no twin steps."""
+        with self._cond:
+            while self._holds:
+                self._cond.wait()
+
+
 class Process:
     """What belongs to the process, not to a workspace: its threads and what they hold.
 
@@ -132,6 +172,7 @@ class Process:
         self.executors: dict = {}
         self.idle_workers: list | None = None
         self.work = threading.local()
+        self.beside = SteppingBeside()
         self.forked = False  # a forked child: no Numba threading layer (GNU OpenMP cannot run after fork)
         self.evaluation_s = 0.0  # CPU seconds of evaluations so far (a run reports its own: the difference)
         self._counting = threading.Lock()
@@ -157,6 +198,7 @@ class Process:
         self.executors = {}
         self.idle_workers = None
         self.work = threading.local()
+        self.beside = SteppingBeside()  # the parent's twins are not the child's
         self.forked = True
 
 
