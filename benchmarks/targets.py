@@ -90,7 +90,7 @@ def _fmt(v: float, unit: str) -> str:
         return f"{v:.0f}×" if v >= 100 else f"{v:.2f}×"
     if unit == "%":
         return f"{v:.1f} %"
-    return f"{v:.3g} s"
+    return f"{v:.3g} s" if v < 1000 else f"{v:.0f} s"
 
 
 def evaluate(t: Target, results: dict) -> tuple[str, str, str, str]:
