@@ -402,7 +402,8 @@ WHY = """## Why it is fast
   queued evaluations itself, the last first, while the background thread
   takes them from the first.
 - **Start-up.** `attnsim --version` imports nothing numerical; cached kernels
-  load without Numba's compiler refresh ([Design](design.md#numba)).
+  load without Numba's compiler refresh and without parsing their bitcode
+  ([Design](design.md#numba)).
 - **Sweeps.** Points that share d and seed share the reduced setup and the
   draws of W(0); workers are long-lived processes that load the kernels once.
 - **Figures.** `attnsim figures` queues every figure's sweeps together on one

@@ -86,6 +86,43 @@ def test_cached_kernels_load_without_refreshing_the_compiler(tmp_path):
     assert int(miss[4]) > 0 and int(hit[4]) > 0  # the other library's: Numba's own loading, unchanged
 
 
+_LEAN_LOAD = """
+import numpy as np
+from llvmlite import binding
+from numba import njit
+from attnsim.runtime import numba_cache
+from attnsim.models.attention import kernels
+objects = []
+elf = numba_cache.elf_defined_symbols
+numba_cache.elf_defined_symbols = lambda obj: objects.append(obj) or elf(obj)
+x = np.arange(4.0)
+kernels._sumsq(x)
+lib = next(iter(kernels._sumsq.overloads.values())).library
+bitcode = lib.__dict__.get("_attnsim_bitcode")
+same = None
+if bitcode is not None:
+    mod = binding.parse_bitcode(bitcode)
+    named = {g.name for gs in (mod.functions, mod.global_variables) for g in gs if not g.is_declaration}
+    same = named == elf(objects[-1]) and len(named) > 0
+linked = njit(lambda a: kernels._sumsq(a) + 1.0)(x)  # compiled now: links the loaded library
+print(bitcode is not None, same, "_attnsim_bitcode" in lib.__dict__, linked)
+"""
+
+
+def test_cached_kernels_load_without_parsing_their_bitcode_and_still_link(tmp_path):
+    """A cached attnsim kernel loads without its bitcode parsed: the symbols its object
+    code defines (read from the ELF symbol table) are the ones the bitcode names, and a
+    function compiled later that calls it links it (its bitcode parsed then)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [
+        subprocess.run([sys.executable, "-c", _LEAN_LOAD], env=env, capture_output=True, text=True,
+                       check=True).stdout.split()
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0] == ["False", "None", "False", "15.0"]  # compiled in this process: nothing to skip
+    assert runs[1] == ["True", "True", "False", "15.0"]  # loaded lean, the same symbols, then linked
+
+
 _PARALLEL_FIRST = """
 import numpy as np
 from attnsim.models.attention import kernels as A

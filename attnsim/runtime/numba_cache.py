@@ -28,6 +28,15 @@ process that loads the caller crashes with a segmentation fault until the
 cache is deleted (Numba issues 8578 and 9938). Starting the layer takes about
 20 ms, which loading the kernels paid before anyway.
 
+A cached library also holds the LLVM bitcode of its functions, which Numba
+parses on every load (about 3 ms per kernel, 45 ms of the default run's 15
+loads) only to list the symbols the object code defines and in case a later
+compilation links the library into another. For attnsim's kernels
+:func:`lean_libraries` takes the symbols from the object code's ELF symbol table
+instead (the same names: ``tests/test_numba.py`` compares them) and parses the
+bitcode only when a compilation asks for it; on an object file that is not
+ELF64 little-endian, Numba's own path runs.
+
 Importing this module (every kernels module does, first) also refuses a Numba
 older than ``MIN_NUMBA`` with a clear error: 0.59.1, 0.60.0 and 0.62.1 were
 measured to crash in attnsim's GD kernel (a segmentation fault, with or
@@ -36,8 +45,12 @@ without this loader); 0.63.0 and later pass the test suite.
 
 from __future__ import annotations
 
+import struct
+import threading
+
 import numba
-from numba.core import caching
+from llvmlite import binding
+from numba.core import caching, codegen
 
 from .._meta import MIN_NUMBA, check_numba_version
 
@@ -49,7 +62,9 @@ __all__ = [
     "INSTALLED",
     "Resolving",
     "check_numba_version",
+    "elf_defined_symbols",
     "install",
+    "lean_libraries",
     "resolved",
 ]
 PACKAGE = __name__.split(".")[0] + "."  # "attnsim."
@@ -98,20 +113,87 @@ def _ours(cache) -> bool:
     return module.startswith(PACKAGE)
 
 
+def elf_defined_symbols(obj: bytes) -> set[str] | None:
+    """Names of the symbols an ELF64 little-endian object file defines (every named
+    symbol of its symbol tables with a section, sections and file names aside), or
+    None for another format."""
+    if obj[:4] != b"\x7fELF" or obj[4:6] != b"\x02\x01":  # ELFCLASS64, ELFDATA2LSB
+        return None
+    shoff = struct.unpack_from("<Q", obj, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    names = set()
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 2 or not entsize:  # SHT_SYMTAB
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size - entsize + 1, entsize):
+            name, info, _, shndx = struct.unpack_from("<IBBH", obj, at)
+            if name and shndx and (info & 0xF) not in (3, 4):  # defined, named; not STT_SECTION/FILE
+                start = strings + name
+                names.add(obj[start : obj.index(b"\0", start)].decode())
+    return names
+
+
+_LEAN = threading.local()  # .on: the library being unserialized is one of attnsim's kernels
+
+
+def lean_libraries() -> bool:
+    """Make an attnsim kernel's cached library load without parsing its bitcode
+    (module docstring); whether this Numba has the pieces it needs."""
+    lib = getattr(codegen, "CPUCodeLibrary", None)
+    needed = ("_unserialize", "_get_module_for_linking", "enable_object_caching", "_set_compiled_object",
+              "_finalize_final_module")  # fmt: skip
+    if lib is None or not all(hasattr(lib, name) for name in needed):  # pragma: no cover - another Numba
+        return False
+    numba_unserialize = lib._unserialize.__func__
+    numba_linking = lib._get_module_for_linking
+
+    def _unserialize(cls, codegen, state):
+        _, kind, data = state
+        symbols = elf_defined_symbols(data[0]) if kind == "object" and getattr(_LEAN, "on", False) else None
+        engine = getattr(codegen, "_engine", None)
+        if symbols is None or not isinstance(getattr(engine, "_defined_symbols", None), set):
+            return numba_unserialize(cls, codegen, state)
+        self = codegen.create_library(state[0])
+        self.enable_object_caching()
+        self._set_compiled_object(data[0])
+        self._attnsim_bitcode = data[1]  # parsed if a compilation links this library into another
+        self._finalize_final_module()
+        engine._defined_symbols |= symbols
+        return self
+
+    def _get_module_for_linking(self):
+        bitcode = self.__dict__.pop("_attnsim_bitcode", None)
+        if bitcode is not None:
+            self._shared_module = binding.parse_bitcode(bitcode)
+        return numba_linking(self)
+
+    lib._unserialize = classmethod(_unserialize)
+    lib._get_module_for_linking = _get_module_for_linking
+    return True
+
+
 def install() -> bool:
-    """Make loads of attnsim's cached kernels start the threading layer first and
-    skip the compiler refresh where this Numba allows; whether the refresh is skipped."""
+    """Make loads of attnsim's cached kernels start the threading layer first, skip
+    the compiler refresh where this Numba allows and leave their bitcode unparsed
+    (:func:`lean_libraries`); whether the refresh is skipped."""
     cache = caching.Cache
     start_layer = _threading_layer_starter()
     fast = _load_without_refresh(cache)
     numba_load = cache.load_overload
     load = fast if fast is not None else numba_load
+    lean = lean_libraries()
 
     def load_overload(self, sig, target_context):
         if not _ours(self):
             return numba_load(self, sig, target_context)
         start_layer()
-        loaded = load(self, sig, target_context)
+        _LEAN.on = lean
+        try:
+            loaded = load(self, sig, target_context)
+        finally:
+            _LEAN.on = False
         if loaded is None and ON_MISS:  # not in the cache: Numba compiles it now
             hooks = list(ON_MISS)
             ON_MISS.clear()
