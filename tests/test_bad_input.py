@@ -679,12 +679,14 @@ def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
 
 
 def test_ctrl_c_during_a_sweep_exits_130_and_leaves_no_partial_files(tmp_path):
-    sweep = _toml(
+    sweep = _toml(  # about a second per point: the signal comes while a worker is inside one
         tmp_path / "s.toml",
-        SWEEP.replace("steps = 5", "steps = 3000") + "[grid]\nsignal_norm = [1, 2, 3, 4, 5, 6, 7, 8]\n",
+        SWEEP.replace("steps = 5", "steps = 1000000\nlog_every = 100000")
+        + "[grid]\nsignal_norm = [1, 2, 3, 4, 5, 6, 7, 8]\n",
     )
     recdir = tmp_path / "sweeps" / "s" / "records"
-    code, err = _interrupt(["sweep", sweep, "--workers", "2"], tmp_path, lambda: recdir.exists())
+    inside = lambda: recdir.exists() and any(recdir.glob("*.lock"))  # noqa: E731
+    code, err = _interrupt(["sweep", sweep, "--workers", "2"], tmp_path, inside)
     assert code == 130 and err.strip().splitlines()[-1] == "attnsim: interrupted", err
     assert "Traceback" not in err
     leftovers = [p.name for p in recdir.iterdir() if not p.name.endswith(".json")]

@@ -283,15 +283,15 @@ def test_a_stopped_workers_lock_file_is_removed_unless_someone_holds_it(tmp_path
 
 
 def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
-    path = _sweep_file(tmp_path, steps=100_000, base="log_every = 1000\n")  # seconds per point: still running
+    # about a second per point (10^5 steps took 0.12 s: the sweep could end before the signal)
+    path = _sweep_file(tmp_path, steps=1_000_000, base="log_every = 100000\n")
     recdir = tmp_path / "sweeps" / "s" / "records"
     proc = subprocess.Popen([sys.executable, "-m", "attnsim.cli", "sweep", str(path), "--workers", "2"],
                             cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)  # fmt: skip
     deadline = time.time() + 120
-    while time.time() < deadline and not recdir.exists():
-        time.sleep(0.05)
-    time.sleep(1.0)
+    while time.time() < deadline and not (recdir.exists() and any(recdir.glob("*.lock"))):
+        time.sleep(0.02)  # until a worker is inside a point
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and err.strip().splitlines() == ["attnsim: terminated"], err
