@@ -263,6 +263,32 @@ def test_make_segment_uses_the_x_w_form_only_where_it_pays_and_is_exact():
     assert type(seg) is steppers.Segment
 
 
+@pytest.mark.parametrize("train", [("W", "p"), ("p",)])
+def test_a_twins_x_w_stepper_reuses_the_runs_k_and_b0_and_steps_to_the_same_bits(train):
+    """A problem's second X W stepper of the same X and W(0) (a run's clean-label twin)
+    takes K, its factor and B(0) from the first instead of forming them again; it steps
+    exactly as one that formed its own, and another X or W(0) forms its own."""
+    X, y, W, p, nu = random_instance(11, n=5, T=3, k=17, r=13)
+    X2, rel = X.reshape(15, 17), np.ones(15)
+    arrays = lambda y_, X2_=X2, W_=W: steppers.ModelArrays(X2_, y_, W_, p, nu, 3, 0.1, train, "logistic", rel)
+    shared: dict = {}
+    run = steppers.make_segment(arrays(y), 500, shared=shared)
+    twin = steppers.make_segment(arrays(-y), 500, shared=shared)
+    alone = steppers.make_segment(arrays(-y), 500)
+    assert type(run) is type(twin) is steppers.SegmentXW
+    assert twin.B0 is run.B0 and alone.B0 is not run.B0
+    if "W" in train:
+        assert twin.K is run.K and twin.chol is run.chol and alone.K is not run.K
+    for seg in (run, twin, alone):
+        seg.advance(0, 40)
+    np.testing.assert_array_equal(twin.B, alone.B)
+    np.testing.assert_array_equal(twin.p, alone.p)
+    assert not np.array_equal(twin.p, run.p)  # other labels, another path: nothing was mixed up
+    other = steppers.make_segment(arrays(y, X2_=X2.copy()), 500, shared=shared)
+    assert other.B0 is not run.B0 and ("W" not in train or other.K is not run.K)
+    np.testing.assert_array_equal(other.B0, run.B0)
+
+
 def test_the_x_w_form_reports_divergence_and_frozen_states():
     X, y, W, p, nu = random_instance(6, n=4, T=3, k=14, r=9)
     seg = steppers.SegmentXW(

@@ -56,6 +56,8 @@ class Problem:
     W0_source: object = None  # W(0) itself, or (its W0Init, the generator) to redraw it
     info: dict = field(default_factory=dict)
     _W0R: np.ndarray | None = field(default=None, repr=False)  # W(0) R, (d, r), once lift_q needs it
+    # the X W form's K = X X^T, its factor and B(0), made by the run's stepper, read by its twin's
+    _xw: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # its own engine facts: a cached setup's dict is read by every run built from it, and
@@ -108,6 +110,7 @@ class Problem:
                 / max(1, n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points) - 1),
                 optimizer=cfg.optimizer,
                 adam=(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay),
+                shared=self._xw,
             )
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
             return seg

@@ -250,6 +250,7 @@ class SegmentXW(Segment):
         K: np.ndarray | None = None,
         chol: np.ndarray | None = None,
         optimizer: str = "gd",
+        shared: dict | None = None,
     ):
         super().__init__(arrays, optimizer=optimizer)
         if self.train[2]:
@@ -262,8 +263,13 @@ class SegmentXW(Segment):
             self.K, self.chol = _token_gram(X) if K is None else (K, chol)
             if self.chol is None:
                 raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
-        # B(0) = X W(0): X itself when W(0) is the identity (W(0) = I in the reduced engine)
-        self.B0 = X if _is_identity(self.W0) else np.ascontiguousarray(X @ self.W0)
+        # B(0) = X W(0): X itself when W(0) is the identity (W(0) = I in the reduced engine);
+        # never written (B is a copy of it), so a twin's stepper takes the run's (``shared``)
+        self.B0 = (
+            X
+            if _is_identity(self.W0)
+            else _reused(shared, "B0", (X, arrays.W), lambda: np.ascontiguousarray(X @ self.W0))
+        )
         self.B = self.B0 if self.fixed_W else self.B0.copy()  # (W fixed: B is never written)
         # W fixed: B as the pass reads it (its nonzero part, when triangular); else unused
         self.blocks = pass_blocks(self.B, self.T) if self.fixed_W else _NO_BLOCKS
@@ -401,11 +407,25 @@ def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return K, (L if info == 0 and rcond * XW_MAX_COND >= 1.0 else None)
 
 
+def _reused(shared: dict | None, key: str, of: tuple, make):
+    """``make()``, or what it gave before for the same arrays ``of`` (``shared``: one
+    problem's, whose run's and twins' steppers read these arrays and never write them:
+    the same numbers, made once)."""
+    hit = None if shared is None else shared.get(key)
+    if hit is not None and len(hit[0]) == len(of) and all(a is b for a, b in zip(hit[0], of)):
+        return hit[1]
+    value = make()
+    if shared is not None:
+        shared[key] = (of, value)
+    return value
+
+
 def make_segment(
     arrays: ModelArrays,
     log_gap: float,
     optimizer: str = "gd",
     adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
+    shared: dict | None = None,
 ) -> Segment:
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
     is fixed and there are no more tokens than rows of W (n*T <= k, at most
@@ -413,7 +433,9 @@ def make_segment(
     log points are on average ``log_gap`` >= ``XW_MIN_LOG_GAP`` steps apart (a log
     point costs what the form saves in about 70 steps: W is rebuilt from B; with W
     fixed there is nothing to rebuild, and a step reads B once where the W form reads
-    X once and W twice); otherwise the W form (:class:`Segment`)."""
+    X once and W twice); otherwise the W form (:class:`Segment`). ``shared``: a dict of the
+    problem's in which K, its factor and B(0) are kept for the next stepper of the same
+    X and W(0) (a run's clean-label twin)."""
     arrays = arrays._replace(X2=f64(arrays.X2))
     nT, k = arrays.X2.shape
     train = arrays.train
@@ -421,11 +443,11 @@ def make_segment(
         return AdamSegment(arrays, adam=adam)
     if "nu" not in train and nT <= min(k, XW_MAX_TOKENS):
         if "W" not in train:  # p alone: B = X W(0) never changes, no K to form, no W to rebuild
-            return SegmentXW(arrays, optimizer=optimizer)
+            return SegmentXW(arrays, optimizer=optimizer, shared=shared)
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
-        K, chol = _token_gram(arrays.X2)
+        K, chol = _reused(shared, "gram", (arrays.X2,), lambda: _token_gram(arrays.X2))
         if chol is not None:
-            return SegmentXW(arrays, K=K, chol=chol, optimizer=optimizer)
+            return SegmentXW(arrays, K=K, chol=chol, optimizer=optimizer, shared=shared)
     return Segment(arrays, optimizer=optimizer)
 
 
