@@ -1,9 +1,12 @@
-"""Bases and factors of the reduced engine (Cholesky-QR with checks, SVD fallbacks)."""
+"""Bases and factors of the reduced engine (Cholesky-QR with checks, SVD fallbacks), and
+the X W form's token Gram matrix with its factor, made once per problem."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import blas, lapack
+
+from .buffers import XW_MAX_COND
 
 
 def orthonormal_basis(
@@ -78,3 +81,32 @@ def extend_basis(Q: np.ndarray, v: np.ndarray, rtol: float = 1e-12) -> np.ndarra
     if rn <= rtol * norm:
         return Q
     return np.ascontiguousarray(np.concatenate([Q, (res / rn)[:, None]], axis=1))
+
+
+def is_identity(W: np.ndarray) -> bool:
+    """Whether W is exactly the identity matrix (k^2 comparisons, no product)."""
+    return W.shape[0] == W.shape[1] == np.count_nonzero(W) and bool(np.all(np.diagonal(W) == 1.0))
+
+
+def token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """K = X X^T and its lower Cholesky factor when K's condition number is at
+    most ``XW_MAX_COND`` (LAPACK's estimate), else None."""
+    K = np.ascontiguousarray(X @ X.T)
+    L, info = lapack.dpotrf(K, lower=1, clean=1)
+    if info != 0:
+        return K, None
+    rcond, info = lapack.dpocon(L, np.abs(K).sum(axis=0).max(), uplo="L")
+    return K, (L if info == 0 and rcond * XW_MAX_COND >= 1.0 else None)
+
+
+def made_once(shared: dict | None, key: str, of: tuple, make):
+    """``make()``, or what it gave before for the same arrays ``of`` (``shared``: one
+    problem's, whose run's and twins' steppers read these arrays and never write them:
+    the same numbers, made once)."""
+    hit = None if shared is None else shared.get(key)
+    if hit is not None and len(hit[0]) == len(of) and all(a is b for a, b in zip(hit[0], of)):
+        return hit[1]
+    value = make()
+    if shared is not None:
+        shared[key] = (of, value)
+    return value

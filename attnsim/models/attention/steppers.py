@@ -10,14 +10,13 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.linalg import cho_solve, lapack, solve_triangular
+from scipy.linalg import cho_solve, solve_triangular
 
 from ...runtime.numba_cache import Resolving
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from ..optim_kernels import _adamw, _adamw_outer
 from .buffers import (
-    XW_MAX_COND,
     XW_MAX_TOKENS,
     XW_MIN_LOG_GAP,
     Data,
@@ -36,6 +35,7 @@ from .kernels import (
     _outputs,
     _relevant_increments,
 )
+from .linalg import is_identity, made_once, token_gram
 from .state_kernels import _sq_dist
 from .token_blocks import PassBlocks, pass_blocks
 
@@ -260,15 +260,15 @@ class SegmentXW(Segment):
         if self.fixed_W:
             self.K, self.chol = np.zeros((0, 0)), None
         else:
-            self.K, self.chol = _token_gram(X) if K is None else (K, chol)
+            self.K, self.chol = token_gram(X) if K is None else (K, chol)
             if self.chol is None:
                 raise ValueError("SegmentXW: K = X X^T is singular or ill-conditioned")
         # B(0) = X W(0): X itself when W(0) is the identity (W(0) = I in the reduced engine);
         # never written (B is a copy of it), so a twin's stepper takes the run's (``shared``)
         self.B0 = (
             X
-            if _is_identity(self.W0)
-            else _reused(shared, "B0", (X, arrays.W), lambda: np.ascontiguousarray(X @ self.W0))
+            if is_identity(self.W0)
+            else made_once(shared, "B0", (X, arrays.W), lambda: np.ascontiguousarray(X @ self.W0))
         )
         self.B = self.B0 if self.fixed_W else self.B0.copy()  # (W fixed: B is never written)
         # W fixed: B as the pass reads it (its nonzero part, when triangular); else unused
@@ -389,37 +389,6 @@ def state_q(state: Mapping) -> np.ndarray:
     return state["q"] if "q" in state else state["W"] @ state["p"]
 
 
-def _is_identity(W: np.ndarray) -> bool:
-    """Whether W is exactly the identity matrix (k^2 comparisons, no product)."""
-    return W.shape[0] == W.shape[1] == np.count_nonzero(W) and bool(np.all(np.diagonal(W) == 1.0))
-
-
-def _token_gram(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """K = X X^T and its lower Cholesky factor when K's condition number is at
-    most ``XW_MAX_COND`` (LAPACK's estimate), else None."""
-
-    K = np.ascontiguousarray(X @ X.T)
-
-    L, info = lapack.dpotrf(K, lower=1, clean=1)
-    if info != 0:
-        return K, None
-    rcond, info = lapack.dpocon(L, np.abs(K).sum(axis=0).max(), uplo="L")
-    return K, (L if info == 0 and rcond * XW_MAX_COND >= 1.0 else None)
-
-
-def _reused(shared: dict | None, key: str, of: tuple, make):
-    """``make()``, or what it gave before for the same arrays ``of`` (``shared``: one
-    problem's, whose run's and twins' steppers read these arrays and never write them:
-    the same numbers, made once)."""
-    hit = None if shared is None else shared.get(key)
-    if hit is not None and len(hit[0]) == len(of) and all(a is b for a, b in zip(hit[0], of)):
-        return hit[1]
-    value = make()
-    if shared is not None:
-        shared[key] = (of, value)
-    return value
-
-
 def make_segment(
     arrays: ModelArrays,
     log_gap: float,
@@ -445,7 +414,7 @@ def make_segment(
         if "W" not in train:  # p alone: B = X W(0) never changes, no K to form, no W to rebuild
             return SegmentXW(arrays, optimizer=optimizer, shared=shared)
     if "nu" not in train and log_gap >= XW_MIN_LOG_GAP and nT <= min(k, XW_MAX_TOKENS):
-        K, chol = _reused(shared, "gram", (arrays.X2,), lambda: _token_gram(arrays.X2))
+        K, chol = made_once(shared, "gram", (arrays.X2,), lambda: token_gram(arrays.X2))
         if chol is not None:
             return SegmentXW(arrays, K=K, chol=chol, optimizer=optimizer, shared=shared)
     return Segment(arrays, optimizer=optimizer)
