@@ -142,6 +142,22 @@ def test_the_gallery_floor_prices_only_the_runs_it_bounds():
     assert "**at least 1500 CPU s**" in lines[-1] and "12.5 minutes on 2 cores" in lines[-1]
 
 
+def test_a_floor_is_the_fastest_of_its_rounds_which_visit_every_floor_in_turn(monkeypatch):
+    gf = _load("bench_gallery_floor")
+    seen = []
+    times = {(160, 162): iter([3e-5, 1e-5, 2e-5]), (80, 82): iter([4e-6, 5e-6, 6e-6])}
+
+    def attention_floor(nT, k):
+        seen.append((nT, k))
+        return next(times[(nT, k)])
+
+    monkeypatch.setattr(gf, "attention_floor", attention_floor)
+    keys = [(gf.ATTENTION, (160, 162)), (gf.ATTENTION, (80, 82))]
+    floors = gf.measure_floors(keys, 3)
+    assert floors == {keys[0]: 1e-5, keys[1]: 4e-6}  # each floor's fastest round
+    assert seen == [(160, 162), (80, 82)] * 3  # round-robin: each round visits every floor
+
+
 def test_the_heatmaps_lower_bound_prices_every_run_and_twin_and_each_setup_group(monkeypatch):
     gf = _load("bench_gallery_floor")
     bh = _load("bench_heatmap")
@@ -151,7 +167,9 @@ def test_the_heatmaps_lower_bound_prices_every_run_and_twin_and_each_setup_group
         calls.append(fn)
         return 0.01  # every setup group's floor, whatever its d
 
-    monkeypatch.setattr(gf, "measure", lambda key, floors: 1e-5)  # every GD step's floor
+    monkeypatch.setattr(
+        gf, "measure_floors", lambda keys, rounds: dict.fromkeys(keys, 1e-5)
+    )  # every GD step's
     monkeypatch.setattr(gf, "per_call", per_call)
     bound = bh.floor_bound(True, [1, 2])
     points = bh.sweep_points(True, 1)
