@@ -121,6 +121,11 @@ def test_cached_kernels_load_without_parsing_their_bitcode_and_still_link(tmp_pa
     ]  # fmt: skip
     assert runs[0] == ["False", "None", "False", "15.0"]  # compiled in this process: nothing to skip
     assert runs[1] == ["True", "True", "False", "15.0"]  # loaded lean, the same symbols, then linked
+    from attnsim.runtime.numba_cache import elf_defined_symbols
+
+    # another format, or a truncated file: None, and the library loads through Numba's own path
+    assert elf_defined_symbols(b"\xcf\xfa\xed\xfe" + bytes(60)) is None  # Mach-O
+    assert elf_defined_symbols(b"\x7fELF\x02\x01" + bytes(10)) is None
 
 
 _PARALLEL_FIRST = """

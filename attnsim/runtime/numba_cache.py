@@ -119,6 +119,13 @@ def elf_defined_symbols(obj: bytes) -> set[str] | None:
     None for another format."""
     if obj[:4] != b"\x7fELF" or obj[4:6] != b"\x02\x01":  # ELFCLASS64, ELFDATA2LSB
         return None
+    try:
+        return _elf_symbols(obj)
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError):  # not a well-formed file
+        return None
+
+
+def _elf_symbols(obj: bytes) -> set[str]:
     shoff = struct.unpack_from("<Q", obj, 0x28)[0]
     shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
