@@ -53,25 +53,27 @@ def _stable(x):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
-def _scores(z, s, base, T, attention):
-    """Scores of the sample at z[base:base+T] into s: the stable softmax (largest logit
-    subtracted), or StableMax; returns the index of the top-scored token."""
-    top = base
+def _weights(z, s, base, T, attention):
+    """The unnormalized scores of the sample at z[base:base+T] into s: exp(z - max z)
+    (the stable softmax's), or StableMax's; returns (index of the top-scored token, their
+    sum). The first largest logit is found without branches (selects: a branch on random
+    logits is mispredicted about ln T times per sample)."""
+    top, zt = base, z[base]
     for t in range(base + 1, base + T):
-        if z[t] > z[top]:
-            top = t
+        zz = z[t]
+        up = zz > zt
+        top = t if up else top
+        zt = zz if up else zt
     ssum = 0.0
     if attention == SOFTMAX:
         for t in range(base, base + T):
-            s[t] = math.exp(z[t] - z[top])
+            s[t] = math.exp(z[t] - zt)
             ssum += s[t]
     else:
         for t in range(base, base + T):
             s[t] = _stable(z[t])
             ssum += s[t]
-    for t in range(base, base + T):
-        s[t] /= ssum
-    return top
+    return top, ssum
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
@@ -81,10 +83,11 @@ def _outputs(z, u, y, T, loss_kind, attention, s, f):
     total = 0.0
     for i in range(n):
         base = i * T
-        _scores(z, s, base, T, attention)
+        ssum = _weights(z, s, base, T, attention)[1]
         fi = 0.0
-        for t in range(T):
-            fi += s[base + t] * u[base + t]
+        for t in range(base, base + T):  # the scores normalized on the way
+            s[t] /= ssum
+            fi += s[t] * u[t]
         f[i] = fi
         m = y[i] * fi
         total += -m if loss_kind == LINEAR else _softplus(-m)
@@ -183,12 +186,14 @@ def _block_coeffs(data, i0, i1, work):
     total = 0.0
     for i in range(i0, i1):
         base = i * T
-        top = _scores(z, s, base, T, data.attention)
+        top, ssum = _weights(z, s, base, T, data.attention)
         fi = 0.0
         rest = 0.0  # f_i - u_top as sum_t s_t (u_t - u_top): no cancellation when s_top rounds to 1
-        for t in range(base, base + T):
+        ut = u[top]
+        for t in range(base, base + T):  # the scores normalized on the way
+            s[t] /= ssum
             fi += s[t] * u[t]
-            rest += s[t] * (u[t] - u[top])
+            rest += s[t] * (u[t] - ut)
         work.f[i] = fi
         m = y[i] * fi
         if data.loss_kind == LINEAR:
@@ -199,7 +204,7 @@ def _block_coeffs(data, i0, i1, work):
             a = -(y[i] / n) * _sigmoid(-m)
         for t in range(base, base + T):
             w[t] = a * s[t]
-            c[t] = w[t] * ((u[t] - u[top]) - rest)
+            c[t] = w[t] * ((u[t] - ut) - rest)
             if stable:
                 c[t] /= 1.0 + abs(z[t])
     return total
