@@ -12,7 +12,7 @@ below, so ``attnsim --version`` and ``--help`` start instantly.
 
 import importlib
 
-from ._meta import MAX_NUMBA, MIN_NUMBA, DependencyError, SimulationError, __version__, check_numba_version
+from ._meta import MIN_NUMBA, DependencyError, SimulationError, __version__, check_numba_version
 
 _LAZY = {
     "Config": "config",
@@ -26,7 +26,7 @@ _LAZY = {
     "Workspace": "runtime.workspace",
 }
 __all__ = [*_LAZY, "DependencyError", "SimulationError", "__version__"]
-_EAGER = (MAX_NUMBA, MIN_NUMBA, check_numba_version)  # re-exported
+_EAGER = (MIN_NUMBA, check_numba_version)  # re-exported
 
 
 def __getattr__(name: str):

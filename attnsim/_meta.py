@@ -30,11 +30,9 @@ class PlotError(ValueError):
 
 
 # numba 0.59.1, 0.60.0 and 0.62.1 were measured to crash in attnsim's GD kernel (a
-# segmentation fault); 0.63.0 and later pass the test suite. The upper bound is the
-# newest Numba the suite and the cache loader (attnsim/runtime/numba_cache.py) were
-# tested with: its patch relies on private names of Numba's cache.
+# segmentation fault); 0.63.0 and later pass the test suite (no upper bound: attnsim uses
+# Numba's public interface only).
 MIN_NUMBA = (0, 63)
-MAX_NUMBA = (0, 68)  # tested: 0.63.0 and 0.68.1
 
 
 def check_numba_version(version: str) -> None:

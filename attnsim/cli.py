@@ -489,6 +489,9 @@ def entry() -> None:
     """The console command: :func:`main`, then :func:`attnsim.runtime.signals.end_process`
     (every result is written and closed and the workers are stopped by then).
     An uncaught exception or SystemExit (--help, --version) ends the usual way."""
+    from .runtime.resources import no_huge_pages_unless_asked  # lazy: as every import here
+
+    no_huge_pages_unless_asked()  # before NumPy is imported (attnsim.runtime.resources says why)
     code = main()
     from .runtime.signals import end_process  # lazy
 

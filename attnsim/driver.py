@@ -200,13 +200,8 @@ class _Walk:
 def _collect(rec: Recorder, pending: list) -> None:
     """Add the deferred evaluations to their rows, in log order (a metric that
     overflowed raises SimulationError naming its step). The steps are done: the
-    background jobs may go on if they waited for this thread (a twin's), and this
-    thread computes the queued ones itself meanwhile, the last first, until it meets
-    the background thread coming from the first."""
+    background jobs may go on if they waited for this thread (a twin's)."""
     stepping_done()
-    for _, job in reversed(pending):
-        if not job.run_here():
-            break
     while pending:
         j, job = pending.pop(0)
         try:

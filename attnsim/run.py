@@ -28,7 +28,6 @@ from .data.bayes import of_dataset as bayes_of
 from .data.dataset import DataError, Dataset, make_streams
 from .driver import Schedule, log_grid, pop_indices, run
 from .observers import Recorder, refine_times
-from .runtime.resources import small_pages
 from .runtime.threads import Beside, blas
 from .runtime.workspace import PROCESS, WORKSPACE, Workspace
 
@@ -119,8 +118,7 @@ def simulate(
     workspace : the caches the run may use and fill (default: the process's
         :data:`attnsim.runtime.workspace.WORKSPACE`).
     """
-    with small_pages():  # a run's large arrays without NumPy's huge-page advice (its docstring)
-        return _simulate(config, data, save_scores, progress, announce, workspace, _warmup, keys)
+    return _simulate(config, data, save_scores, progress, announce, workspace, _warmup, keys)
 
 
 def _simulate(config, data, save_scores, progress, announce, workspace, _warmup, keys) -> results.Result:

@@ -4,7 +4,9 @@
     python scripts/compare_outputs.py diff A.json B.json  # exit 1 if any number or field differs
 
 The cases: the default run, a dense run, a gradient flow, the encoder on its parity fixture,
-the max-margin limit and a small sweep (its records), plus the figure numbers files in figures/.
+the max-margin limit, every optimizer (GD, normalized GD, AdamW) in the engines they run in,
+StableMax, the precision twins, online SGD and the population flow, the encoder's optimizers
+and twin, and a small sweep (its records), plus the figure numbers files in figures/.
 Every result.json field is compared exactly, except those that measure this machine or this
 checkout (timings, versions, thread settings, the git revision); every trajectory array by a
 SHA-256 of its bytes. Used to show that a change of structure changes no number.
@@ -35,6 +37,109 @@ CASES = {
         "steps=30",
         "--set",
         "lr=0.05",
+    ],  # fmt: skip
+    "adam": ["--set", "d=120", "--set", "optimizer=adam", "--set", "steps=300", "--set", "lr=0.002"],
+    "normalized": [
+        "--set",
+        "d=300",
+        "--set",
+        "optimizer=normalized",
+        "--set",
+        "steps=500",
+        "--set",
+        "lr=0.05",
+    ],
+    "normalized_dense": ["--set", "d=150", "--set", "engine=dense", "--set", "optimizer=normalized"],
+    "train_p_xw": ["--set", "d=300", "--set", "train=p", "--set", "init_W=identity", "--set", "steps=3000"],
+    "implicit": ["--set", "d=5000", "--set", "engine=implicit", "--set", "init_W=gaussian"],
+    "stablemax": ["--set", "d=300", "--set", "attention=stablemax", "--set", "steps=800"],
+    "twin_f32": ["--set", "d=150", "--set", "precision_twin=float32", "--set", "steps=400"],
+    "twin_bf16_adam": [
+        "--set",
+        "d=100",
+        "--set",
+        "precision_twin=bfloat16",
+        "--set",
+        "optimizer=adam",
+        "--set",
+        "steps=200",
+        "--set",
+        "lr=0.002",
+    ],  # fmt: skip
+    "online": [
+        "--set",
+        "integrator=online",
+        "--set",
+        "batch=16",
+        "--set",
+        "train=p",
+        "--set",
+        "init_W=identity",
+        "--set",
+        "d=2000",
+        "--set",
+        "steps=300",
+        "--set",
+        "lr=0.01",
+    ],  # fmt: skip
+    "population": [
+        "--set",
+        "integrator=population",
+        "--set",
+        "train=p",
+        "--set",
+        "init_W=identity",
+        "--set",
+        "steps=200",
+        "--set",
+        "lr=0.05",
+    ],  # fmt: skip
+    "magen": ["--preset", "magen2025", "--set", "d=400", "--set", "n=20", "--set", "steps=40"],
+    "encoder_adam": [
+        "--set",
+        "model=encoder",
+        "--set",
+        "d=24",
+        "--set",
+        "mlp_dim=12",
+        "--set",
+        "steps=40",
+        "--set",
+        "optimizer=adam",
+        "--set",
+        "lr=0.001",
+        "--set",
+        "test_n=64",
+    ],  # fmt: skip
+    "encoder_normalized": [
+        "--set",
+        "model=encoder",
+        "--set",
+        "d=24",
+        "--set",
+        "mlp_dim=12",
+        "--set",
+        "steps=40",
+        "--set",
+        "optimizer=normalized",
+        "--set",
+        "lr=0.01",
+        "--set",
+        "test_n=64",
+    ],  # fmt: skip
+    "encoder_twin": [
+        "--set",
+        "model=encoder",
+        "--set",
+        "d=24",
+        "--set",
+        "mlp_dim=12",
+        "--set",
+        "steps=40",
+        "--set",
+        "precision_twin=float32",
+        "--set",
+        "test_n=64",
     ],  # fmt: skip
 }
 SWEEP = """[sweep]

@@ -1,7 +1,6 @@
-"""Numba as attnsim uses it: the first compilation announced, the kernels as plain Python
-(NUMBA_DISABLE_JIT) giving the same run, cached kernels loading without the compiler,
-a cache filled in any order, a Numba too old refused by name, and sweeps that need no
-Numba never importing it."""
+"""Numba as attnsim uses it: the kernels as plain Python (NUMBA_DISABLE_JIT) giving the
+same run, a cache filled in any order, Numba's and NumPy's public interfaces only, a Numba
+too old refused by name, and sweeps that need no Numba never importing it."""
 
 import json
 import os
@@ -47,87 +46,6 @@ def test_kernels_as_plain_python_give_the_same_run(train, integrator):
         np.testing.assert_allclose(runs[1][key], runs[0][key], rtol=1e-12, err_msg=key)
 
 
-_CACHED_CALL = """
-import sys
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-from numba.core.base import BaseContext
-from attnsim.runtime import numba_cache
-from attnsim.models.attention import kernels
-refreshes = []
-refresh = BaseContext.refresh
-BaseContext.refresh = lambda self: refreshes.append(1) or refresh(self)
-ours = kernels._sumsq(np.ones(4))
-n_ours = len(refreshes)
-import tiny
-print(numba_cache.INSTALLED, ours, tiny.twice(2.5), n_ours, len(refreshes) - n_ours)
-"""
-
-
-def test_cached_kernels_load_without_refreshing_the_compiler(tmp_path):
-    """attnsim's cache loader: a hit of one of attnsim's kernels skips Numba's
-    compiler refresh (most of a fresh process's kernel-loading time) and still
-    runs the cached code; a miss compiles as usual, refreshing first; another
-    library's cached function loads through Numba's own method, refresh included
-    (the patch touches attnsim's kernels only)."""
-    (tmp_path / "tiny.py").write_text(
-        "from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n    return 2.0 * x\n"
-    )
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    runs = [
-        subprocess.run([sys.executable, "-c", _CACHED_CALL, str(tmp_path)], env=env, capture_output=True,
-                       text=True, check=True).stdout.split()
-        for _ in range(2)
-    ]  # fmt: skip
-    miss, hit = runs
-    assert miss[:3] == hit[:3] == ["True", "4.0", "5.0"]
-    assert int(miss[3]) > 0  # compiled: the compiler refreshed its context first
-    assert int(hit[3]) == 0  # attnsim's kernel loaded from the cache without it
-    assert int(miss[4]) > 0 and int(hit[4]) > 0  # the other library's: Numba's own loading, unchanged
-
-
-_LEAN_LOAD = """
-import numpy as np
-from llvmlite import binding
-from numba import njit
-from attnsim.runtime import numba_cache
-from attnsim.models.attention import kernels
-objects = []
-elf = numba_cache.elf_defined_symbols
-numba_cache.elf_defined_symbols = lambda obj: objects.append(obj) or elf(obj)
-x = np.arange(4.0)
-kernels._sumsq(x)
-lib = next(iter(kernels._sumsq.overloads.values())).library
-bitcode = lib.__dict__.get("_attnsim_bitcode")
-same = None
-if bitcode is not None:
-    mod = binding.parse_bitcode(bitcode)
-    named = {g.name for gs in (mod.functions, mod.global_variables) for g in gs if not g.is_declaration}
-    same = named == elf(objects[-1]) and len(named) > 0
-linked = njit(lambda a: kernels._sumsq(a) + 1.0)(x)  # compiled now: links the loaded library
-print(bitcode is not None, same, "_attnsim_bitcode" in lib.__dict__, linked)
-"""
-
-
-def test_cached_kernels_load_without_parsing_their_bitcode_and_still_link(tmp_path):
-    """A cached attnsim kernel loads without its bitcode parsed: the symbols its object
-    code defines (read from the ELF symbol table) are the ones the bitcode names, and a
-    function compiled later that calls it links it (its bitcode parsed then)."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    runs = [
-        subprocess.run([sys.executable, "-c", _LEAN_LOAD], env=env, capture_output=True, text=True,
-                       check=True).stdout.split()
-        for _ in range(2)
-    ]  # fmt: skip
-    assert runs[0] == ["False", "None", "False", "15.0"]  # compiled in this process: nothing to skip
-    assert runs[1] == ["True", "True", "False", "15.0"]  # loaded lean, the same symbols, then linked
-    from attnsim.runtime.numba_cache import elf_defined_symbols
-
-    # another format, or a truncated file: None, and the library loads through Numba's own path
-    assert elf_defined_symbols(b"\xcf\xfa\xed\xfe" + bytes(60)) is None  # Mach-O
-    assert elf_defined_symbols(b"\x7fELF\x02\x01" + bytes(10)) is None
-
-
 _PARALLEL_FIRST = """
 import numpy as np
 from attnsim.models.attention import kernels as A
@@ -157,6 +75,24 @@ def test_gd_kernels_load_from_a_cache_filled_parallel_kernel_first(tmp_path):
     for _ in range(2):  # compiles the other kernels, then loads every one from the cache
         out = run(_WARMUP)
         assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr[-2000:]
+
+
+def test_attnsim_uses_numba_and_numpy_through_their_public_interfaces_only():
+    """No private name of Numba's or NumPy's (a leading underscore after their package) in the
+    package, no patch of their attributes, and no upper bound on Numba in setup.cfg."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    private = re.compile(
+        r"\b(numba|numpy|llvmlite)(\.\w+)*\._[a-z]\w*|from (numba|numpy|llvmlite)[\w.]* import _"
+    )
+    named = ("_load_overload", "_set_madvise_hugepage", "_launch_threads", "_unserialize", "_defined_symbols")
+    for path in sorted((root / "attnsim").rglob("*.py")):
+        text = path.read_text()
+        assert not private.search(text), f"{path}: {private.search(text).group(0)}"
+        assert not any(name in text for name in named), path
+    requires = (root / "setup.cfg").read_text()
+    assert re.search(r"numba>=[\d.]+\s*$", requires, re.M) and "numba<" not in requires.replace(" ", "")
 
 
 def test_a_numba_too_old_for_the_kernels_is_refused_by_name():

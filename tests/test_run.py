@@ -389,11 +389,12 @@ def test_population_metrics_computed_beside_the_steps_equal_inline_ones(small_cf
     ``defer``) while the steps go on; the same run evaluated inline agrees exactly."""
     from attnsim.metrics import POP_KEYS
     from attnsim.models.attention.problem import StateEvaluator
-    from attnsim.runtime.threads import _Done, threads
+    from attnsim.models.base import Done
+    from attnsim.runtime.threads import threads
 
     assert threads() == 2 or os.environ.get("NUMBA_NUM_THREADS") == "1"
     deferred = attnsim.simulate(small_cfg)
-    monkeypatch.setattr(StateEvaluator, "defer", lambda self, state: _Done(self(state)))  # measured at once
+    monkeypatch.setattr(StateEvaluator, "defer", lambda self, state: Done(self(state)))  # measured at once
     inline = attnsim.simulate(small_cfg)
     assert np.isfinite(deferred.trajectory["pop_loss"]).sum() == 11
     for key in POP_KEYS:
@@ -401,19 +402,32 @@ def test_population_metrics_computed_beside_the_steps_equal_inline_ones(small_cf
 
 
 def test_a_deferred_metric_that_overflows_names_its_step(small_cfg, monkeypatch):
-    from attnsim.models.attention import population
+    """The overflow is injected into the evaluation of one state (the third log point the
+    driver defers, step 10), whichever thread computes it and whenever: the run names that
+    step, not the first one computed nor an earlier one."""
+    from attnsim.models.attention.problem import StateEvaluator
     from attnsim.run import ensure_compiled
 
     ensure_compiled("gd")  # its warm-up run evaluates too
-    calls = []
-    evaluate = population.Population.evaluate
+    defer = StateEvaluator.defer
+    deferred = []
 
-    def overflow_from_the_third(self, *args):
-        calls.append(1)
-        out = evaluate(self, *args)
-        return {**out, "pop_loss": np.inf} if len(calls) >= 3 else out
+    class Overflowing:  # the job of one state: its population loss overflowed
+        def __init__(self, job):
+            self.job = job
 
-    monkeypatch.setattr(population.Population, "evaluate", overflow_from_the_third)
+        def result(self):
+            return {**self.job.result(), "pop_loss": np.inf}
+
+        def cancel(self):
+            return self.job.cancel()
+
+    def overflow_at_the_third(self, state):
+        job = defer(self, state)
+        deferred.append(1)
+        return Overflowing(job) if len(deferred) == 3 else job
+
+    monkeypatch.setattr(StateEvaluator, "defer", overflow_at_the_third)
     with pytest.raises(SimulationError, match=r"diverged by step 10: pop_loss = inf"):
         attnsim.simulate({**small_cfg, "clean_twin": False})  # the run's own evaluations alone
 
@@ -466,10 +480,10 @@ def test_a_fresh_workspace_shares_no_cache_and_clear_keeps_the_sweep_switch():
     assert not hasattr(ws, "executors") and isinstance(PROCESS.executors, dict)
 
 
-def test_background_jobs_wait_while_a_twin_steps_and_a_collecting_thread_takes_queued_ones(monkeypatch):
+def test_background_jobs_wait_while_a_twin_steps_and_go_on_after_its_collect(monkeypatch):
     """While a twin steps beside its run, the run's queued evaluations wait (three threads on two
-    cores took turns, and the evaluations 3-4x their time); a thread that collects takes queued
-    jobs itself, the last first; the twin's collect, or its end, lets the queue go on."""
+    cores took turns, and the evaluations 3-4x their time); the twin's collect, or its end, lets
+    the queue go on, in the order the jobs were queued."""
     import threading
     import time
 
@@ -489,27 +503,14 @@ def test_background_jobs_wait_while_a_twin_steps_and_a_collecting_thread_takes_q
     beside = threads.Beside(twin)
     stepping.wait(10)
     ran = []
-
-    class Pop:  # a population whose sibling says on which thread it evaluated
-        def sibling(self):
-            return self
-
-        def evaluate(self, x):
-            return {"x": x, "on": threading.current_thread().name}
-
     jobs = [
-        _Deferred(
-            {}, threads.in_background(lambda i=i: ran.append(i) or {"x": i, "on": "queue"}), Pop(), (i,)
-        )
-        for i in range(3)
+        _Deferred({"now": i}, threads.in_background(lambda i=i: ran.append(i) or {"x": i})) for i in range(3)
     ]
     time.sleep(0.05)
     assert ran == []  # held while the twin steps
-    assert jobs[2].run_here() and jobs[1].run_here()  # this thread takes the last ones
-    assert jobs[2].result() == {"x": 2, "on": threading.current_thread().name}
     collect.set()  # the twin collects: the queue goes on
-    assert jobs[0].result() == {"x": 0, "on": "queue"} and not jobs[0].run_here()
-    assert beside.result() == "twin" and ran == [0]
+    assert [job.result() for job in jobs] == [{"now": i, "x": i} for i in range(3)]
+    assert beside.result() == "twin" and ran == [0, 1, 2]
     failing = threads.Beside(lambda: 1 / 0)  # a twin that fails before its collect lets go too
     with pytest.raises(ZeroDivisionError):
         failing.result()

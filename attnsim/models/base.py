@@ -38,6 +38,7 @@ import numpy as np
 
 from .._meta import ConfigError
 from ..runtime.resources import check_fits
+from ..runtime.threads import Done  # noqa: F401  (part of the interface: a job already done)
 
 if TYPE_CHECKING:  # names in annotations only
     from ..config import Config
@@ -178,14 +179,13 @@ class Stepper(ABC):
 
 
 class Job(Protocol):
-    """A computation under way: ``result()`` waits for its value; ``run_here()`` computes
-    it on the calling thread if it has not started (whether it did)."""
+    """A computation under way: ``result()`` waits for its value, ``cancel()`` drops it if
+    it has not started. :class:`Done` is a job that is already done (an evaluator whose
+    metrics are computed at once returns one from ``defer``)."""
 
     def result(self) -> dict: ...
 
     def cancel(self) -> Any: ...
-
-    def run_here(self) -> bool: ...
 
 
 class Evaluator(Protocol):

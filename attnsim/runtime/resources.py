@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
 def physical_memory() -> float:
@@ -51,26 +49,18 @@ def check_fits(
         )
 
 
-@contextmanager
-def small_pages() -> Iterator[None]:
-    """The arrays allocated inside go without NumPy's huge-page advice.
+# NumPy asks the kernel for transparent huge pages for every array of 4 MB or more (madvise).
+# Where the kernel then compacts memory to find them (THP defrag = madvise, a common default),
+# every fresh large array pays for the compaction: measured on this project's 2-core machine,
+# the encoder's 160 MB of parameters took 0.49 s to draw and 0.49 s to copy with the advice,
+# 0.12 s and 0.07 s without it; steps run at the same speed either way. NumPy's documented
+# environment variable NUMPY_MADVISE_HUGEPAGE (read when NumPy is imported) turns the advice
+# off: the command line and the local sweep workers set it to this unless the user did;
+# docs/usage.md says how to set it for the Python API and Dask workers.
+HUGEPAGE_ENV = ("NUMPY_MADVISE_HUGEPAGE", "0")
 
-    NumPy asks the kernel for transparent huge pages for every array of 4 MB or more
-    (madvise). Where the kernel then compacts memory to find them (THP defrag = madvise, a
-    common default), every fresh large array pays for the compaction. Measured on this
-    project's 2-core machine: the encoder's 160 MB of parameters take 0.49 s to draw and
-    0.49 s to copy with the advice, and 0.12 s and 0.07 s without it. Steps run at the same
-    speed either way (the encoder at d = 2000, the dense engine at d = 2000). The caller's
-    setting is restored on exit."""
-    try:
-        from numpy._core import multiarray  # lazy: a private switch; without it, nothing changes
 
-        setter = multiarray._set_madvise_hugepage
-    except (ImportError, AttributeError):  # pragma: no cover (another NumPy)
-        yield
-        return
-    before = setter(False)
-    try:
-        yield
-    finally:
-        setter(before)
+def no_huge_pages_unless_asked() -> None:
+    """Set NUMPY_MADVISE_HUGEPAGE=0 in this process's environment unless the user set it (call
+    before NumPy is imported: the command line's start)."""
+    os.environ.setdefault(*HUGEPAGE_ENV)

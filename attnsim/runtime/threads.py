@@ -54,7 +54,7 @@ def _start(workers: int, fn: Callable, args: tuple):
     work; 1: the queue), or now when there is one thread; an object whose
     ``result()`` gives its value."""
     if threads() == 1:
-        return _Done(fn(*args))
+        return Done(fn(*args))
     pools = PROCESS.executors
     if workers not in pools:
         # imported at the first pool, not with this module: concurrent.futures registers the
@@ -67,13 +67,13 @@ def _start(workers: int, fn: Callable, args: tuple):
     return pools[workers].submit(fn, *args)
 
 
-def submit(fn: Callable, *args) -> Future | _Done:
+def submit(fn: Callable, *args) -> Future | Done:
     """Start ``fn(*args)`` on the second thread (or run it now with one thread);
     returns an object whose ``result()`` gives its value."""
     return _start(2, fn, args)
 
 
-def in_background(fn: Callable, *args) -> Future | _Done:
+def in_background(fn: Callable, *args) -> Future | Done:
     """Queue ``fn(*args)`` on one background thread that runs its jobs in the
     order given, one at a time (or run it now with one thread); returns an
     object whose ``result()`` gives its value. For work that overlaps the
@@ -94,7 +94,10 @@ def stepping_done() -> None:
     PROCESS.beside.done()
 
 
-class _Done:
+class Done:
+    """A job that is already done (:class:`attnsim.models.base.Job`): an evaluation computed at
+    once, or work run on the calling thread when there is one thread."""
+
     def __init__(self, value):
         self.value = value
 
@@ -103,9 +106,6 @@ class _Done:
 
     def cancel(self) -> bool:
         return False  # already done, as a Future would answer
-
-    def run_here(self) -> bool:
-        return False  # nothing left to run
 
 
 class Beside:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..config import ConfigError
 from ..results import WriteError
+from ..runtime.resources import HUGEPAGE_ENV
 from ..runtime.signals import end_process, on_signal
 from ..runtime.threads import pin_one_thread
 from ..runtime.workspace import PROCESS
@@ -131,8 +132,9 @@ def _release(pool: list[_Worker]) -> None:
 
 
 def _spawn() -> _Worker:
-    saved = {k: os.environ.get(k) for k in _WORKER_ENV}
-    os.environ.update(_WORKER_ENV)  # spawned workers read these before importing numpy
+    env = {**_WORKER_ENV, HUGEPAGE_ENV[0]: os.environ.get(*HUGEPAGE_ENV)}  # the user's choice, else off
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # spawned workers read these before importing numpy
     try:
         return _Worker(mp.get_context("spawn"))  # Numba's threads do not survive fork
     finally:

@@ -20,8 +20,12 @@ import numpy as np
 from numba import njit, prange
 
 from ...runtime import numba_cache  # noqa: F401  (before any kernel loads)
-from ...runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH
+from ...runtime.numba_cache import CACHE, ERROR_MODEL, FASTMATH, start_threading_layer
 from ..base import DIVERGED, FROZEN, OK  # noqa: F401  (compile-time constants of the kernels)
+
+# the GD kernels call the parallel W pass: Numba's threading layer must run before a cached
+# one loads (attnsim.runtime.numba_cache says why)
+start_threading_layer()
 
 N_CHUNKS = 16  # fixed row chunks of the parallel W pass (independent of threads)
 PAR_MIN = 1 << 18  # W sizes (k * r) from which the W pass runs in parallel

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...config import Config
 from ...init import draw_W0
-from ...runtime.threads import _Done, in_background
+from ...runtime.threads import in_background
 from ...runtime.workspace import PROCESS
 from .plan import n_log_points
 from .population import state_scalars
@@ -220,16 +220,15 @@ class StateEvaluator:
         job = None if self.pop is None else in_background(_quiet_call, self.pop.evaluate, scalars)
         with PROCESS.evaluating():
             now = self._test_part(state)
-        return _Deferred(now, job, self.pop, scalars)
+        return _Deferred(now, job)
 
 
 class _Deferred:
     """Metrics computed now (``done``) plus those of a background job (the population's
-    evaluation of ``scalars``)."""
+    evaluation of the state's scalars)."""
 
-    def __init__(self, done: dict, job, pop: Population | None = None, scalars: tuple | None = None):
+    def __init__(self, done: dict, job):
         self.done, self.job = done, job
-        self.pop, self.scalars = pop, scalars
 
     def result(self) -> dict:
         return self.done if self.job is None else {**self.done, **self.job.result()}
@@ -237,27 +236,6 @@ class _Deferred:
     def cancel(self) -> None:
         if self.job is not None:
             self.job.cancel()
-
-    def run_here(self) -> bool:
-        """Take the job off the queue if it has not started and compute it on this thread, with
-        the population's sibling (its own work arrays: the background thread may be evaluating
-        beside it); whether it did. An evaluation is a function of its scalars alone, so the
-        numbers are the same on either thread."""
-        if self.job is None or not self.job.cancel():
-            return False
-        try:
-            self.job = _Done(_quiet_call(self.pop.sibling().evaluate, self.scalars))
-        except BaseException as exc:  # raised where the job's result is asked for, as on the queue
-            self.job = _Failed(exc)
-        return True
-
-
-class _Failed:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-    def result(self) -> dict:
-        raise self.exc
 
 
 def _quiet_call(fn, args):

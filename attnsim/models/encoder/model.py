@@ -17,7 +17,7 @@ import numpy as np
 from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...data.synthetic import clean_labels, data_keys, draw_tokens
-from ...runtime.threads import _Done, blas, threads
+from ...runtime.threads import Done, blas, threads
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from ..optim_kernels import _adamw
@@ -262,6 +262,6 @@ class TestSetEvaluator:
             self._work[n] = K.work_arrays(n, T, d, m)
         return self._work[n]
 
-    def defer(self, P: dict) -> _Done:
+    def defer(self, P: dict) -> Done:
         with np.errstate(over="ignore", invalid="ignore"):
-            return _Done(self(P))
+            return Done(self(P))

@@ -48,10 +48,6 @@ class MagenPopulation:
     def __init__(self, sigma: float, signal_norm: float, loss: str = "logistic"):
         self.sigma, self.m, self.loss = float(sigma), float(signal_norm), loss
 
-    def sibling(self) -> MagenPopulation:
-        """Itself: it keeps no work arrays, so two threads may evaluate with it at once."""
-        return self
-
     def evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
         m, sig = self.m, self.sigma
         a, e = q_mu_pos, nu_mu_pos  # class +1's signal token is +mu, class -1's -mu

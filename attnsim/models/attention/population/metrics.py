@@ -33,7 +33,6 @@ Phi(-|mu| / (sigma sqrt(2T))) (default roles) comes out exactly with error 0.
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import threading
@@ -123,7 +122,6 @@ class Population:
         # one evaluation at a time: they share the work arrays below (a run's, its clean-label and
         # precision twins' may be asked for from their threads at once)
         self._busy = threading.Lock()
-        self._sibling: Population | None = None
         self._draw = points if callable(points) else None
         if self._draw is None:
             self._take_points(*points)
@@ -149,21 +147,6 @@ class Population:
         N = self.zeta.shape[1]
         self._moments = np.empty((4, 2, N))  # reused work arrays: the conditional moments,
         self._terms = np.empty((4, 2 * N))  # ... the per-point terms
-
-    def sibling(self) -> Population:
-        """The same population with work arrays and a lock of its own, made once: an
-        evaluation on another thread while this one evaluates (the same numbers: an
-        evaluation depends on its scalars and the points alone)."""
-        if self._sibling is None:
-            with self._busy:  # the points drawn once, whichever thread asks first
-                self._points()
-                if self._sibling is None:
-                    twin = copy.copy(self)
-                    twin._busy, twin._sibling = threading.Lock(), None
-                    twin._work_arrays()
-                    twin.tail = self.tail.sibling()
-                    self._sibling = twin
-        return self._sibling
 
     def _points(self) -> None:
         """Draw the points now if they were left for the first evaluation."""

@@ -55,14 +55,12 @@ the result is flagged unresolved and an upper bound is reported instead.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ....runtime.numba_cache import Resolving
 from . import design_kernels, pop_kernels, sample_kernels
 
 DEFENSIVE = 0.15  # share of the points drawn from N(0, I)
@@ -122,12 +120,9 @@ class TailError:
         T, N = X.shape[1] - 1, X.shape[2]
         self.N, self.T = N, T
         self._work_arrays()
-        # the kernels without Numba's dispatch after their first call: the arguments are these work
-        # arrays, the points and floats, the same types at every call (typing the 18 arrays of
-        # TailWork took microseconds of each)
-        self._components = Resolving(design_kernels._tail_components)
-        self._sample = Resolving(sample_kernels._tail_sample)
-        self._finish = Resolving(pop_kernels._tail_finish)
+        self._components = design_kernels._tail_components
+        self._sample = sample_kernels._tail_sample
+        self._finish = pop_kernels._tail_finish
 
     def _work_arrays(self) -> None:
         """The work arrays the kernels fill, reused: at most K = 2 T components per class."""
@@ -154,12 +149,6 @@ class TailError:
             factor=np.ones(K),
         )
         self._vectors = np.empty((6, N))
-
-    def sibling(self) -> TailError:
-        """The same estimator with work arrays of its own (an evaluation on another thread)."""
-        twin = copy.copy(self)
-        twin._work_arrays()
-        return twin
 
     def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
         """The error of the state with mean logits aq (2, T) and mean values
