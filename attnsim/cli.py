@@ -477,12 +477,15 @@ def cmd_check_grad(args: argparse.Namespace) -> int:
             f"shapes are printed); only {' and '.join(sorted(shaping))} choose what it checks"
         )
     cfg = make_config(sets=args.sets)
-    check = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
-    print("\n".join(check.heading))
-    width = max(len(block) for errs in check.errors.values() for block in errs)
+    from .models.gradcheck import check_applied  # lazy
     from .report import grad_verdict  # lazy
 
-    return grad_verdict(check.errors, args.tol, width=width)
+    reference = registry.spec(cfg.model).check_grad(cfg, args.seed, args.h)
+    applied = check_applied(cfg.model, args.h, args.seed)  # the steppers' kernels, every engine
+    print("\n".join(reference.heading + applied.heading))
+    errors = {**{f"reference {k}": v for k, v in reference.errors.items()}, **applied.errors}
+    width = max(len(block) for errs in errors.values() for block in errs)
+    return grad_verdict(errors, args.tol, width=width)
 
 
 def entry() -> None:

@@ -50,10 +50,7 @@ class CommonKeys:
     noise_rate: float = 0.2
     label_noise: str = "balanced"
     lr: float = 5e-3
-    optimizer: str = "gd"
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
+    optimizer: str = "gd"  # the optimizers' own keys follow it (attnsim/optimizers/)
     weight_decay: float = 0.01
     steps: int = 1000
     train: str = "W,p"
@@ -64,7 +61,7 @@ class CommonKeys:
     init_nu: str = "head"
     loss: str = "logistic"
     seed: int = 0
-    test_n: int | None = None  # the model's default (registry)
+    test_n: int = 0
     engine: str = "auto"
     integrator: str = "gd"
     batch: int = 0  # online SGD's fresh samples per step (0: n); population: 0 = the exact risk
@@ -78,8 +75,9 @@ class CommonKeys:
     pop_points: int = 4096
     benign_error: float = 0.05
     gen_score: float = 0.5
-    clean_twin: bool | None = None  # the model's default (registry)
+    clean_twin: bool = True
     model: str = "attention"
+    attention: str = "softmax"  # the scores' normalization (softmax or StableMax)
     refine_times: str = "auto"  # locate the times between log points: auto = with the flow or the limit
     precision_twin: str = "none"  # a twin of the run in float32 or bfloat16 (SPEC §16)
     preset: str = ""  # the preset the other keys started from ("": none); a label, never hashed
@@ -91,10 +89,9 @@ class _ConfigMethods:
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name)))
-        if self.test_n is None:
-            object.__setattr__(self, "test_n", _default_test_n(self.model))
-        if self.clean_twin is None:
-            object.__setattr__(self, "clean_twin", _default_clean_twin(self.model))
+        for key in _MODEL_DEFAULTED:  # None: the model's default (the registry's entry)
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, _model_default(self.model, key))
         validate(self)
 
     # -- derived quantities -------------------------------------------------
@@ -118,15 +115,11 @@ class _ConfigMethods:
         return (self.n_relevant, self.n_weak_aligned, self.n_weak_opposite, self.T - used)
 
     def replace(self, **changes: Any) -> Any:
-        """A copy with ``changes``; a defaulted ``test_n`` or ``clean_twin`` follows a change of model."""
-        if "model" in changes and "test_n" not in changes and self.test_n == _default_test_n(self.model):
-            changes["test_n"] = None
-        if (
-            "model" in changes
-            and "clean_twin" not in changes
-            and self.clean_twin == _default_clean_twin(self.model)
-        ):
-            changes["clean_twin"] = None
+        """A copy with ``changes``; a key at its model's default follows a change of model."""
+        if "model" in changes:
+            for key in _MODEL_DEFAULTED:
+                if key not in changes and getattr(self, key) == _model_default(self.model, key):
+                    changes[key] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, resolved: bool = True) -> dict[str, Any]:
@@ -144,14 +137,25 @@ class _ConfigMethods:
 
 
 def _assemble() -> type:
-    """Config: the common keys, with every registered model's keys after ``model``
-    (their dataclasses, :func:`attnsim.registry.key_fields`), as one frozen dataclass."""
+    """Config: the common keys, with every registered optimizer's own keys after ``optimizer``
+    and every registered model's keys after ``model`` (their dataclasses,
+    :func:`attnsim.registry.key_fields`, :func:`attnsim.registry.optimizer_fields`), as one
+    frozen dataclass. A common key some model gives a default of its own defaults to None
+    there, the model's default, filled in on construction."""
     common = fields(CommonKeys)
-    at = [f.name for f in common].index("model") + 1
-    models = [f for name in registry.MODELS for f in registry.key_fields(name)]
+    clashes = registry.key_collisions(tuple(f.name for f in common))
+    if clashes:  # a registry edit's mistake: said at once, naming the key and its owners
+        raise RuntimeError(f"attnsim's registry declares config keys twice: {'; '.join(clashes)}")
+    after = {
+        "optimizer": [f for name in registry.OPTIMIZERS for f in registry.optimizer_fields(name)],
+        "model": [f for name in registry.MODELS for f in registry.key_fields(name)],
+    }
+    ordered = [g for f in common for g in (f, *after.get(f.name, ()))]
     spec = [
-        (f.name, f.type, dataclasses.field(default=f.default)) for f in (*common[:at], *models, *common[at:])
-    ]
+        (f.name, f"{f.type} | None" if f.name in _MODEL_DEFAULTED else f.type,
+         dataclasses.field(default=None if f.name in _MODEL_DEFAULTED else f.default))
+        for f in ordered
+    ]  # fmt: skip
     doc = "All settings of one run; ``attnsim keys`` and docs/usage.md give their meanings."
     return dataclasses.make_dataclass(
         "Config",
@@ -162,11 +166,15 @@ def _assemble() -> type:
     )
 
 
+_MODEL_DEFAULTED = tuple(sorted(registry.model_defaults()))  # common keys some model defaults otherwise
 Config = _assemble()
 
 
-def _default_test_n(model: str) -> int:
-    return registry.default(model, "test_n")
+def _model_default(model: str, key: str) -> Any:
+    """The default of the common ``key`` under ``model`` (an unknown model: the common default)."""
+    entry = registry.MODELS.get(model)
+    base = getattr(CommonKeys, key)
+    return base if entry is None else entry.defaults.get(key, base)
 
 
 # keys added after records existed: at these values they hash as if absent, so every
@@ -174,6 +182,7 @@ def _default_test_n(model: str) -> int:
 LATER_KEYS = {
     "optimizer": "gd",
     **ADAM_KEYS,
+    "attention": "softmax",
     "data_model": "sakamoto2025",
     "init_nu": "head",
     "preset": "",
@@ -190,21 +199,19 @@ HASHED_MODEL_KEYS = ("limit", "mlp_dim", "skip", "init_cls_scale")
 
 @functools.cache
 def _neutral() -> dict[str, Any]:
-    """Every key that hashes as if absent at its value here: the LATER_KEYS and the models' own keys."""
+    """Every key that hashes as if absent at its value here: the LATER_KEYS, and the models' and
+    optimizers' own keys at their defaults."""
     own = {
         k: v for m in registry.MODELS for k, v in registry.own_keys(m).items() if k not in HASHED_MODEL_KEYS
     }
-    return {**own, **LATER_KEYS}
+    optimizers = {k: v for o in registry.OPTIMIZERS for k, v in registry.optimizer_keys(o).items()}
+    return {**own, **optimizers, **LATER_KEYS}
 
 
 def hashed(config: dict) -> dict:
     """The config as hashes see it: the neutral keys at their neutral values left out."""
     neutral = _neutral()
     return {k: v for k, v in config.items() if k != "preset" and not (k in neutral and v == neutral[k])}
-
-
-def _default_clean_twin(model: str) -> bool:
-    return registry.default(model, "clean_twin")
 
 
 KEYS = tuple(f.name for f in fields(Config))
@@ -215,15 +222,16 @@ _CHOICES = {
     "init_p": ("zeros", "gaussian"),
     "loss": ("logistic", "linear"),
     "engine": ("auto", *registry.engines()),
-    "integrator": ("gd", "flow", "population", "population_flow", "online"),
-    "optimizer": ("gd", "normalized", "adam"),
-    "data_model": ("sakamoto2025", "magen2025"),
+    "integrator": registry.capability("integrators"),
+    "optimizer": registry.capability("optimizers"),
+    "data_model": registry.capability("data_models"),
     "init_nu": ("head", "zeros"),
     "preset": ("", *PRESETS),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),
     "refine_times": ("auto", "true", "false"),
-    "precision_twin": ("none", "float32", "bfloat16", "float64"),
+    "precision_twin": registry.capability("precision_twins"),
+    "attention": registry.capability("attentions"),
     "model": tuple(registry.MODELS),
 }
 
@@ -246,7 +254,7 @@ def _coerce(name: str, value: Any) -> Any:
         if (kind != "int" or abs(value) <= MAX_INT) and (kind != "float" or not _subnormal(value)):
             return value
     if value is None:
-        if name in ("init_W_scale", "init_p_scale", "test_n", "clean_twin"):
+        if name in ("init_W_scale", "init_p_scale") or name in _MODEL_DEFAULTED:
             return None
         raise ConfigError(f"{name}: a value is required")
     if isinstance(value, str) and kind != "str":

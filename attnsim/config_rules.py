@@ -67,18 +67,9 @@ def validate(c: Any) -> None:
     _check_scales(c)
     for key, default in registry.foreign_keys(c.model).items():
         _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
+    _check_capabilities(c)
+    _check_optimizer(c)
     registry.keys_module(c.model).check(c)
-    for key in ("adam_beta1", "adam_beta2"):
-        _require(0 <= getattr(c, key) < 1, f"{key}: must be in [0, 1), got {getattr(c, key)}")
-    _require(c.adam_eps > 0, f"adam_eps: must be > 0, got {c.adam_eps}")
-    _require(c.weight_decay >= 0, f"weight_decay: must be >= 0, got {c.weight_decay}")
-    _require(
-        c.optimizer != "adam" or c.lr * c.weight_decay < 1,
-        f"weight_decay: lr * weight_decay = {c.lr * c.weight_decay:.3g} >= 1: AdamW's decay step "
-        "w <- (1 - lr weight_decay) w flips the weights' sign or zeroes them every step; keep it below 1",
-    )
-    for key, default in ADAM_KEYS.items():
-        _require(c.optimizer == "adam" or getattr(c, key) == default, f"{key}: applies to optimizer=adam")
     _require(
         c.optimizer == "gd" or c.integrator == "gd",
         f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
@@ -94,6 +85,60 @@ def validate(c: Any) -> None:
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
     )
+
+
+def _declared(c: Any, key: str, value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"{key}: model={c.model} does not run {what} {value} (it runs {', '.join(allowed) or 'none'})"
+        )
+
+
+def _check_capabilities(c: Any) -> None:
+    """Refuse what the model's registry entry does not declare (its engines, integrators,
+    optimizers, attention normalizations, precision twins and data models), one line each."""
+    entry = registry.MODELS[c.model]
+    if c.engine not in ("auto",):  # auto: the model's own choice among its engines
+        _declared(c, "engine", c.engine, entry.engines, "engine")
+    _declared(c, "integrator", c.integrator, entry.integrators, "integrator")
+    _declared(c, "optimizer", c.optimizer, registry.optimizers_of(c.model), "optimizer")
+    _declared(c, "attention", c.attention, entry.attentions, "attention")
+    _declared(c, "precision_twin", c.precision_twin, entry.precision_twins, "precision twin")
+    _declared(c, "data_model", c.data_model, entry.data_models, "data model")
+    rule = registry.optimizer_class(c.optimizer)
+    if rule.coordinatewise and c.engine not in ("auto", *entry.coordinate_engines):
+        raise ConfigError(
+            f"engine: {c.engine} is not exact for optimizer={c.optimizer} (its step depends on the basis, "
+            f"which the {c.engine} engine rotates); use engine="
+            f"{' or '.join(entry.coordinate_engines)} or auto"
+        )
+
+
+def check_data_source(model: str, source: str) -> None:
+    """Refuse a data source (``file``: an .npz of arrays; ``real``: a real-data protocol) the
+    model does not declare."""
+    allowed = registry.MODELS[model].data_sources
+    if source not in allowed:
+        what = {"file": "a data file (--data FILE.npz)", "real": "real data (attnsim real)"}.get(
+            source, source
+        )
+        raise ConfigError(f"data: model={model} does not run on {what} (its data: {', '.join(allowed)})")
+
+
+def _check_optimizer(c: Any) -> None:
+    """The optimizers' own keys: the run's are checked by its optimizer, the others' must be at
+    their defaults; ``weight_decay`` applies where the model's optimizer applies it."""
+    for name in registry.OPTIMIZERS:
+        if name != c.optimizer:
+            for key, default in registry.optimizer_keys(name).items():
+                _require(getattr(c, key) == default, f"{key}: applies to optimizer={name}")
+    _require(c.weight_decay >= 0, f"weight_decay: must be >= 0, got {c.weight_decay}")
+    with_decay = registry.MODELS[c.model].weight_decay_with
+    _require(
+        c.optimizer in with_decay or c.weight_decay == ADAM_KEYS["weight_decay"],
+        f"weight_decay: applies to optimizer={' or '.join(with_decay)} (model={c.model})",
+    )
+    registry.optimizer_module(c.optimizer).check(c)
 
 
 def _check_fresh(c: Any) -> None:

@@ -28,13 +28,16 @@ KEY_HELP = {
     "label_noise": ("balanced, exact, iid", "how the flipped labels are chosen"),
     "lr": ("> 0, finite, normal float64", "learning rate (the flow's time unit)"),
     "optimizer": (
-        "gd, normalized, adam",
-        "the step: lr * gradient, lr * gradient / |gradient| per trained block, or torch's AdamW",
+        ", ".join(registry.OPTIMIZERS),
+        "the update rule: gd (lr * gradient), normalized (lr * gradient / |gradient| per trained block), "
+        "adam (torch's AdamW); every registered optimizer is a file attnsim/optimizers/<name>.py that says "
+        "what it does",
     ),
-    "adam_beta1": ("[0, 1) (default 0.9)", "AdamW's first-moment decay (optimizer=adam)"),
-    "adam_beta2": ("[0, 1) (default 0.999)", "AdamW's second-moment decay (optimizer=adam)"),
-    "adam_eps": ("> 0 (default 1e-8)", "AdamW's eps, added to the root of the second moment"),
-    "weight_decay": (">= 0 (default 0.01)", "AdamW's decoupled weight decay, x *= 1 - lr * weight_decay"),
+    "weight_decay": (
+        ">= 0 (default 0.01)",
+        "AdamW's decoupled weight decay, x *= 1 - lr * weight_decay (and the L2 term of torch SGD's step "
+        "for the models whose GD has one)",
+    ),
     "steps": ("integer >= 0", "GD steps (or flow time in steps)"),
     "train": ("non-empty subset of W, p, nu", "the trained blocks"),
     "init_W": ("kaiming_uniform, gaussian, identity", "initialization of W"),
@@ -45,7 +48,7 @@ KEY_HELP = {
     "preset": ("a name from 'attnsim presets'", "start from a sister paper's setting; other keys override"),
     "loss": ("logistic, linear", "training loss"),
     "seed": ("integer >= 0", "seed of every random stream"),
-    "test_n": ("integer >= 0 (default 0; 1000 for the encoder)", "test samples (0: population metrics only)"),
+    "test_n": ("integer >= 0", "test samples (0: population metrics only)"),
     "engine": (", ".join(("auto", *registry.engines())), "the exact coordinates the run uses"),
     "integrator": (
         "gd, flow, population, population_flow, online",
@@ -66,8 +69,13 @@ KEY_HELP = {
     "pop_points": ("power of two >= 16", "quasi-random points of the population metrics"),
     "benign_error": ("(0, 1)", "excess error up to which overfitting is benign"),
     "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
-    "clean_twin": ("true, false (default true; false for the encoder)", "train the clean-label twin"),
+    "clean_twin": ("true, false", "train the clean-label twin"),
     "model": (", ".join(registry.MODELS), "the model"),
+    "attention": (
+        ", ".join(registry.capability("attentions")),
+        "the scores' normalization: softmax, or StableMax (s(z) = z + 1 for z >= 0, 1 / (1 - z) below, "
+        "normalized; Prieto et al. 2025)",
+    ),
     "precision_twin": (
         "none, float32, bfloat16, float64",
         "train beside the run a twin rounded to this format as torch computes on CPU (float64: the "
@@ -81,20 +89,30 @@ KEY_HELP = {
 }
 
 
-# the models' own keys: their help is in their keys dataclasses
+# the models' and the optimizers' own keys: their help is in their keys dataclasses
 KEY_HELP.update(
     {
         f.name: (f.metadata["allowed"], f.metadata["help"])
-        for m in registry.MODELS
-        for f in registry.key_fields(m)
+        for fs in (
+            *(registry.key_fields(m) for m in registry.MODELS),
+            *(registry.optimizer_fields(o) for o in registry.OPTIMIZERS),
+        )
+        for f in fs
     }
 )
+
+
+def _default_text(c: Config, key: str) -> str:
+    """A key's default as ``attnsim keys`` shows it, with the models that change it."""
+    text = "-" if getattr(c, key) is None else str(getattr(c, key))
+    others = [f"model={m}: {e.defaults[key]}" for m, e in registry.MODELS.items() if key in e.defaults]
+    return f"{text} ({'; '.join(others)})" if others else text
 
 
 def describe_keys() -> str:
     """Every config key with its default, allowed values and meaning (``attnsim keys``)."""
     c = Config()
-    rows = [(k, "-" if getattr(c, k) is None else str(getattr(c, k)), *KEY_HELP[k]) for k in KEYS]
+    rows = [(k, _default_text(c, k), *KEY_HELP[k]) for k in KEYS]
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     head = f"{'key':{w[0]}}  {'default':{w[1]}}  {'allowed':{w[2]}}  meaning"
     return "\n".join([head] + [f"{k:{w[0]}}  {v:{w[1]}}  {a:{w[2]}}  {m}" for k, v, a, m in rows])

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import registry
 from .data.dataset import ROLE_NAMES
 
 GROUPS = ("clean", "noisy")
@@ -32,7 +33,7 @@ TEST_KEYS = ("test_loss", "test_acc")
 COUNT_KEYS = ("n_fitted", "n_fitted_clean", "n_fitted_noisy")
 GAP_KEYS = tuple(f"gap_{g}_{kind}" for g in GROUPS for kind in ("min", "mean", "eff"))
 # Every scalar metric logged at each log point, in result.json order. ``final``
-# holds their values at the last log point; nothing else enters it.
+# holds their values at the last log point, and those of the metrics a model declares.
 LOG_METRICS = (
     "train_loss",
     "train_acc",
@@ -237,7 +238,7 @@ def final_metrics(
 ) -> dict:
     """The "final" section of a result: every :data:`LOG_METRICS` key at the
     last log point (NaN for test and population metrics that were not
-    computed), the population error at initialization and with uniform
+    computed) and every metric the model declares (:attr:`attnsim.registry.Entry.metrics`), the population error at initialization and with uniform
     attention (``uniform``: the population metrics at q = 0 with the initial
     head), the group sizes, the Bayes error of the data model (``bayes``,
     :func:`attnsim.data.bayes.bayes_error`), the error in excess of it, the
@@ -257,6 +258,10 @@ def final_metrics(
     nan = float("nan")
     final = {k: (arrays[k][-1].item() if k in arrays else nan) for k in LOG_METRICS}
     final = {k: v for k, v in final.items() if k in arrays or k in TEST_KEYS + POP_KEYS}
+    # the metrics a model declares (its registry entry) and records, by the same rule
+    final.update(
+        {k: arrays[k][-1].item() for k in registry.model_metrics() if k in arrays and k not in final}
+    )
     final["pop_error_init"] = float(arrays["pop_error"][0]) if "pop_error" in arrays else nan
     final["pop_error_uniform"] = float((uniform or {}).get("pop_error", nan))
     n = int(arrays["y"].size)
@@ -327,6 +332,11 @@ def format_error(value: float, se: float, resolved: float | None = None) -> str:
     if resolved is not None and resolved == 0.0:
         return f"< {value:.2g} (unresolved: an upper bound)"
     return f"{value:.3g} +- {'n/a' if se is None or se != se else format(se, '.2g')}"
+
+
+def known_metrics() -> tuple[str, ...]:
+    """Every array name a trajectory can hold: :data:`TRAJECTORY_KEYS` and the models' declared metrics."""
+    return (*TRAJECTORY_KEYS, *registry.model_metrics())
 
 
 def uniform_attention(pop: Any, ds: Any) -> dict | None:

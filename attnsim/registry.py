@@ -1,14 +1,18 @@
-"""The models attnsim runs: one line each (adding a model is a folder under
-``attnsim/models/`` and a line here; docs/design.md gives the steps).
+"""The models and optimizers attnsim runs: one line each (adding a model is a folder under
+``attnsim/models/`` and a line here, docs/design.md gives the steps; adding an optimizer is a
+file under ``attnsim/optimizers/`` and a line here, :mod:`attnsim.optimizers.base`).
 
-Each entry states, as plain data, what the layers below the models need to
-know of a model without importing it: the module of the config keys only it
-uses (a frozen dataclass with their defaults and help, refused for the other
-models, and their rules), the defaults it changes, the engines it runs in, the
-arrays a data file may hold for it and the keys those arrays decide. The key
-modules import nothing of attnsim but ``_meta``; they are loaded here, as the
-models' plug-in point, when :class:`attnsim.config.Config` is assembled. The
-model's code loads on first use of :func:`spec`.
+Each model's entry states, as plain data, what the layers below the models need to know of
+it without importing it: the module of the config keys only it uses (a frozen dataclass with
+their defaults and help, refused for the other models, and their rules), the defaults of the
+common keys it changes, what it can run (its *capabilities*: engines, integrators, optimizers,
+attention normalizations, precision twins, data models and data sources; config validation
+refuses anything else in one line, for every model, before any work), the arrays a data file
+may hold for it and the keys those arrays decide, and the metrics it records beside the common
+ones (they reach result.json's ``final``, records.csv, ``load_sweep`` and ``attnsim plot``).
+The key modules import nothing of attnsim but ``_meta``; they are loaded here, as the plug-in
+point, when :class:`attnsim.config.Config` is assembled. The model's code loads on first use
+of :func:`spec`.
 """
 
 from __future__ import annotations
@@ -19,14 +23,28 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+ANY = "any"  # a model's optimizers: every registered one whose needs it meets
+
 
 @dataclass(frozen=True)
 class Entry:
     module: str  # the model's package: <module>.spec.SPEC its ModelSpec, <module>.keys its config keys
-    defaults: dict[str, Any] = field(default_factory=dict)  # other keys' defaults under this model
+    defaults: dict[str, Any] = field(default_factory=dict)  # common keys' defaults under this model
     arrays: tuple[str, ...] = ()  # data-file arrays of this model (its parameters)
     decided: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (array, axis of its size)
+    # -- what it can run (anything else is refused by config validation, exit 2) --
     engines: tuple[str, ...] = ("dense",)  # the coordinates it can run in (config engine = one, or auto)
+    coordinate_engines: tuple[str, ...] = ("dense",)  # engines in the data's own coordinates
+    integrators: tuple[str, ...] = ("gd",)
+    optimizers: tuple[str, ...] | str = ("gd",)  # or ANY: every optimizer whose needs it meets
+    blocks: tuple[str, ...] = ()  # its parameter blocks (what an optimizer's needs are checked against)
+    weight_decay_with: tuple[str, ...] = ("adam",)  # the optimizers that apply weight_decay for it
+    attentions: tuple[str, ...] = ("softmax",)  # the scores' normalizations
+    precision_twins: tuple[str, ...] = ("none",)
+    data_models: tuple[str, ...] = ("sakamoto2025",)  # the generated data it reads
+    data_sources: tuple[str, ...] = ("generated",)  # "generated", "file" (an .npz), "real" (attnsim real)
+    # -- what it records beside the common metrics: name -> meaning --
+    metrics: dict[str, str] = field(default_factory=dict)
 
 
 ENCODER_ARRAYS = (
@@ -50,6 +68,13 @@ MODELS: dict[str, Entry] = {
     "attention": Entry(
         "attnsim.models.attention",
         engines=("dense", "reduced", "implicit"),
+        integrators=("gd", "flow", "population", "population_flow", "online"),
+        optimizers=ANY,
+        blocks=("W", "p", "nu"),
+        attentions=("softmax", "stablemax"),
+        precision_twins=("none", "float32", "bfloat16", "float64"),
+        data_models=("sakamoto2025", "magen2025"),
+        data_sources=("generated", "file", "real"),
     ),
     "encoder": Entry(
         "attnsim.models.encoder",
@@ -58,7 +83,19 @@ MODELS: dict[str, Entry] = {
         defaults={"test_n": 1000, "clean_twin": False},
         arrays=ENCODER_ARRAYS,
         decided={"mlp_dim": ("W1", 0)},
+        optimizers=ANY,
+        blocks=ENCODER_ARRAYS,
+        precision_twins=("none", "float32", "bfloat16", "float64"),
+        data_sources=("generated", "file", "real"),
     ),
+}
+
+# optimizer name -> its module (KEYS, check, OPTIMIZER; attnsim/optimizers/base.py)
+OPTIMIZERS: dict[str, str] = {
+    "gd": "attnsim.optimizers.gd",
+    "normalized": "attnsim.optimizers.normalized",
+    "adam": "attnsim.optimizers.adam",
+    "mirror": "attnsim.optimizers.mirror",
 }
 
 
@@ -67,13 +104,16 @@ def engines() -> tuple[str, ...]:
     return tuple(dict.fromkeys(e for entry in MODELS.values() for e in entry.engines))
 
 
-BASE_DEFAULTS = {"test_n": 0, "clean_twin": True}  # what a model's entry does not change
+def capability(name: str) -> tuple[str, ...]:
+    """Every value some model declares for a capability field of :class:`Entry`, in the registry's order."""
+    if name == "optimizers":
+        return tuple(OPTIMIZERS)
+    return tuple(dict.fromkeys(v for entry in MODELS.values() for v in getattr(entry, name)))
 
 
-def default(model: str, key: str) -> Any:
-    """The default of ``key`` under ``model`` (``model`` unknown: the base default)."""
-    entry = MODELS.get(model)
-    return BASE_DEFAULTS[key] if entry is None else entry.defaults.get(key, BASE_DEFAULTS[key])
+def model_defaults() -> set[str]:
+    """The common keys some model gives a default of its own."""
+    return {k for entry in MODELS.values() for k in entry.defaults}
 
 
 def model_arrays() -> tuple[str, ...]:
@@ -87,14 +127,34 @@ def keys_module(model: str) -> Any:
     return importlib.import_module(f"{MODELS[model].module}.keys")
 
 
+@functools.cache
+def optimizer_module(name: str) -> Any:
+    """The optimizer's module: ``KEYS`` (a frozen dataclass or None), ``check(cfg)``, ``OPTIMIZER``."""
+    return importlib.import_module(OPTIMIZERS[name])
+
+
+def _fields(keys: Any) -> tuple:
+    return () if keys is None else dataclasses.fields(keys)
+
+
 def own_keys(model: str) -> dict[str, Any]:
     """The keys only ``model`` reads, with their defaults."""
-    return {f.name: f.default for f in dataclasses.fields(keys_module(model).KEYS)}
+    return {f.name: f.default for f in key_fields(model)}
 
 
 def key_fields(model: str) -> tuple:
     """The dataclass fields of the model's keys (name, type, default, help in ``metadata``)."""
-    return dataclasses.fields(keys_module(model).KEYS)
+    return _fields(keys_module(model).KEYS)
+
+
+def optimizer_fields(name: str) -> tuple:
+    """The dataclass fields of the optimizer's own keys."""
+    return _fields(optimizer_module(name).KEYS)
+
+
+def optimizer_keys(name: str) -> dict[str, Any]:
+    """The keys only optimizer ``name`` reads, with their defaults."""
+    return {f.name: f.default for f in optimizer_fields(name)}
 
 
 def foreign_keys(model: str) -> dict[str, Any]:
@@ -106,6 +166,69 @@ def foreign_keys(model: str) -> dict[str, Any]:
 def owner(key: str) -> str | None:
     """The model that owns ``key`` (None: a key of every model)."""
     return next((name for name in MODELS if key in own_keys(name)), None)
+
+
+def optimizer_owner(key: str) -> str | None:
+    """The optimizer that owns ``key`` (None: not an optimizer's key)."""
+    return next((name for name in OPTIMIZERS if key in optimizer_keys(name)), None)
+
+
+def key_collisions(common: tuple[str, ...]) -> list[str]:
+    """Every key declared twice among the ``common`` keys, the models' and the optimizers':
+    "key: owner, owner" per collision (none in a working registry)."""
+    owners: dict[str, list[str]] = {k: ["every model"] for k in common}
+    for name in MODELS:
+        for k in own_keys(name):
+            owners.setdefault(k, []).append(f"model={name}")
+    for name in OPTIMIZERS:
+        for k in optimizer_keys(name):
+            owners.setdefault(k, []).append(f"optimizer={name}")
+    return [f"{k}: {', '.join(who)}" for k, who in owners.items() if len(who) > 1]
+
+
+def optimizer_class(name: str) -> Any:
+    return optimizer_module(name).OPTIMIZER
+
+
+def optimizers_of(model: str) -> tuple[str, ...]:
+    """The optimizers ``model`` runs: those it lists, or (ANY) every registered one whose needs it meets."""
+    entry = MODELS[model]
+    if entry.optimizers != ANY:
+        return tuple(entry.optimizers)
+    return tuple(o for o in OPTIMIZERS if set(optimizer_class(o).needs) <= set(entry.blocks))
+
+
+def weight_decay(cfg: Any) -> float:
+    """The weight decay the run's optimizer applies: ``weight_decay`` where the model's use of
+    that optimizer has one (AdamW's everywhere; torch SGD's L2 term for the models that say so), else 0."""
+    return cfg.weight_decay if cfg.optimizer in MODELS[cfg.model].weight_decay_with else 0.0
+
+
+def make_optimizer(cfg: Any) -> Any:
+    """The run's optimizer (:class:`attnsim.optimizers.base.Optimizer`), for a model's plug-in stepper."""
+    return optimizer_class(cfg.optimizer)(cfg, cfg.lr, weight_decay(cfg))
+
+
+def model_metrics() -> dict[str, str]:
+    """Every metric some model declares (name -> meaning)."""
+    return {k: v for entry in MODELS.values() for k, v in entry.metrics.items()}
+
+
+def register(name: str, entry: Entry, common: tuple[str, ...] = ()) -> None:
+    """Add a model (what one line of :data:`MODELS` does, for a model outside the package),
+    refusing one whose keys collide with the ``common`` keys or another model's or
+    optimizer's: ValueError naming the key and its owners (before the registry changes)."""
+    if name in MODELS:
+        raise ValueError(f"model {name!r} is registered already")
+    MODELS[name] = entry
+    try:
+        clashes = key_collisions(common)
+    except BaseException:
+        del MODELS[name]
+        raise
+    if clashes:
+        del MODELS[name]
+        raise ValueError(f"model {name!r}: config keys declared twice: {'; '.join(clashes)}")
 
 
 def spec(model: str) -> Any:

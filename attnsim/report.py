@@ -362,10 +362,11 @@ def grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:
     """Print every block's errors and the verdict; the last line's last number
     is the worst per-block relative error (SPEC §8). Exit 1 above ``tol``."""
     worst, where = 0.0, ""
+    lw = max((len(loss) for loss in errors), default=0)
     for loss, errs in errors.items():
         for block, e in errs.items():
             print(
-                f"  {loss:8s} {block:{width}s}: max |fd - analytic| {e['max_abs']:.2e}, "
+                f"  {loss:{lw}s} {block:{width}s}: max |fd - analytic| {e['max_abs']:.2e}, "
                 f"mean {e['mean_abs']:.2e}, relative {e['rel']:.2e}"
             )
             if not e["rel"] <= worst:  # NaN counts as the worst

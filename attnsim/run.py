@@ -24,6 +24,7 @@ import scipy.linalg.cython_lapack  # noqa: F401
 from . import metrics, precision, registry, results, theory
 from ._meta import FRESH_INTEGRATORS, PACKAGE_T0, ConfigError, SimulationError
 from .config import Config, as_config
+from .config_rules import check_data_source
 from .data.bayes import of_dataset as bayes_of
 from .data.dataset import DataError, Dataset, make_streams
 from .driver import Schedule, log_grid, pop_indices, run
@@ -177,6 +178,7 @@ def _open(config, data) -> tuple[Config, Dataset | None, Any]:
     explicit = set(config) if isinstance(config, Mapping) else None
     _check_before_reading(cfg, data)
     opened = open_data(data)
+    check_data_source(cfg.model, "real" if isinstance(opened, Source) else "file")
     if isinstance(opened, Source):  # real data: one run of the protocol
         _plan(cfg, None, True, save_scores=False)  # its memory and time, before its (n, T, d) tokens exist
         ds = opened.dataset(cfg, streams.data)

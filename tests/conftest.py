@@ -1,10 +1,26 @@
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 DATA = Path(__file__).resolve().parent / "data"  # copies of the official-code runs (see its README)
+
+if os.environ.get("ATTNSIM_TEST_TOY"):
+    # tests/test_models.py runs its conformance suite on the toy model (tests/toymodel) in a
+    # process of its own: registered here, before the config is assembled, through its one
+    # registry line; "wrong" gives its stepper a wrong gradient kernel (the mutation test)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from toymodel.spec import TOY_ENTRY
+
+    from attnsim import registry
+
+    registry.register("toy", TOY_ENTRY)
+    if os.environ["ATTNSIM_TEST_TOY"] == "wrong":
+        import toymodel.spec
+
+        toymodel.spec._step_grad = toymodel.spec.wrong_step_grad
 
 
 @pytest.fixture

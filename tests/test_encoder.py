@@ -279,8 +279,12 @@ def test_encoder_adamw_snapshot_keeps_its_moments():
     """A restored AdamW stepper continues exactly as one that was never interrupted."""
     X, y, P = random_encoder(0, n=4, T=3, d=6, m=5)
     rel = np.zeros((4, 3))
-    a = EncoderStepper(X, y, P, 0.01, True, "logistic", rel, optimizer="adam")
-    b = EncoderStepper(X, y, P, 0.01, True, "logistic", rel, optimizer="adam")
+    from attnsim import registry
+    from attnsim.config import Config
+
+    adam = lambda: registry.make_optimizer(Config(model="encoder", optimizer="adam", lr=0.01))  # noqa: E731
+    a = EncoderStepper(X, y, P, 0.01, True, "logistic", rel, optimizer=adam())
+    b = EncoderStepper(X, y, P, 0.01, True, "logistic", rel, optimizer=adam())
     a.advance(0, 5)
     snap = a.snapshot()
     a.advance(5, 5)

@@ -200,3 +200,54 @@ def test_p_alone_in_the_x_w_form_reads_its_tokens_once_and_equals_the_dense_engi
         seg.advance(0, 500)
     assert xw_form.observe().loss == pytest.approx(w_form.observe().loss, rel=1e-12)
     np.testing.assert_allclose(xw_form.p, w_form.p, rtol=1e-11)
+
+
+def _one_direction_data(tmp_path: Path, P_rows: int = 6, d: int = 5) -> tuple[Path, np.ndarray]:
+    """Two tokens per sample whose difference is one vector a in every sample, W = I fixed:
+    every gradient of p is a multiple of a (dL/dp = sum_i c_i1 (x_i1 - x_i2)), so mirror
+    descent's dual variable never leaves a's line."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(d)
+    B = rng.standard_normal((P_rows, d))
+    X = np.stack([B + a, B], axis=1)  # (n, 2, d): token 1 - token 2 = a
+    y = np.where(np.arange(P_rows) % 2 == 0, 1.0, -1.0)
+    nu = rng.standard_normal(d)
+    path = tmp_path / "one_direction.npz"
+    np.savez(path, X=X, y=y, nu=nu, W0=np.eye(d), p0=np.zeros(d))
+    return path, a
+
+
+@pytest.mark.parametrize("P", [1.5, 3.0, 4.0])
+def test_mirror_descent_moves_p_along_the_lp_max_margin_direction_at_every_step(tmp_path, P):
+    """The closed form: with every gradient of p along a, the dual variable stays on a's line and
+    p / |p| = +-sign(a) |a|^(1/(P-1)) normalized (the l_P max-margin direction of the constraint
+    a . p >= 1, by Hölder) after every step; and P = 2 is gradient descent."""
+    path, a = _one_direction_data(tmp_path)
+    keys = {"optimizer": "mirror", "mirror_p": P, "train": "p", "engine": "dense", "lr": 0.3,
+            "n_weak_aligned": 0, "n_weak_opposite": 0, "clean_twin": False}  # fmt: skip
+    direction = np.sign(a) * np.abs(a) ** (1.0 / (P - 1.0))
+    direction /= np.linalg.norm(direction)
+    for steps in (1, 7, 300):
+        res = attnsim.simulate({**keys, "steps": steps}, data=path)
+        p = res.state["p"]
+        cos = p @ direction / np.linalg.norm(p)
+        assert abs(abs(cos) - 1.0) < 1e-12, (steps, cos)
+    assert not np.allclose(np.abs(direction), np.abs(a) / np.linalg.norm(a))  # not GD's direction
+    gd = attnsim.simulate({**keys, "steps": 50, "optimizer": "gd", "mirror_p": 3.0}, data=path)
+    two = attnsim.simulate({**keys, "steps": 50, "mirror_p": 2.0}, data=path)
+    np.testing.assert_allclose(two.state["p"], gd.state["p"], rtol=1e-12, atol=1e-15)
+
+
+def test_mirror_descent_is_refused_where_it_cannot_run():
+    for keys, match in (
+        ({"optimizer": "mirror", "engine": "reduced"}, "engine: reduced is not exact for optimizer=mirror"),
+        (
+            {"optimizer": "mirror", "model": "encoder"},
+            "optimizer: model=encoder does not run optimizer mirror",
+        ),
+        ({"optimizer": "mirror", "mirror_p": 1.0}, "mirror_p: must be > 1"),
+        ({"mirror_p": 4.0}, "mirror_p: applies to optimizer=mirror"),
+        ({"optimizer": "mirror", "integrator": "flow"}, "optimizer: mirror is a rule for discrete steps"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            Config(**keys)

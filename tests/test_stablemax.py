@@ -61,7 +61,7 @@ def test_uniform_attention_is_the_softmax_closed_form():
         ({"integrator": "online"}, "integrator"),
         ({"engine": "implicit"}, "implicit"),
         ({"limit": True}, "argmax"),
-        ({"attention": "sparsemax"}, "softmax or stablemax"),
+        ({"attention": "sparsemax"}, "not one of softmax, stablemax"),
     ],
 )
 def test_what_stablemax_refuses(keys, message):

@@ -2,26 +2,43 @@
 
 Adding a model
 --------------
-1. A folder ``attnsim/models/<name>/`` whose ``__init__.py`` exposes ``SPEC``, an
-   instance of a :class:`ModelSpec` subclass, and ``keys.py``: a frozen dataclass of the
-   config keys only this model reads (their defaults, and ``field(metadata=...)`` with
-   ``allowed`` and ``help`` for ``attnsim keys``) and a ``check(cfg)`` for their rules.
-   Nothing else of the model is imported until it runs, so ``keys.py`` imports nothing
-   of attnsim but :mod:`attnsim._meta`.
-2. One line in :mod:`attnsim.registry`: the package, its keys module, the defaults it
-   changes, the data-file arrays it owns. :class:`attnsim.config.Config` is assembled
-   from the common keys and every registered model's key dataclass.
+1. A folder ``attnsim/models/<name>/`` with an empty ``__init__.py``, ``keys.py`` and
+   ``spec.py``. ``keys.py``: ``KEYS``, a frozen dataclass of the config keys only this
+   model reads (their defaults, and ``field(metadata=...)`` with ``allowed`` and ``help``
+   for ``attnsim keys``), or of no field, and ``check(cfg)`` for their rules; it imports
+   nothing of attnsim but :mod:`attnsim._meta` (the config loads it with every command).
+   ``spec.py``: ``SPEC``, an instance of a :class:`ModelSpec` subclass; the registry
+   imports it when the model first runs.
+2. One line in :data:`attnsim.registry.MODELS`, an :class:`attnsim.registry.Entry`: the
+   package; the defaults of common keys it changes; what it can run (engines,
+   integrators, optimizers, attention normalizations, precision twins, data models and
+   sources: config validation refuses anything else, for every model, in one line); its
+   parameter blocks (the optimizers' needs are checked against them); the data-file
+   arrays it owns; the metrics it records beside the common ones (they reach
+   result.json's ``final``, records.csv, ``load_sweep`` and ``attnsim plot``). Its keys
+   may not take a name another model, an optimizer or the common config has (the
+   registry refuses the collision, naming both owners). :class:`attnsim.config.Config`
+   is assembled from the common keys and every registered model's and optimizer's.
 3. The spec: :meth:`ModelSpec.plan` (the engine and why), :meth:`ModelSpec.build` (a
    :class:`Problem` from a dataset), :meth:`ModelSpec.check_grad` (its reference against
-   central differences) are required; every other method has a default here.
+   central differences) are required, and ``name`` and ``warm_configs``; every other
+   method has a default here (:meth:`ModelSpec.gradient_cases` names the small runs
+   whose steppers check-grad checks).
 4. The problem hands the driver a :class:`Stepper` (``stepper``) and an evaluator
-   (``evaluator``: population metrics, a test set, or None).
+   (``evaluator``: population metrics, a test set, or None; its ``defer`` may return a
+   :class:`Done` job), and gives ``objective``: the reference loss GD descends, in the
+   problem's coordinates (check-grad differentiates it against the gradient the stepper
+   applies, :mod:`attnsim.models.gradcheck`).
 5. The stepper subclasses :class:`Stepper` and writes three methods: ``_advance``
    (the steps), ``observe`` and ``state``. The base class keeps the records the paper's
    recorder reads (``fit_since``, ``S_acc``), checks what ``_advance`` reports
-   (:class:`Outcome`), snapshots and restores, copies the final state.
+   (:class:`Outcome`), snapshots and restores, copies the final state. A model that takes
+   plug-in optimizers (``optimizers=registry.ANY``) hands each step's gradients to
+   ``registry.make_optimizer(cfg).update`` (:mod:`attnsim.optimizers.base`); the model's
+   own metrics come from ``extra_metrics`` or the evaluator.
 6. ``tests/test_models.py`` runs its conformance suite over every registered model: the
-   model is tested the moment its registry line exists.
+   model is tested the moment its registry line exists (its capabilities probed, every
+   undeclared one refused; the gradients its steppers apply checked in every engine).
 
 Nothing outside ``attnsim/models/`` and the registry branches on a model's or an
 engine's name (``tests/test_layout.py``).
@@ -210,6 +227,12 @@ class Problem(Protocol):
 
     def evaluator(self, cfg: Config, pop: Any) -> Evaluator | None: ...
 
+    def objective(self, cfg: Config, state: Mapping[str, np.ndarray], y: np.ndarray) -> float:
+        """The objective plain GD descends at ``state`` (a stepper's state, in this problem's
+        coordinates) with labels ``y``, by the model's NumPy reference, penalties included:
+        what check-grad differentiates (:mod:`attnsim.models.gradcheck`)."""
+        ...
+
 
 class GradCheck(NamedTuple):
     """What ``attnsim check-grad`` prints: the heading lines, and per loss and
@@ -248,6 +271,15 @@ class ModelSpec(ABC):
     def validate(self, cfg: Config, user_data: bool) -> None:
         """ConfigError for a combination of keys this model cannot run with."""
         return None  # by default: nothing
+
+    def gradient_cases(self, engine: str) -> list[tuple[str, dict]]:
+        """(label, config keys) of the small runs whose steppers check-grad checks in ``engine``
+        (:mod:`attnsim.models.gradcheck`): every kernel and form a GD step can take there."""
+        return [("gd", dict(self.warm_configs["gd"]))]
+
+    def trained_blocks(self, cfg: Config, state: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+        """The blocks of a stepper's state that GD moves under ``cfg`` (default: every one)."""
+        return tuple(state)
 
     def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:
         """(keys, what, bytes) of the large arrays a run allocates."""

@@ -18,7 +18,7 @@ from .. import registry
 from ..config import KEYS, Config, ConfigError, from_mapping, hashed, read_toml, unknown_key_message
 from ..data.files import decided_keys
 from ..data.real import BUILTIN, Source, open_data
-from ..metrics import TRAJECTORY_KEYS
+from ..metrics import known_metrics
 from ..results import SCHEMA_VERSION, file_hash, json_safe
 from ..words import suggest
 
@@ -147,8 +147,9 @@ def _save(value: Any) -> list[str]:
     if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
         raise ConfigError(f"sweep.save: a list of trajectory array names, got {value!r}")
     for v in names:
-        if v not in TRAJECTORY_KEYS and v.removeprefix("twin_") not in TRAJECTORY_KEYS:  # twin_: its twin's
-            near = suggest(v, TRAJECTORY_KEYS)
+        known = known_metrics()
+        if v not in known and v.removeprefix("twin_") not in known:  # twin_: its twin's
+            near = suggest(v, known)
             hint = f"; did you mean {near!r}?" if near else ""
             raise ConfigError(f"sweep.save: {v!r} is not a trajectory array{hint}")
     return list(dict.fromkeys(names))

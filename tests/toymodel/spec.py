@@ -1,12 +1,20 @@
 """The toy model: logistic regression of the mean token, f(X) = w . mean_t x_t (uniform
-attention), trained by GD on w. Written only against attnsim.models.base."""
+attention), trained by GD on w. Written only against attnsim.models.base.
+
+``_grad`` is its readable reference gradient, ``_step_grad`` the "kernel" its stepper
+applies (a second implementation, as a model's Numba kernels are): the mutation test of
+tests/test_models.py replaces the kernel with a wrong one, which the reference check alone
+cannot see. Its own metric ``toy_margin`` (the smallest y f over the training set) reaches
+result.json, records.csv and load_sweep through its registry entry."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from attnsim import registry
 from attnsim.data.synthetic import generate
 from attnsim.models.base import GradCheck, ModelSpec, Observation, Outcome, Stepper, finite_difference_errors
+from attnsim.registry import ANY, Entry
 
 
 def _loss(M, y, w):
@@ -19,11 +27,30 @@ def _grad(M, y, w):
     return [-(y / (1.0 + np.exp(m))) @ M / y.size]
 
 
+def _step_grad(M, y, w):
+    """The stepper's gradient: the same as ``_grad``, computed sample by sample."""
+    g = np.zeros_like(w)
+    for i in range(y.size):
+        g -= y[i] * M[i] / (1.0 + np.exp(y[i] * (M[i] @ w)))
+    return g / y.size
+
+
+_RIGHT_STEP_GRAD = _step_grad  # the mutation test swaps _step_grad for wrong_step_grad
+
+
+def wrong_step_grad(M, y, w):
+    """A deliberately wrong kernel: the last coordinate's gradient is 10 % too large."""
+    g = _RIGHT_STEP_GRAD(M, y, w)
+    g[-1] *= 1.1
+    return g
+
+
 class ToyStepper(Stepper):
-    def __init__(self, X, y, w0, lr, rel):
+    def __init__(self, X, y, w0, optimizer, rel):
         n, T, _ = X.shape
-        self.X, self.M, self.y, self.lr = X, X.mean(axis=1), y, lr
+        self.X, self.M, self.y, self.opt = X, X.mean(axis=1), y, optimizer
         self.w = w0.copy()
+        self.opt.start(self.state())
         self._init_records(n, rel, T)
 
     def _advance(self, step0, nsteps):
@@ -33,10 +60,10 @@ class ToyStepper(Stepper):
             fitted = self.y * f > 0
             self.fit_since[:] = np.where(fitted, np.where(self.fit_since < 0, step, self.fit_since), -1)
             self.S_acc += self.relevant_increments(self.observe().s)
-            g = _grad(self.M, self.y, self.w)[0]
+            g = _step_grad(self.M, self.y, self.w)
             if not np.all(np.isfinite(g)):
                 return Outcome.DIVERGED, step
-            self.w -= self.lr * g
+            self.opt.update(self.state(), {"w": g}, step + 1)  # any plug-in optimizer
         return Outcome.FINISHED, int(step0) + int(nsteps)
 
     def observe(self):
@@ -47,6 +74,9 @@ class ToyStepper(Stepper):
 
     def state(self):
         return {"w": self.w}
+
+    def extra_metrics(self):
+        return {"toy_margin": float(np.min(self.y * (self.M @ self.w)))}
 
 
 class ToyProblem:
@@ -59,10 +89,13 @@ class ToyProblem:
         self.info = {"test_n": 0}
 
     def stepper(self, cfg, rel, y=None):
-        return ToyStepper(self.ds.X, self.y if y is None else y, self.w0, cfg.lr, rel)
+        return ToyStepper(self.ds.X, self.y if y is None else y, self.w0, registry.make_optimizer(cfg), rel)
 
     def evaluator(self, cfg, pop):
         return None
+
+    def objective(self, cfg, state, y):
+        return _loss(self.ds.X.mean(axis=1), y, state["w"])
 
 
 class ToySpec(ModelSpec):
@@ -85,3 +118,11 @@ class ToySpec(ModelSpec):
 
 
 SPEC = ToySpec()
+
+# its one registry line: what it runs (the plug-in optimizers on its block w) and its own metric
+TOY_ENTRY = Entry(
+    "toymodel",
+    optimizers=ANY,
+    blocks=("w",),
+    metrics={"toy_margin": "the smallest y f over the training set"},
+)

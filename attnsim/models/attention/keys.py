@@ -14,14 +14,6 @@ from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS, ConfigError
 
 @dataclass(frozen=True)
 class AttentionKeys:
-    attention: str = field(
-        default="softmax",
-        metadata={
-            "allowed": "softmax, stablemax",
-            "help": "the scores' normalization: softmax, or StableMax (s(z) = z + 1 for z >= 0, "
-            "1 / (1 - z) below, normalized; Prieto et al. 2025)",
-        },
-    )
     limit: bool = field(
         default=False,
         metadata={"allowed": "true, false", "help": "compute the max-margin limit of the selection"},
@@ -98,7 +90,6 @@ def _check_twin(c: Any) -> None:
 
 def _check_attention(c: Any) -> None:
     """What StableMax runs: the engines whose kernels score tokens one by one."""
-    _require(c.attention in ("softmax", "stablemax"), f"attention: {c.attention!r} (softmax or stablemax)")
     if c.attention == "softmax":
         return
     what = "attention: stablemax"

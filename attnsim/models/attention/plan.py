@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ... import registry
 from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS
 from ...config import Config, ConfigError
 from ...runtime.resources import GD_FLOPS_PER_S, check_fits
@@ -16,8 +17,8 @@ def choose_engine(cfg: Config, user_data: bool) -> tuple[str, str]:
     dense_bytes = 8.0 * cfg.d * cfg.d
     if cfg.integrator in FRESH_INTEGRATORS:
         return _fresh_engine(cfg, user_data)
-    if cfg.optimizer == "adam":
-        return _adam_engine(cfg, dense_bytes)
+    if registry.optimizer_class(cfg.optimizer).coordinatewise:
+        return _coordinate_engine(cfg, dense_bytes)
     if cfg.precision_twin != "none" and dense_bytes > DENSE_MAX_BYTES:
         raise ConfigError(
             f"d: precision_twin holds d x d arrays as torch does (W and W(0) in the twin's format, W(0) "
@@ -233,21 +234,18 @@ def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None
         )
 
 
-def _adam_engine(cfg: Config, dense_bytes: float) -> tuple[str, str]:
-    """AdamW scales each coordinate of d by its own second moment, so neither the
-    reduced subspace nor the implicit factors keep its steps: dense or nothing."""
-    if cfg.engine not in ("auto", "dense"):
-        raise ConfigError(
-            f"engine: {cfg.engine} is not exact for optimizer=adam (its per-coordinate "
-            "steps leave the reduced coordinates); use engine=dense or auto"
-        )
+def _coordinate_engine(cfg: Config, dense_bytes: float) -> tuple[str, str]:
+    """An optimizer whose step depends on the basis (AdamW scales each coordinate of d by its own
+    second moment; l_p mirror descent's potential is not rotation invariant): neither the reduced
+    subspace's rotation nor the implicit factors keep its steps, so dense or nothing (config
+    validation refused another engine by name)."""
     if dense_bytes > DENSE_MAX_BYTES:
         gb, most = dense_bytes / 1e9, DENSE_MAX_BYTES / 1e9
         raise ConfigError(
-            f"d: optimizer=adam runs in the dense engine, and a {cfg.d} x {cfg.d} W "
+            f"d: optimizer={cfg.optimizer} runs in the dense engine, and a {cfg.d} x {cfg.d} W "
             f"would need {gb:.3g} GB (at most {most:.3g})"
         )
-    why = "auto: optimizer=adam is exact in d coordinates only"
+    why = f"auto: optimizer={cfg.optimizer} is exact in d coordinates only"
     return "dense", "requested" if cfg.engine == "dense" else why
 
 

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ... import registry
 from ...config import Config
 from ...init import draw_W0
 from ...runtime.threads import in_background
 from ...runtime.workspace import PROCESS
 from .plan import n_log_points
 from .population import state_scalars
-from .steppers import FlowField, ModelArrays, SegmentXW, make_segment, outputs, state_q
+from .steppers import FUSED, FlowField, ModelArrays, SegmentXW, make_segment, outputs, state_q
 
 if TYPE_CHECKING:  # names in annotations only
     from .flow import GradientFlow
@@ -108,8 +109,7 @@ class Problem:
                 arrays,
                 log_gap=cfg.steps
                 / max(1, n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points) - 1),
-                optimizer=cfg.optimizer,
-                adam=(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay),
+                optimizer=cfg.optimizer if cfg.optimizer in FUSED else registry.make_optimizer(cfg),
                 shared=self._xw,
             )
             self.info["gd_state"] = "X W (n*T x r)" if isinstance(seg, SegmentXW) else "W (k x r)"
@@ -124,6 +124,14 @@ class Problem:
         if self.X2_test is None and pop is None:
             return None
         return StateEvaluator(self, pop, cfg.loss, cfg.attention)
+
+    def objective(self, cfg: Config, state: Mapping[str, np.ndarray], y: np.ndarray) -> float:
+        """The mean training loss of ``state`` (engine coordinates) by the NumPy reference: the
+        logits of the training tokens lie in span(Q), so the engine's tokens give them exactly."""
+        from .reference import loss  # lazy: check-grad alone reads the reference
+
+        X = self.X2.reshape(y.size, self.T, -1)
+        return loss(X, y, state["W"], state["p"], state["nu"], cfg.loss, cfg.attention)
 
     def W0_full(self) -> np.ndarray:
         """The d x d W(0) (redrawn from its stream when it was not kept)."""

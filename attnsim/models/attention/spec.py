@@ -44,6 +44,27 @@ class AttentionSpec(ModelSpec):
     def validate(self, cfg: Config, user_data: bool) -> None:
         """Every key of the attention model is checked by :class:`attnsim.config.Config` and the plan."""
 
+    def gradient_cases(self, engine: str) -> list[tuple[str, dict]]:
+        """Every kernel a GD step can take: the W form with every block trained (logistic and
+        linear loss, softmax and StableMax), the X W form with W and p trained (log points far
+        apart) and with p alone; the implicit engine from its own initialization (p(0) = 0)."""
+        small = {"n": 4, "T": 4, "d": 24, "pop_points": 16, "steps": 1000, "lr": 0.05}
+        if engine == "implicit":
+            small = {**small, "init_W": "gaussian", "train": "W,p"}
+            return [("W,p logistic", small), ("W,p linear", {**small, "loss": "linear"})]
+        drawn = {**small, "init_p": "gaussian", "log_every": 10}
+        far = {**small, "init_p": "gaussian", "log_every": 1000}  # the X W form (n T <= k, few log points)
+        return [
+            ("W,p,nu logistic", {**drawn, "train": "W,p,nu"}),
+            ("W,p,nu linear", {**drawn, "train": "W,p,nu", "loss": "linear"}),
+            ("W,p,nu stablemax", {**drawn, "train": "W,p,nu", "attention": "stablemax"}),
+            ("W,p logistic", {**far, "train": "W,p"}),
+            ("p logistic", {**far, "train": "p", "init_W": "identity"}),
+        ]
+
+    def trained_blocks(self, cfg: Config, state: Any) -> tuple[str, ...]:
+        return tuple(b for b in ("W", "p", "nu") if b in cfg.train_set)
+
     def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
         return plan.choose_engine(cfg, user_data)
 

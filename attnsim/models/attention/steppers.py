@@ -12,10 +12,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, solve_triangular
 
+from ...optimizers.base import Optimizer, Outer
 from ...runtime.numba_cache import Resolving
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
-from ..optim_kernels import _adamw, _adamw_outer
 from .buffers import (
     XW_MAX_TOKENS,
     XW_MIN_LOG_GAP,
@@ -156,13 +156,16 @@ class AttentionModel:
         return out
 
 
+FUSED = ("gd", "normalized")  # the optimizers the GD kernels run themselves
+
+
 class Segment(AttentionModel, Stepper):
     """Gradient descent: repeated :func:`_gd_segment` calls; the kernel keeps the
     in-loop records ``fit_since`` and ``S_acc`` (see its docstring)."""
 
     def __init__(self, arrays: ModelArrays, optimizer: str = "gd") -> None:
         super().__init__(arrays)
-        if optimizer not in ("gd", "normalized"):  # AdamSegment for adam
+        if optimizer not in FUSED:  # PluginSegment for the others
             raise ValueError(f"optimizer: {optimizer!r} (gd or normalized)")
         self.normalized = optimizer == "normalized"
         self._init_records(self.data.y.size)
@@ -189,49 +192,47 @@ class Segment(AttentionModel, Stepper):
         return {"W": self.W, "p": self.p, "nu": self.nu}
 
 
-class AdamSegment(Segment):
-    """AdamW steps (torch.optim.AdamW; :mod:`attnsim.models.optim_kernels`) in the W form of the
-    dense engine; ``adam`` = (beta1, beta2, eps, weight_decay). Each step is a
-    kernel call for the loss and gradient, then one for each block's update (a
-    step costs O(d^2) here; the loop's ~10 us per step in Python does not show).
-    The moments are part of the state a snapshot keeps."""
+class PluginSegment(Segment):
+    """Steps of a plug-in optimizer (:mod:`attnsim.optimizers`: AdamW, l_p mirror descent, ...)
+    in the W form: each step a kernel call for the loss and the gradients of the state, then the
+    optimizer's update of each trained block (W by the factors of g p^T: :class:`Outer`). A step
+    costs O(k r) here; the loop's ~10 us per step in Python does not show at the dense engine's
+    sizes. The optimizer's own state (AdamW's moments) is part of what a snapshot keeps."""
 
-    def __init__(self, arrays: ModelArrays, adam: tuple[float, float, float, float]) -> None:
+    def __init__(self, arrays: ModelArrays, optimizer: Optimizer) -> None:
         super().__init__(arrays)
-        self.hyper = tuple(float(h) for h in adam)
-        k, r = self.W.shape
-        self.moments = tuple(np.zeros(shape) for shape in ((k, r), (k, r), r, r, k, k))
+        self.opt = optimizer
+        trained = dict(zip(("W", "p", "nu"), self.train))
+        self.opt.start({k: v for k, v in self.state().items() if trained[k]})
 
     def _advance(self, step0: int, nsteps: int) -> tuple[int, int]:
-        """As :func:`_gd_segment` (outcomes FINISHED and DIVERGED: the moments move a
-        state whose gradient is zero, so it never freezes)."""
+        """As :func:`_gd_segment`: FINISHED, DIVERGED, and FROZEN when a zero gradient leaves
+        the state where it is (the optimizer ``rests_at_zero``; AdamW's moments still move it)."""
         train_W, train_p, train_nu = self.train
-        b1, b2, eps, wd = self.hyper
-        m_W, v_W, m_p, v_p, m_nu, v_nu = self.moments
         wk = self.work
         for step in range(step0, step0 + nsteps):
             L = _forward_backward(self.data, self.W, self.p, self.nu, wk, train_nu or step == step0, train_nu)
             if not math.isfinite(L):
                 return Outcome.DIVERGED, step
             _in_loop_records(self.data, wk, step, self.fit_since, self.S_acc)
-            t = step + 1  # the update's number, as torch counts it
-            size, bc2 = self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
+            grads = {}
+            if train_W:
+                grads["W"] = Outer(wk.g, self.p.copy())  # of the state before p moves
             if train_p:
                 np.dot(wk.g, self.W, wk.gp)  # p's gradient at this state, before W moves
-            if train_W:
-                _adamw_outer(self.W, wk.g, self.p, m_W, v_W, self.lr, b1, b2, eps, wd, size, bc2)
-            if train_p:
-                _adamw(self.p, wk.gp, m_p, v_p, self.lr, b1, b2, eps, wd, size, bc2)
+                grads["p"] = wk.gp
             if train_nu:
-                _adamw(self.nu, wk.gnu, m_nu, v_nu, self.lr, b1, b2, eps, wd, size, bc2)
+                grads["nu"] = wk.gnu
+            if self.opt.rests_at_zero and not (np.any(wk.g) or (train_nu and np.any(wk.gnu))):
+                return Outcome.FROZEN, step
+            self.opt.update(self.state(), grads, step + 1)  # the update's number, as torch counts it
         return Outcome.FINISHED, step0 + nsteps
 
-    def _snapshot_extra(self) -> tuple:
-        return tuple(m.copy() for m in self.moments)
+    def _snapshot_extra(self) -> object:
+        return self.opt.snapshot()
 
-    def _restore_extra(self, extra: tuple) -> None:
-        for dst, src in zip(self.moments, extra):
-            dst[...] = src
+    def _restore_extra(self, extra: object) -> None:
+        self.opt.restore(extra)
 
 
 _NO_BLOCKS = PassBlocks(np.zeros(0), np.zeros((0, 4), dtype=np.int64), np.zeros((0, 0)))
@@ -392,8 +393,7 @@ def state_q(state: Mapping) -> np.ndarray:
 def make_segment(
     arrays: ModelArrays,
     log_gap: float,
-    optimizer: str = "gd",
-    adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
+    optimizer: str | Optimizer = "gd",
     shared: dict | None = None,
 ) -> Segment:
     """The GD stepper of a problem: the X W form (:class:`SegmentXW`) when nu
@@ -404,12 +404,13 @@ def make_segment(
     fixed there is nothing to rebuild, and a step reads B once where the W form reads
     X once and W twice); otherwise the W form (:class:`Segment`). ``shared``: a dict of the
     problem's in which K, its factor and B(0) are kept for the next stepper of the same
-    X and W(0) (a run's clean-label twin)."""
+    X and W(0) (a run's clean-label twin). ``optimizer``: "gd" or "normalized" (the fused kernels),
+    or a plug-in :class:`attnsim.optimizers.base.Optimizer` (:class:`PluginSegment`, the W form)."""
     arrays = arrays._replace(X2=f64(arrays.X2))
     nT, k = arrays.X2.shape
     train = arrays.train
-    if optimizer == "adam":  # per-coordinate steps: the W form (the X W form's B = X W is a change of basis)
-        return AdamSegment(arrays, adam=adam)
+    if isinstance(optimizer, Optimizer):  # a plug-in's update of each block: the W form
+        return PluginSegment(arrays, optimizer)
     if "nu" not in train and nT <= min(k, XW_MAX_TOKENS):
         if "W" not in train:  # p alone: B = X W(0) never changes, no K to form, no W to rebuild
             return SegmentXW(arrays, optimizer=optimizer, shared=shared)

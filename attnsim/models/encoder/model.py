@@ -10,17 +10,17 @@ is :func:`.reference.encoder_forward`.
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 
+from ... import registry
 from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...data.synthetic import clean_labels, data_keys, draw_tokens
+from ...optimizers.base import Optimizer
 from ...runtime.threads import Done, blas, threads
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
-from ..optim_kernels import _adamw
 from . import linalg
 from . import passes as K
 from .kernels import normalized_tokens
@@ -31,12 +31,11 @@ class EncoderStepper(Stepper):
     """Gradient descent on every parameter of the encoder (a driver stepper).
 
     ``optimizer``: "gd" (the official loop's SGD, its d x d updates applied in place
-    from their factors), "normalized" (every parameter tensor steps by lr g / ||g||_F,
-    W_qkv being one tensor as torch's to_qkv.weight; a zero gradient takes no step) or
-    "adam" (torch.optim.AdamW over model.parameters() as one group, every tensor
-    decaying; ``adam`` = (beta1, beta2, eps, weight_decay)). The last two form each
-    gradient as an array (:func:`.linalg.dense_grads`). ``own``: P's arrays are the stepper's
-    to train in place (else it trains a copy)."""
+    from their factors), or a plug-in :class:`attnsim.optimizers.base.Optimizer` that updates
+    every parameter tensor by its gradient array (:func:`.linalg.dense_grads`): normalized GD
+    (W_qkv one tensor as torch's to_qkv.weight), AdamW over model.parameters() as one group,
+    every tensor decaying, ... ``own``: P's arrays are the stepper's to train in place (else
+    it trains a copy)."""
 
     def __init__(
         self,
@@ -47,13 +46,12 @@ class EncoderStepper(Stepper):
         skip: bool,
         loss: str,
         rel: np.ndarray,
-        optimizer: str = "gd",
-        adam: tuple[float, float, float, float] = (0.9, 0.999, 1e-8, 0.01),
+        optimizer: str | Optimizer = "gd",
         own: bool = False,
     ):
-        if optimizer not in ("gd", "normalized", "adam"):
-            raise ValueError(f"optimizer: {optimizer!r} (gd, normalized or adam)")
-        self.optimizer, self.adam = optimizer, tuple(float(h) for h in adam)
+        if not (optimizer == "gd" or isinstance(optimizer, Optimizer)):
+            raise ValueError(f"optimizer: {optimizer!r} ('gd' or a plug-in Optimizer)")
+        self.opt = None if optimizer == "gd" else optimizer
         n, T, d = X.shape
         self.n, self.T = n, T
         self.X2 = np.ascontiguousarray(X.reshape(n * T, d), dtype=np.float64)
@@ -62,7 +60,8 @@ class EncoderStepper(Stepper):
         self.P = {k: (np.ascontiguousarray if own else np.array)(v, dtype=np.float64) for k, v in P.items()}
         self.lr, self.skip, self.loss = lr, skip, loss
         self._init_records(n, rel, T)
-        self.moments = {k: (np.zeros(v.size), np.zeros(v.size)) for k, v in self.P.items()}
+        if self.opt is not None:
+            self.opt.start(self.P)
         self.nx = normalized_tokens(self.X2)  # LN1 of the data without gain and bias: fixed
         self.work = K.work_arrays(n, T, d, self.P["b1"].size)  # every step's arrays, made once
         self._cache = None  # the forward pass of the current parameters
@@ -92,33 +91,16 @@ class EncoderStepper(Stepper):
             fitted = self.y * cache["f"] > 0
             self.fit_since = np.where(fitted, np.where(self.fit_since < 0, step, self.fit_since), -1)
             self.S_acc += self.relevant_increments(cache["a"][:, 1:])
-            if self.optimizer == "gd":
+            if self.opt is None:
                 G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df, self.lr, self.held)
             else:
                 G = K.backward(self.X2, self.n, self.T, self.P, self.skip, cache, df)
-                self._update(step, linalg.dense_grads(G))
+                self.opt.update(self.P, linalg.dense_grads(G), step + 1)  # t as torch counts updates
             self._cache = None
             # the step just taken changed nothing (AdamW's moments move a state of zero gradient)
-            if self.optimizer != "adam" and linalg.all_zero(G):
+            if (self.opt is None or self.opt.rests_at_zero) and linalg.all_zero(G):
                 return Outcome.FROZEN, step
         return Outcome.FINISHED, step0 + nsteps
-
-    def _update(self, step: int, G: dict[str, np.ndarray]) -> None:
-        """The normalized or AdamW update of every parameter by its gradient array."""
-        if self.optimizer == "normalized":
-            for k, g in G.items():
-                flat = g.reshape(-1)
-                norm = math.sqrt(linalg.dot(flat, flat))  # SciPy's BLAS, as every product of a step
-                if norm > 0.0:
-                    self.P[k] -= (self.lr / norm) * g
-            return
-        b1, b2, eps, wd = self.adam
-        t = step + 1  # the update's number, as torch counts it
-        size, bc2 = self.lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
-        for k, g in G.items():
-            m, v = self.moments[k]
-            x = self.P[k].reshape(-1)  # a view: P's arrays are C-contiguous copies
-            _adamw(x, np.ascontiguousarray(g).reshape(-1), m, v, self.lr, b1, b2, eps, wd, size, bc2)
 
     def observe(self) -> Observation:
         cache = self._forward()
@@ -135,13 +117,12 @@ class EncoderStepper(Stepper):
     def extra_metrics(self) -> dict[str, float]:
         return {"score_cls": float(self._forward()["a"][:, 0].mean())}  # the CLS query's attention on itself
 
-    def _snapshot_extra(self) -> dict:
-        return {k: (m.copy(), v.copy()) for k, (m, v) in self.moments.items()}
+    def _snapshot_extra(self) -> object:
+        return None if self.opt is None else self.opt.snapshot()
 
-    def _restore_extra(self, extra: dict) -> None:
-        for k, (m, v) in extra.items():
-            self.moments[k][0][...] = m
-            self.moments[k][1][...] = v
+    def _restore_extra(self, extra: object) -> None:
+        if self.opt is not None:
+            self.opt.restore(extra)
 
     def _restore_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self.P = {k: v.copy() for k, v in arrays.items()}
@@ -187,7 +168,7 @@ class EncoderProblem:
         return self._P0
 
     def stepper(self, cfg: Config, rel: np.ndarray, y: np.ndarray | None = None) -> EncoderStepper:
-        """GD, normalized GD or AdamW on every parameter, trained on the labels ``y``
+        """GD (fused) or a plug-in optimizer on every parameter, trained on the labels ``y``
         (default: the observed ones); the first stepper trains P0's own arrays."""
         P, self._P0 = self.P0, None
         return EncoderStepper(
@@ -198,10 +179,15 @@ class EncoderProblem:
             cfg.skip,
             cfg.loss,
             rel,
-            optimizer=cfg.optimizer,
-            adam=(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay),
+            optimizer="gd" if cfg.optimizer == "gd" else registry.make_optimizer(cfg),
             own=True,
         )
+
+    def objective(self, cfg: Config, state: dict, y: np.ndarray) -> float:
+        """The mean training loss of the parameters ``state`` by the all-positions reference."""
+        from .reference import encoder_loss  # lazy: check-grad alone reads the reference
+
+        return encoder_loss(self.ds.X, y, state, cfg.skip, cfg.loss)
 
     def evaluator(self, cfg: Config, pop: None = None) -> TestSetEvaluator | None:
         """Loss and accuracy on the finite test set (no closed form exists)."""

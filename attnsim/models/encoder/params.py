@@ -34,22 +34,12 @@ def param_shapes(d: int, m: int) -> dict[str, tuple]:
 
 
 def check_config(cfg: Config, user_data: bool = False) -> None:
-    """Refuse the keys that cannot apply to the encoder, one line each (exit 2)."""
+    """Refuse the keys that cannot apply to the encoder, one line each (exit 2); its engines,
+    integrators, optimizers and data are refused by its registry entry's capabilities."""
     defaults = Config()
     rules = (
-        (
-            cfg.engine in ("reduced", "implicit"),
-            "engine",
-            "the encoder runs in d dimensions (engine auto or dense)",
-        ),
-        (
-            cfg.integrator != "gd",
-            "integrator",
-            "the encoder is trained by gradient descent only (integrator=gd)",
-        ),
         (cfg.train != defaults.train, "train", "the encoder trains every parameter; leave train unset"),
         (cfg.limit, "limit", "the max-margin limit is defined for the attention model only"),
-        (cfg.data_model != defaults.data_model, "data_model", "the encoder reads the paper's tokens only"),
         (cfg.init_nu != defaults.init_nu, "init_nu", "the encoder has its own head (init_cls_scale)"),
     )
     for bad, key, why in rules:

@@ -21,6 +21,14 @@ class EncoderSpec(ModelSpec):
         "gd": {"model": "encoder", "n": 4, "T": 4, "d": 12, "mlp_dim": 6, "steps": 2, "test_n": 2}
     }
 
+    def gradient_cases(self, engine: str) -> list[tuple[str, dict]]:
+        small = {**self.warm_configs["gd"], "test_n": 0, "lr": 0.05}
+        return [
+            ("skip logistic", small),
+            ("skip linear", {**small, "loss": "linear"}),
+            ("no skip", {**small, "skip": False}),
+        ]
+
     def validate(self, cfg: Config, user_data: bool) -> None:
         check_config(cfg, user_data)
 

@@ -1,4 +1,4 @@
-"""AdamW's element-wise updates (Numba kernels; SPEC §15), shared by the models.
+"""AdamW's element-wise updates (Numba kernels; SPEC §15), for :mod:`attnsim.optimizers.adam`.
 
 torch.optim.AdamW's step (decoupled weight decay, bias-corrected moments) for
 one block, element by element::
@@ -7,11 +7,10 @@ one block, element by element::
     x -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
 ``size`` = lr / (1 - b1^t) and ``bc2`` = sqrt(1 - b2^t) come from the caller
-(:class:`attnsim.models.attention.steppers.AdamSegment`,
-:class:`attnsim.models.encoder.model.EncoderStepper`), which gets the gradients
-from its model's kernels: no Numba function here calls one of another file. The
+(:class:`attnsim.optimizers.adam.AdamW`), which a model's stepper hands the gradients
+its own kernels computed: no Numba function here calls one of another file. The
 per-coordinate scaling ties the update to the coordinates of d, so it is exact in
-the attention model's dense engine only.
+a model's own coordinates only (the attention model's dense engine).
 """
 
 from __future__ import annotations
