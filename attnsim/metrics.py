@@ -238,9 +238,9 @@ def final_metrics(
 ) -> dict:
     """The "final" section of a result: every :data:`LOG_METRICS` key at the
     last log point (NaN for test and population metrics that were not
-    computed) and every metric the model declares (:attr:`attnsim.registry.Entry.metrics`), the population error at initialization and with uniform
-    attention (``uniform``: the population metrics at q = 0 with the initial
-    head), the group sizes, the Bayes error of the data model (``bayes``,
+    computed) and every metric the model declares (:attr:`attnsim.registry.Entry.metrics`), the
+    population error at initialization and with uniform attention (``uniform``: the population
+    metrics at q = 0 with the initial head), the group sizes, the Bayes error of the data model (``bayes``,
     :func:`attnsim.data.bayes.bayes_error`), the error in excess of it, the
     clean-label twin's error and the cost of label noise (error minus the
     twin's), whether the run generalizes, and the regime.
