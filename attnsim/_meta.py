@@ -4,6 +4,7 @@ the package's own error types and the Numba versions it runs with."""
 import time as _time
 
 __version__ = "0.1.0"
+GRAD_TOL = 1e-5  # check-grad: central differences at h = 1e-6 give about 1e-9; a wrong gradient gives O(1)
 PACKAGE_T0 = _time.perf_counter()  # when the package's import began (run.py measures its import time from it)
 
 

@@ -11,8 +11,9 @@ import attnsim
 from attnsim.config import Config
 from attnsim.data.dataset import make_streams
 from attnsim.data.synthetic import clean_labels, data_keys, draw_tokens
-from attnsim.models.attention import fresh
-from attnsim.models.attention.fresh import PopulationGD, build
+from attnsim.models.attention import plan
+from attnsim.models.attention.fresh import PopulationGD
+from attnsim.models.attention.fresh_problem import build
 
 BASE = {"train": "p,nu", "init_W": "identity", "d": 10, "signal_norm": 3.0, "noise_rate": 0.2}
 
@@ -81,12 +82,12 @@ def test_quadrature_error_is_far_below_the_gradient():
     cfg = Config(**BASE, integrator="population")
     p, nu = np.array([0.4, -0.2, 0.6, 0.0]), np.array([0.2, -0.3, 0.1, 0.25])
     g14, n14 = _quadrature_gradient(cfg, p, nu)
-    old = fresh.POPULATION_SAMPLES
+    old = plan.POPULATION_SAMPLES
     try:
-        fresh.POPULATION_SAMPLES = 1 << 16
+        plan.POPULATION_SAMPLES = 1 << 16
         g16, n16 = _quadrature_gradient(cfg, p, nu)
     finally:
-        fresh.POPULATION_SAMPLES = old
+        plan.POPULATION_SAMPLES = old
     assert np.abs(g14 - g16).max() <= 2e-2 * np.abs(g16).max()
     assert np.abs(n14 - n16).max() <= 2e-2 * np.abs(n16).max()
 

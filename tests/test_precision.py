@@ -431,13 +431,13 @@ def test_a_sweep_worker_trains_the_exact_run_once_for_both_twin_formats(monkeypa
     """With the workspace's kept run on (sweep workers), the second format's point trains
     its twin alone beside the exact run of the first: its result is a fresh run's, with
     its engine saying the run was shared; another config trains its own run."""
-    from attnsim import run as run_module
+    from attnsim import training
     from attnsim.runtime.workspace import Workspace
 
     trained = []
-    real_train = run_module._train
+    real_train = training.drive
     monkeypatch.setattr(
-        run_module, "_train", lambda *a, **k: trained.append(k.get("quiet")) or real_train(*a, **k)
+        training, "drive", lambda *a, **k: trained.append(k.get("quiet")) or real_train(*a, **k)
     )
     cfg = {"d": 200, "steps": 800, "log_scale": "log", "log_points": 20, "noise_rate": 0.2}
     ws = Workspace()

@@ -446,7 +446,7 @@ def test_score_metrics_do_not_depend_on_how_many_log_points_are_measured_at_once
 
 def test_refine_times_follows_the_flow_and_the_limit_unless_told():
     from attnsim.config import Config
-    from attnsim.run import refines_times
+    from attnsim.training import refines_times
 
     cfg = {"n": 6, "T": 4, "d": 30, "steps": 40, "log_every": 20, "pop_points": 64, "limit": True}
     assert attnsim.simulate(cfg).theory["times_refined"] is not None

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .._meta import ConfigError
+from .._meta import GRAD_TOL, ConfigError  # noqa: F401  (GRAD_TOL: check-grad's, part of the interface)
 from ..runtime.resources import check_fits
 from ..runtime.threads import Done  # noqa: F401  (part of the interface: a job already done)
 
@@ -63,7 +63,6 @@ if TYPE_CHECKING:  # names in annotations only
     from ..runtime.workspace import Workspace
 
 Array = np.ndarray
-GRAD_TOL = 1e-5  # check-grad: central differences at h = 1e-6 give about 1e-9; a wrong gradient gives O(1)
 
 
 class Outcome(enum.IntEnum):

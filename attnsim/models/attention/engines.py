@@ -65,7 +65,7 @@ def build(
     the problem for the reduced and implicit engines). ``ws`` holds the
     process's reduced setups, W(0) buffer and kept draws."""
     if cfg.integrator in FRESH_INTEGRATORS:
-        from .fresh import build as build_fresh  # lazy: the fresh-sample integrators' module
+        from .fresh_problem import build as build_fresh  # lazy: the fresh-sample integrators' modules
 
         return build_fresh(cfg, streams, engine, reason)
     if engine == "implicit":

@@ -43,10 +43,13 @@ GD, ADAMW = 0, 1
 
 @intrinsic
 def _fma(typingctx, a, b, c):
-    """a b + c. Three float32 operands: one fused multiply-add (``llvm.fma``, vectorized),
-    rounded once as torch's float32 kernels do (``add_`` with alpha, checked against torch 2.13
-    in a tie; ``lerp_``, ``addcmul_``: :func:`_adamw`). Otherwise float64(a) float64(b) +
-    float64(c) (stored in float32: the same but in double-rounding ties)."""
+    """a b + c. All three float32: one fused multiply-add (LLVM's ``llvm.fma``, which
+    vectorizes), rounded once, as torch's float32 kernels do (``add_`` with alpha, checked
+    against torch 2.13 in a tie; ``lerp_`` and ``addcmul_``: :func:`_adamw`). Otherwise in
+    float64, float64(a) float64(b) + float64(c): a product of two float32 numbers is exact
+    there, so stored in float32 this is the fused multiply-add's result but in
+    double-rounding ties. An intrinsic has no Python body: with NUMBA_DISABLE_JIT=1 the
+    twin's kernels cannot run as plain Python (the twin refuses that setting by name)."""
     if not all(isinstance(t, types.Float) for t in (a, b, c)):
         return None
     single = a == b == c == types.float32

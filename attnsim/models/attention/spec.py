@@ -3,12 +3,13 @@ its engines, population metrics, warm-up and gradient check behind the ModelSpec
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from ..._meta import FRESH_INTEGRATORS
-from ...config import Config
+from ...config import Config, ConfigError
 from ...data.dataset import DataError, Dataset, Streams
 from ...runtime.workspace import Workspace
 from ..base import GradCheck, ModelSpec
@@ -66,6 +67,12 @@ class AttentionSpec(ModelSpec):
         return tuple(b for b in ("W", "p", "nu") if b in cfg.train_set)
 
     def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
+        if cfg.precision_twin != "none" and os.environ.get("NUMBA_DISABLE_JIT", "0").strip() not in ("", "0"):
+            raise ConfigError(
+                f"precision_twin: {cfg.precision_twin} rounds every fused multiply-add in one compiled "
+                "instruction, which NUMBA_DISABLE_JIT=1 cannot run as Python; unset NUMBA_DISABLE_JIT (or "
+                "precision_twin=none)"
+            )
         return plan.choose_engine(cfg, user_data)
 
     def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:

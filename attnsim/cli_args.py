@@ -1,0 +1,114 @@
+"""The command line's grammar: every command, its arguments and their help (``attnsim --help``).
+Imports nothing numerical: ``attnsim --version`` and ``--help`` start instantly."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._meta import GRAD_TOL, __version__
+
+
+class UsageError(Exception):
+    """Bad usage or input: exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(f"{self.prog.removeprefix('attnsim').strip() or 'usage'}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="attnsim", description="Simulate token selection by softmax attention.")
+    p.add_argument("--version", action="version", version=f"attnsim {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    r = sub.add_parser(
+        "run",
+        help="run one simulation and write its results",
+        epilog="Config keys (TOML or --set key=value): 'attnsim keys' lists each with its default and "
+        "allowed values; docs/usage.md says what they mean.",
+    )
+    r.add_argument("config", nargs="?", help="TOML file with config keys")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--engine", help="shorthand for --set engine=NAME")
+    r.add_argument(
+        "--preset",
+        help="start from a sister paper's setting ('attnsim presets' lists them); --set keys override it",
+    )
+    r.add_argument("--out", help="output folder (default runs/<timestamp>-<config hash>); it must be empty")
+    r.add_argument("--force", action="store_true", help="replace the run already in --out (its figures too)")
+    r.add_argument(
+        "--data",
+        help=".npz file with X (n,T,d), y (n,) and more; or token features for the real-data protocol: "
+        "'digits' (built in) or an .npz with features (N,T,d) and labels (N,)",
+    )
+    r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
+    r.add_argument("--seeds", help="several seeds (0-4, 0,3,7): each run in OUT/seed-K, one summary of all")
+    r.add_argument("--csv", action="store_true", help="also write trajectory.csv (one row per log point)")
+    r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
+    r.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
+    sw = sub.add_parser("sweep", help="run a grid of configurations x seeds (resumable)")
+    sw.add_argument("file", help="sweep TOML file ([sweep], [base], [grid])")
+    sw.add_argument("--out", default="sweeps", help="folder for the sweep's records (default sweeps/)")
+    sw.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
+    sw.add_argument("--scheduler", default=None, help="Dask distributed scheduler address")
+    rl = sub.add_parser("real", help="the real-data protocol (the paper's Table 2) on token features")
+    rl.add_argument("data", help="'digits' (built in; needs the real extra) or an .npz with features, labels")
+    rl.add_argument(
+        "--n", type=int, nargs="+", default=None, help="training set sizes (default: 20 200 1000 in the pool)"
+    )
+    rl.add_argument("--eta", type=float, nargs="+", default=[0.0, 0.2], help="label-noise rates")
+    rl.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (each: its own split, head and flips)")
+    rl.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    rl.add_argument("--out", default="sweeps", help="folder for the records and table.csv (default sweeps/)")
+    rl.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
+    from .figures import NAMES  # lazy (the names only: no matplotlib)
+
+    fg = sub.add_parser("figures", help="regenerate the paper's figures")
+    fg.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"figures to make (default: all): {', '.join(NAMES)}"
+    )
+    fg.add_argument("--quick", action="store_true", help="small grids (a smoke run)")
+    fg.add_argument("--outdir", help="where the PNGs go (default figures/; with --quick runs/figures-quick/)")
+    fg.add_argument(
+        "--cache",
+        default="sweeps/figures",
+        help="sweep records reused between runs (default sweeps/figures/)",
+    )
+    pl = sub.add_parser(
+        "plot", help="draw a finished run (scores, losses, errors) or sweep (a metric vs a key)"
+    )
+    pl.add_argument("folder", help="a run's folder (result.json) or a sweep's (sweep.json, records/)")
+    pl.add_argument("--metric", help="sweeps: the recorded metric on the y axis (default pop_error)")
+    pl.add_argument(
+        "--x",
+        dest="x_key",
+        metavar="KEY",
+        help="sweeps: the config key on the x axis (default: the first grid key with several values); "
+        "one line per value of the others",
+    )
+    pl.add_argument("--logy", action="store_true", help="sweeps: logarithmic y axis")
+    pl.add_argument(
+        "--out",
+        help="the figure to write, .png, .pdf or .svg (default: FOLDER/plot.png, or "
+        "FOLDER/<metric>-vs-<key>[-logy].png)",
+    )
+    sub.add_parser("keys", help="list every config key with its default and allowed values")
+    sub.add_parser("presets", help="list the presets (sister papers' settings) with their sources")
+    g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")
+    g.add_argument("--h", type=float, default=1e-6, help="central-difference step")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument(
+        "--tol",
+        type=float,
+        default=GRAD_TOL,
+        help=f"largest per-block relative error that passes (default {GRAD_TOL:g}; exit 1 above it)",
+    )
+    g.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model=encoder checks the encoder (and skip=false its variant without residuals)",
+    )
+    return p
