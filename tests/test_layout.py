@@ -169,3 +169,17 @@ def test_numba_code_lives_in_kernels_modules_only():
         if re.search(r"^\s*@(numba\.)?njit", text, re.M) and not p.stem.endswith("kernels"):
             bad.append(f"{p}: @njit outside a kernels module")
     assert not bad, bad
+
+
+def test_every_folder_of_the_package_is_a_package_that_an_install_ships():
+    # a folder without __init__.py imports from a checkout (a namespace package) but is left
+    # out of a wheel by ``packages = find:``: a non-editable install then fails to import
+    from setuptools import find_packages  # here: only this test needs setuptools
+
+    found = set(find_packages(str(ROOT.parent), include=["attnsim", "attnsim.*"]))
+    folders = {
+        ".".join(p.parent.relative_to(ROOT.parent).parts)
+        for p in ROOT.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert folders - found == set(), "folders with modules but no __init__.py"
