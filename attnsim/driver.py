@@ -76,14 +76,16 @@ class Trajectory:
 class Schedule:
     """When a run does what: the log grid (steps, 0 and the last included), the log
     points with evaluations (indices into it), the step size (named in a divergence
-    message), whether a progress bar is shown (None: on a terminal) and whether it
-    counts decades (a log grid)."""
+    message), whether a progress bar is shown (None: on a terminal), whether it
+    counts decades (a log grid), and an event that stops the walk between chunks
+    (``stop``: a twin whose run ended)."""
 
     grid: np.ndarray
     evaluate_at: Sequence[int] = ()
     lr: float | None = None
     progress: bool | None = None
     log_bar: bool = False
+    stop: Any = None
 
 
 def run(
@@ -153,10 +155,12 @@ def run(
 
 class _Walk:
     """The stepper's way along the grid: advancing to each log point, stopping with the
-    run's message at an outcome that ends it. Unless progress is off, discrete steps go
-    in chunks that double while a chunk takes under a tenth of a second (exact in any
-    chunks), and a progress bar appears once the steps have taken a second, whatever
-    their count or their optimizer's cost (AdamW in the dense engine, the encoder)."""
+    run's message at an outcome that ends it. Discrete steps go in chunks that double
+    while a chunk takes under a tenth of a second (exact in any chunks): a signal is
+    handled, and a stop event seen, within about that long (a compiled kernel runs no
+    handler until it returns). Unless progress is off, a progress bar appears once the
+    steps have taken a second, whatever their count or their optimizer's cost (AdamW in
+    the dense engine, the encoder)."""
 
     def __init__(self, stepper: Stepper, recorder: Recorder, bar: _Bar | None, schedule: Schedule):
         self.stepper, self.recorder, self.bar, self.lr = stepper, recorder, bar, schedule.lr
@@ -164,8 +168,9 @@ class _Walk:
         self.step = 0
         self.frozen_at: int | None = None
         self.warnings: list[str] = []
-        self.lazy = schedule.progress is not False and not stepper.whole_spans
+        self.lazy = not stepper.whole_spans
         self.chunk = 16 if self.lazy else None
+        self.shows = schedule.progress is not False
         self.t0 = time.monotonic()
 
     def _grow(self, took: float) -> None:
@@ -173,11 +178,13 @@ class _Walk:
         if took < 0.1:
             self.chunk = min(2 * self.chunk, PROGRESS_CHUNK)
         steps = int(self.schedule.grid[-1])
-        if self.bar is None and time.monotonic() - self.t0 > 1.0 and self.step < steps:
+        if self.bar is None and self.shows and time.monotonic() - self.t0 > 1.0 and self.step < steps:
             self.bar = _Bar(steps, self.schedule.progress, self.schedule.log_bar)
 
     def to(self, target: int) -> None:
         while self.frozen_at is None and self.step < target:
+            if self.schedule.stop is not None and self.schedule.stop.is_set():
+                raise SimulationError(f"stopped at step {self.step} (its run ended)")
             chunk = target - self.step if self.chunk is None else min(target - self.step, self.chunk)
             t = time.monotonic()
             status, reached = self.stepper.advance(self.step, chunk)

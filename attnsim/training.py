@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -38,7 +39,8 @@ def train_run(
     rel = ds.relevant_indicator(problem.T)
     limit = spec.limit_watch(problem) if cfg.limit else None
     low = spec.precision_twin(problem, cfg, rel, ds.y)  # the precision twin (None unless asked for)
-    on = lambda pb, stepper: drive(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True)  # noqa: E731
+    stop = threading.Event()  # set when the run fails or is interrupted: its twins stop within a chunk
+    on = lambda pb, stepper: drive(pb, ds, cfg, pop, rel, stepper=stepper, quiet=True, stop=stop)  # noqa: E731
     key = precision.exact_key(cfg, save_scores) if low is not None and kept is not None else None
     if key is not None and (hit := kept.take(key)) is not None:  # trained beside another format
         with blas().limit(limits=1, user_api="blas"):
@@ -52,7 +54,7 @@ def train_run(
         # the run's stepper first: it trains P(0)'s own arrays; the twin draws them again on its thread
         stepper = problem.stepper(cfg, rel, y=ds.y)
         twin: dict = {}
-        job = clean_twin_job(problem, ds, cfg, pop, rel) if cfg.clean_twin and ds.n_noisy else None
+        job = clean_twin_job(problem, ds, cfg, pop, rel, stop) if cfg.clean_twin and ds.n_noisy else None
         if isinstance(job, dict):  # the reason there is none
             twin, job = job, None
         beside = None
@@ -73,16 +75,18 @@ def train_run(
                 refine=refines_times(cfg),
                 stepper=stepper,
             )
-        except BaseException:
+            limit_section = limit.finish(cfg, traj, pop) if limit is not None else None
+            # waits a signal interrupts (attnsim.runtime.signals): Ctrl-C while a twin trains
+            low_run = None if beside is None else beside.result()
+            if beside_twin is not None:
+                beside_twin.result()
+        except BaseException:  # the run failed or was interrupted: its twins stop at their next chunk
+            stop.set()
             if beside is not None:
                 beside.cancel()
             if beside_twin is not None:
                 beside_twin.abandon()
             raise
-        limit_section = limit.finish(cfg, traj, pop) if limit is not None else None
-        low_run = None if beside is None else beside.result()
-        if beside_twin is not None:
-            beside_twin.result()
     if key is not None:  # the run, what its twin watched and its engine's facts
         kept.keep(key, Trained(traj, twin, limit_section, precision.watched(low, problem)))
     return Trained(traj, twin, limit_section, low_run)
@@ -109,6 +113,7 @@ def drive(
     stepper=None,
     quiet: bool = False,
     final_only: bool = False,
+    stop: threading.Event | None = None,
 ):
     """The driver on ``problem``'s stepper (or ``stepper``, another of the same problem)
     along the run's log grid, recording the paper's metrics; with ``refine`` the times of
@@ -120,7 +125,7 @@ def drive(
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer)
     recorder.quiet = quiet
     at = [len(grid) - 1] if final_only else pop_indices(len(grid), cfg.pop_log_points)
-    schedule = Schedule(grid, at, cfg.lr, progress, cfg.log_scale == "log")
+    schedule = Schedule(grid, at, cfg.lr, progress, cfg.log_scale == "log", stop=stop)
     traj = run(stepper, recorder, schedule, evaluate, watch=watch, snapshots=refine)
     arrays = traj.arrays
     if refine and evaluate is not None and traj.frozen_at is None and "pop_score_relevant" in arrays:
@@ -141,7 +146,9 @@ def clean_twin(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray
     return job if isinstance(job, dict) else job(False)
 
 
-def clean_twin_job(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray) -> dict | Callable:
+def clean_twin_job(
+    problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.ndarray, stop: threading.Event | None = None
+) -> dict | Callable:
     """:func:`clean_twin` as a function ``train(quiet)`` to call on any thread (``quiet``: on
     a thread of its own, its warnings returned, never warned: the warnings filters belong to
     the process, not to a thread), its stepper built by ``train`` (building it records engine
@@ -163,7 +170,9 @@ def clean_twin_job(problem: Any, ds: Dataset, cfg: Config, pop: Any, rel: np.nda
             problem.info.update(info)
 
     def train(quiet: bool) -> dict:
-        go = functools.partial(drive, problem, twin_ds, twin_cfg, pop, rel, quiet=quiet, final_only=True)
+        go = functools.partial(
+            drive, problem, twin_ds, twin_cfg, pop, rel, quiet=quiet, final_only=True, stop=stop
+        )
         try:
             if quiet:
                 traj = go(stepper=build())

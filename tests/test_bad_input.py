@@ -678,6 +678,26 @@ def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
     assert not (tmp_path / "r").exists() and not list(tmp_path.rglob("*.tmp"))
 
 
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_while_a_precision_twin_trains_stops_the_run_within_two_seconds(tmp_path, sig, code):
+    """A run whose twin (float32, the official graph: slower than the run) trains beside it:
+    the signal stops both within two seconds, with 130 or 143 and nothing written (it was lost,
+    or waited for the whole twin, while the main thread waited for the twin)."""
+    args = ["run", "--set", "precision_twin=float32", "--set", "precision_graph=official", "--set", "d=600",
+            "--set", "steps=20000", "--set", "log_scale=log", "--out", "r"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "attnsim.cli", *args], cwd=tmp_path, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    time.sleep(5.0)  # the kernels loaded (or compiling: a signal then waits for Numba), both training
+    assert proc.poll() is None, proc.communicate()
+    t = time.time()
+    proc.send_signal(getattr(signal, sig))
+    err = proc.communicate(timeout=60)[1]
+    took = time.time() - t
+    assert proc.returncode == code and err.strip().splitlines()[-1].startswith("attnsim: "), err
+    assert took < 2.0 or "compiling kernels" in err, took
+    assert not (tmp_path / "r").exists() and not list(tmp_path.rglob("*.tmp"))
+
+
 def test_ctrl_c_during_a_sweep_exits_130_and_leaves_no_partial_files(tmp_path):
     sweep = _toml(  # about a second per point: the signal comes while a worker is inside one
         tmp_path / "s.toml",

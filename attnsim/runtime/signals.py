@@ -10,13 +10,26 @@ from collections.abc import Callable
 from typing import Any
 
 _DEFER_IN = (
-    f"{os.sep}llvmlite{os.sep}",
-    f"{os.sep}numba{os.sep}",
+    (f"{os.sep}llvmlite{os.sep}", None),
+    (f"{os.sep}numba{os.sep}", None),
     # starting a pool thread: raised between its start and its registration, the thread is
-    # never told to stop and the interpreter waits for it at exit for ever
-    f"{os.sep}concurrent{os.sep}futures{os.sep}",
-    f"{os.sep}threading.py",
-)  # frames where a raise can abort or hang the process
+    # never told to stop and the interpreter waits for it at exit for ever. Only the start:
+    # a thread that waits (a future's result, a join, an event) takes the signal at once
+    (f"{os.sep}concurrent{os.sep}futures{os.sep}", ("_adjust_thread_count",)),
+    (f"{os.sep}threading.py", ("start",)),
+)  # (file, functions or None for all) where a raise can abort or hang the process
+
+
+def _deferred(frame: Any) -> bool:
+    """Whether a signal that finds the main thread at ``frame`` must wait (:data:`_DEFER_IN`)."""
+    f = frame
+    while f is not None:
+        code = f.f_code
+        for part, names in _DEFER_IN:
+            if part in code.co_filename and (names is None or code.co_name in names):
+                return True
+        f = f.f_back
+    return False
 
 
 def on_signal(signum: int, action: Callable[[], None]) -> Any:
@@ -28,19 +41,19 @@ def on_signal(signum: int, action: Callable[[], None]) -> Any:
     printed and dropped and the process carries on as if never signalled; while
     Numba loads a kernel it can be inside its BLAS lookup, where an exception
     aborts the process ("Fatal Python error: BLAS wrapper returned with an
-    error"). Inside Numba's or llvmlite's Python code the signal is instead sent
-    again 50 ms later, once that code has returned (compiled kernels have no
-    Python frames: a long kernel delays any handler until it returns anyway)."""
+    error"). Inside Numba's or llvmlite's Python code, or while a thread starts,
+    the signal is instead sent again 50 ms later, once that code has returned
+    (compiled kernels have no Python frames: a long kernel delays any handler
+    until it returns anyway, which is why steps go in chunks of at most about a
+    tenth of a second). A thread that waits for another (a twin, an evaluation)
+    takes the signal at once."""
 
     def handler(sig, frame):
-        f = frame
-        while f is not None:
-            if any(part in f.f_code.co_filename for part in _DEFER_IN):
-                retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
-                retry.daemon = True
-                retry.start()
-                return
-            f = f.f_back
+        if _deferred(frame):
+            retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
+            retry.daemon = True
+            retry.start()
+            return
         action()
 
     return signal.signal(signum, handler)
