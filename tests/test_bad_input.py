@@ -685,8 +685,8 @@ def test_a_signal_while_a_precision_twin_trains_stops_the_run_within_two_seconds
     or waited for the whole twin, while the main thread waited for the twin)."""
     args = ["run", "--set", "precision_twin=float32", "--set", "precision_graph=official", "--set", "d=600",
             "--set", "steps=20000", "--set", "log_scale=log", "--out", "r"]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "attnsim.cli", *args], cwd=tmp_path, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "attnsim.cli", *args]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     time.sleep(5.0)  # the kernels loaded (or compiling: a signal then waits for Numba), both training
     assert proc.poll() is None, proc.communicate()
     t = time.time()
