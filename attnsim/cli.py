@@ -259,6 +259,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers: must be >= 1")
+    if args.workers is not None and args.scheduler is not None:
+        raise UsageError(
+            "--workers: sets the local worker processes; with --scheduler the cluster's run the points"
+        )
     check_output_dir(args.out)
     spec = read_spec(args.file)
     check_output_dir(Path(args.out) / spec.name)

@@ -121,6 +121,10 @@ def simulate(
 
 def _simulate(config, data, save_scores, progress, announce, workspace, _warmup, keys) -> results.Result:
     """:func:`simulate`'s body."""
+    if workspace is not None and not isinstance(workspace, Workspace):
+        raise TypeError(f"workspace: expected an attnsim Workspace, got {type(workspace).__name__}")
+    if not isinstance(save_scores, (bool, np.bool_)):  # a truthy word ("no") would save them
+        raise TypeError(f"save_scores: expected True or False, got {save_scores!r}")
     ws = WORKSPACE if workspace is None else workspace
     t0 = time.perf_counter()
     config, data = _with_keys(config, data, keys)

@@ -22,7 +22,7 @@ from ..runtime.resources import HUGEPAGE_ENV
 from ..runtime.signals import end_process, on_signal
 from ..runtime.threads import pin_one_thread
 from ..runtime.workspace import PROCESS
-from .point import _failed_record, run_point
+from .point import _failed_record, point_workspace, run_point
 from .spec import Task
 from .store import Store, SweepReport, stamped
 
@@ -55,7 +55,7 @@ def _serve(conn) -> None:
     with contextlib.suppress(Exception):  # while the parent prepares the work (a failure shows in the points)
         from ..run import ensure_compiled  # the worker's own start: its kernels load here
 
-        ensure_compiled()
+        ensure_compiled(workspace=point_workspace())
     stores: dict[str, Store] = {}
     try:
         while True:
@@ -286,9 +286,20 @@ def worker_identity() -> dict:
     return {"attnsim": __version__, "git": dict(git_revision()), "python": sys.version.split()[0]}
 
 
-def run_remote(task: Task) -> tuple[str, dict]:
-    """One point on a remote worker (an Executor's task): one thread for Numba, BLAS and
-    attnsim's own pools, as the local workers (a worker shares its machine with others)."""
+_IN_PROCESS = threading.Lock()  # an executor's threads inside the sweep's own process: one point at a time
+
+
+def run_remote(task: Task, parent: int | None = None) -> tuple[str, dict]:
+    """One point as an Executor's task. In another process (a Dask worker, a process pool):
+    one thread for Numba, BLAS and attnsim's own pools, as the local workers (a worker shares
+    its machine with others; every BLAS call of a point then runs on one thread, whatever
+    another thread of the worker computes beside it), the point in its thread's own workspace.
+    On a thread of the sweep's own process ``parent`` (a ThreadPoolExecutor): nothing of the
+    caller's process is pinned, and its points run one at a time (a run's BLAS limits are
+    the process's; two runs setting them at once would move each other's numbers)."""
+    if parent is not None and parent == os.getpid():
+        with _IN_PROCESS:
+            return task.key, stamped(task, run_point(task.config, task.save, task.data))
     pin_one_thread()
     return task.key, stamped(task, run_point(task.config, task.save, task.data))
 
@@ -299,9 +310,17 @@ def _run_executor(tasks, store: Store, bar, executor, report: SweepReport) -> No
     pool), so a dead worker loses one point: a point whose task raised (Dask's
     KilledWorker after its own retries, a broken pool) gets a failed record naming why
     and the sweep goes on (a rerun retries it)."""
-    from concurrent.futures import as_completed  # lazy: only remote sweeps wait on futures
+    from concurrent.futures import Future, as_completed  # lazy: only remote sweeps wait on futures
 
-    futures = {executor.submit(run_remote, t): t for group in tasks for t in group}
+    futures = {}
+    for group in tasks:
+        for t in group:
+            fut = executor.submit(run_remote, t, os.getpid())
+            if not isinstance(fut, Future):
+                raise ConfigError(
+                    f"executor: its submit returned {type(fut).__name__}, not a concurrent.futures.Future"
+                )
+            futures[fut] = t
     for fut in as_completed(futures):
         task = futures[fut]
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import registry
+from .._meta import ConfigError
 from ..config import Config
 from ..precision import without_twin
 from ..results import atomic_write
@@ -46,6 +47,17 @@ def run_sweep(
     """
     from tqdm.auto import tqdm  # lazy: 0.1 s of start-up, paid only when a sweep runs
 
+    remote = [name for name, v in (("scheduler", scheduler), ("client", client), ("executor", executor)) if v]
+    if workers is not None and remote:
+        raise ConfigError(
+            f"workers: sets the local worker processes; with {remote[0]} the executor's workers run the "
+            "points (leave workers unset)"
+        )
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise ConfigError(
+            f"executor: expected a concurrent.futures.Executor (an object with submit), got "
+            f"{type(executor).__name__}"
+        )
     if scheduler is not None and client is None:
         client = _connect(scheduler)  # before anything is written
     own_client = scheduler is not None
