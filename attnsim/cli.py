@@ -195,16 +195,43 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
 
 def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
     """``run --seeds``: each seed's run in ``outdir/seed-K``, then one summary."""
+    from .config import from_mapping  # lazy
     from .experiments.seeds import parse_seeds, seeds_summary  # lazy
+    from .results import remove_runs  # lazy
 
     if "seed" in values:
         raise UsageError("run: give the seed with --seeds or with the seed key, not both")
     seeds = parse_seeds(args.seeds)
+    for k in seeds:  # every seed's config valid before the first run
+        from_mapping({**values, "seed": k})
+    if args.force:  # the runs attnsim wrote there before (check_run_folder allowed nothing else)
+        remove_runs(outdir)
     runs = [_run_one(args, {**values, "seed": k}, outdir / f"seed-{k}") for k in seeds]
     if not args.quiet:
         print(seeds_summary(seeds, runs))
+        fixed = _fixed_by_file(args.data)
+        if fixed:
+            print(
+                f"note: the data file fixes {', '.join(fixed)}: every seed trains the same run; only the "
+                "estimators' draws (population points, test samples) differ, so a spread of training "
+                "metrics is 0, not a measure of their variability"
+            )
         print(f"wrote {len(runs)} runs in {outdir}/seed-*")
     return 0
+
+
+def _fixed_by_file(data: str | None) -> list[str]:
+    """The arrays of a data file that fix a run whatever its seed (tokens, labels and the
+    initial parameters; [] if the seed still draws any of them)."""
+    if data is None or not str(data).endswith(".npz"):
+        return []
+    from . import registry  # lazy
+    from .data.files import member_shapes  # lazy
+
+    names = set(member_shapes(data))
+    inits = [("W0", "p0"), *((e.arrays,) for e in registry.MODELS.values() if e.arrays)]
+    init = next((list(a) for a in inits if set(a) <= names), None)
+    return ["X", "y", *init] if {"X", "y"} <= names and init else []
 
 
 def _run_one(args: argparse.Namespace, values: dict, outdir: Path):

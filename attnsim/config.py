@@ -7,6 +7,7 @@ with one line naming the key and what is allowed.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -92,7 +93,15 @@ class _ConfigMethods:
         for key in _MODEL_DEFAULTED:  # None: the model's default (the registry's entry)
             if getattr(self, key) is None:
                 object.__setattr__(self, key, _model_default(self.model, key))
+        # a saved config (result.json's, resolved) holds the default scales an initialization without
+        # a scale has: the same as leaving them out, so the config runs again as it was saved
+        if self.init_W == "identity" and self.init_W_scale == 1.0 / math.sqrt(3 * self.d):
+            object.__setattr__(self, "init_W_scale", None)
+        if self.init_p == "zeros" and self.init_p_scale == 1.0 / math.sqrt(self.d):
+            object.__setattr__(self, "init_p_scale", None)
         validate(self)
+        if self.preset and not _RESOLVING.get():
+            _check_preset_applied(self)
 
     # -- derived quantities -------------------------------------------------
     @property
@@ -120,7 +129,13 @@ class _ConfigMethods:
             for key in _MODEL_DEFAULTED:
                 if key not in changes and getattr(self, key) == _model_default(self.model, key):
                     changes[key] = None
-        return dataclasses.replace(self, **changes)
+        if changes.get("preset", self.preset) != self.preset:  # a new preset label: checked as given
+            return dataclasses.replace(self, **changes)
+        token = _RESOLVING.set(True)  # the preset this config was built from: already applied
+        try:
+            return dataclasses.replace(self, **changes)
+        finally:
+            _RESOLVING.reset(token)
 
     def to_dict(self, resolved: bool = True) -> dict[str, Any]:
         """All keys; with ``resolved`` the default scales are filled in."""
@@ -233,7 +248,18 @@ _CHOICES = {
     "precision_twin": registry.capability("precision_twins"),
     "attention": registry.capability("attentions"),
     "model": tuple(registry.MODELS),
+    # the models' and optimizers' own word-valued keys (their field metadata's "choices")
+    **{
+        f.name: tuple(f.metadata["choices"])
+        for fs in (
+            *(registry.key_fields(m) for m in registry.MODELS),
+            *(registry.optimizer_fields(o) for o in registry.OPTIMIZERS),
+        )
+        for f in fs
+        if "choices" in f.metadata
+    },
 }
+_BOOL_WORDS = ("refine_times",)  # word-valued keys whose "true" and "false" TOML writes as booleans
 
 
 @functools.cache
@@ -252,11 +278,13 @@ def _coerce(name: str, value: Any) -> Any:
     kind = _kind(name)
     if type(value) is _PLAIN.get(kind) and (kind != "float" or math.isfinite(value)):  # already fine (sweeps)
         if (kind != "int" or abs(value) <= MAX_INT) and (kind != "float" or not _subnormal(value)):
-            return value
+            return value + 0.0 if kind == "float" else value  # -0.0 is 0.0: one grid point, one record
     if value is None:
         if name in ("init_W_scale", "init_p_scale") or name in _MODEL_DEFAULTED:
             return None
         raise ConfigError(f"{name}: a value is required")
+    if kind == "str" and name in _BOOL_WORDS and (isinstance(value, bool) or _numpy_bool(value)):
+        value = "true" if value else "false"  # refine_times = true in TOML, --set refine_times=true
     if isinstance(value, str) and kind != "str":
         want = {"bool": "true or false", "int": "an integer", "float": "a number"}[kind]
         raise ConfigError(f"{name}: expected {want}, got the text {value!r}")
@@ -275,7 +303,7 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name}: expected an integer, got {value!r}")
         value = int(value)
         if abs(value) > MAX_INT:
-            raise ConfigError(f"{name}: at most 2^53 = {MAX_INT:.3g} (exact in float64), got {value:.3g}")
+            raise ConfigError(f"{name}: at most 2^53 = {MAX_INT} (exact in float64), got {value}")
         return value
     if kind == "float":
         if isinstance(value, bool) or _numpy_bool(value) or not isinstance(value, numbers.Real):
@@ -283,6 +311,7 @@ def _coerce(name: str, value: Any) -> Any:
         value = float(value)
         if not math.isfinite(value):
             raise ConfigError(f"{name}: must be finite, got {value!r}")
+        value += 0.0  # -0.0 is 0.0: one point of a grid, one record
         if _subnormal(value):
             raise ConfigError(
                 f"{name}: {value!r} is subnormal (below {sys.float_info.min:.3g}, the smallest normal "
@@ -349,7 +378,29 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+_RESOLVING = contextvars.ContextVar("resolving", default=False)  # from_mapping laid a preset's keys under
+
+
+def _check_preset_applied(cfg: Any) -> None:
+    """A Config built with ``preset`` but not from a mapping (``Config(preset=...)``,
+    ``.replace(preset=...)``) holds its keys as given: refused when they are not the preset's,
+    rather than recorded under a setting it did not run."""
+    values = PRESETS[cfg.preset].values
+    wrong = next((k for k, v in values.items() if getattr(cfg, k) != v), None)
+    if wrong is not None:
+        raise ConfigError(
+            f"preset: {cfg.preset} sets {wrong} = {values[wrong]!r}, but this Config holds {wrong} = "
+            f"{getattr(cfg, wrong)!r}: a Config keeps its keys as given; start from the preset with "
+            f"attnsim.make_config(preset={cfg.preset!r}, ...) or attnsim.simulate(..., preset={cfg.preset!r})"
+        )
+
+
 def unknown_key_message(key: str) -> str:
+    if key == "data":  # the data is not a run's key: it is named beside the config
+        return (
+            'data: not a config key: name a data file with --data FILE (attnsim run), data = "FILE" at '
+            "the top of a run's TOML file, or data = \"FILE\" in a sweep file's [sweep] table"
+        )
     near = suggest(key, KEYS)
     hint = f"; did you mean {near!r}?" if near else f"; valid keys: {', '.join(KEYS)}"
     return f"unknown config key {key!r}{hint}"
@@ -366,7 +417,11 @@ def from_mapping(values: Mapping[str, Any], base: Config | None = None) -> Confi
         values = resolve(values)  # a preset's keys under the user's
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return Config(**values) if base is None else base.replace(**values)
+    token = _RESOLVING.set(True)
+    try:
+        return Config(**values) if base is None else base.replace(**values)
+    finally:
+        _RESOLVING.reset(token)
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -429,15 +484,19 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def file_data(values: dict[str, Any], path: str | Path) -> str | None:
-    """Pop a config file's ``data`` key (a data file relative to the config file, or a
-    built-in dataset's name), as a sweep file's ``[sweep] data``."""
+    """Pop a config file's ``data`` key (a data file relative to the config file, never to
+    the working folder, or a built-in dataset's name), as a sweep file's ``[sweep] data``."""
     data = values.pop("data", None)
     if data is None:
         return None
     if not isinstance(data, str) or not data:
         raise ConfigError(f"{path}: data: expected a file name or a built-in dataset, got {data!r}")
+    if Path(data).is_absolute():
+        return data
     near = Path(path).parent / data
-    return str(near) if not Path(data).is_absolute() and near.exists() else data
+    if near.exists() or (os.sep not in data and "." not in data):  # a file beside it, or a built-in's name
+        return str(near) if near.exists() else data
+    raise ConfigError(f"{path}: data: {near}: no such file (a data file is read relative to its TOML file)")
 
 
 def config_values(path: str | Path | None = None, sets: list[str] | None = None) -> dict[str, Any]:

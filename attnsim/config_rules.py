@@ -13,6 +13,9 @@ from ._meta import FRESH_INTEGRATORS, ConfigError
 MAX_NORM = 1e100  # token, W(0) and p(0) norms above this overflow float64 in products and squares
 MIN_NORM = 1e-100  # a |mu| below this underflows in |mu|^2 products (1e-150 froze, 1e-160 diverged)
 FLOW_RTOL_MIN = 100 * 2.220446049250313e-16  # SciPy's solvers raise a smaller rtol to this
+FLOW_TOL_MAX = (
+    1e-3  # a looser flow tolerance is no longer the gradient flow (atol 1e300: error 0.445, not 0.035)
+)
 ADAM_KEYS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8, "weight_decay": 0.01}
 
 
@@ -59,6 +62,12 @@ def validate(c: Any) -> None:
         f"signal_norm: {c.signal_norm!r} is below {MIN_NORM:.0e}, where |mu|^2 underflows float64 (the "
         f"run would freeze or diverge at step 0); use signal_norm >= {MIN_NORM:.0e}",
     )
+    for key in ("flow_rtol", "flow_atol"):
+        _require(
+            getattr(c, key) <= FLOW_TOL_MAX,
+            f"{key}: {getattr(c, key)!r} is above {FLOW_TOL_MAX:g}: the flow's error control would let it "
+            "leave the gradient flow it reports; keep it at most that",
+        )
     _require(
         c.flow_rtol >= FLOW_RTOL_MIN,
         f"flow_rtol: {c.flow_rtol!r} is below {FLOW_RTOL_MIN:.3g}, the smallest the flow's "

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import zipfile
@@ -108,10 +109,9 @@ class Result:
         # the lock (another run is writing) must not take that run's folder away
         with folder_lock(outdir):
             try:
-                check_run_folder(outdir, force)
+                check_run_folder(outdir, force, what="save", flag="force=True")
                 if force:
-                    for old in run_files(outdir):
-                        old.unlink(missing_ok=True)
+                    remove_runs(outdir)
                 self._write(outdir, written)
             except BaseException:
                 for path in written:
@@ -133,7 +133,19 @@ class Result:
 
 
 LOCK_NAME = ".attnsim.lock"  # held while a run writes into its folder
-RUN_FILES = ("result.json", "trajectory.npz", "*.png", "*.pdf", "*.svg")  # what a run folder holds
+RUN_FILES = ("result.json", "trajectory.npz", "trajectory.csv", "*.png", "*.pdf", "*.svg")  # a run's files
+
+
+def _seed_runs(folder: Path) -> list[Path]:
+    """The ``seed-K`` folders of an ``attnsim run --seeds`` folder that hold a run's files only."""
+    return [
+        p
+        for p in sorted(folder.glob("seed-*"))
+        if p.is_dir()
+        and not p.is_symlink()
+        and p.name[5:].isdigit()
+        and {q.name for q in p.iterdir() if q.name != LOCK_NAME} <= {q.name for q in run_files(p)}
+    ]
 
 
 def run_files(folder: Path) -> list[Path]:
@@ -141,7 +153,9 @@ def run_files(folder: Path) -> list[Path]:
     return sorted({p for pattern in RUN_FILES for p in folder.glob(pattern)})
 
 
-def check_run_folder(folder: str | Path, force: bool = False, what: str = "--out") -> None:
+def check_run_folder(
+    folder: str | Path, force: bool = False, what: str = "--out", flag: str = "--force"
+) -> None:
     """OutputError unless ``folder`` can take a run: missing or empty, or (with
     ``force``) holding a run to replace; never a sweep's folder."""
     folder = Path(folder)
@@ -156,14 +170,22 @@ def check_run_folder(folder: str | Path, force: bool = False, what: str = "--out
         shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
         raise OutputError(
             f"{what}: {folder} already holds {shown}; a run writes into an empty folder "
-            "(--force replaces the run there)"
+            f"({flag} replaces the run there)"
         )
-    others = sorted(set(held) - {p.name for p in run_files(folder)})
+    others = sorted(set(held) - {p.name for p in run_files(folder)} - {p.name for p in _seed_runs(folder)})
     if others:
         raise OutputError(
-            f"{what}: {folder} holds files that are not a run's ({', '.join(others[:4])}); --force replaces "
-            "a run only"
+            f"{what}: {folder} holds files that are not a run's ({', '.join(others[:4])}); {flag} replaces "
+            "what attnsim wrote (a run, or the runs of --seeds) only"
         )
+
+
+def remove_runs(folder: Path) -> None:
+    """Remove the run files and the ``--seeds`` runs :func:`check_run_folder` let ``--force`` replace."""
+    for old in run_files(folder):
+        old.unlink(missing_ok=True)
+    for sub in _seed_runs(folder):
+        shutil.rmtree(sub)
 
 
 @contextlib.contextmanager
@@ -183,7 +205,11 @@ def folder_lock(folder: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):  # the pid is for the message only (a full disk refuses it)
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
+        try:
+            yield
+        finally:  # the work is done: the lock file goes while still held (no stale lock left behind)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     finally:
         os.close(fd)
 

@@ -155,10 +155,13 @@ def _with_keys(config, data, keys: dict) -> tuple[Any, Any]:
         named = file_data(config, path)
         data = named if data is None else data
     if keys:
-        if isinstance(config, Config):
-            config = config.to_dict(resolved=False)
+        if isinstance(config, Config):  # its keys as set (a preset keyword then applies under them)
+            config = {k: v for k, v in config.to_dict(resolved=False).items() if v != getattr(_DEFAULT, k)}
         config = {**(config or {}), **keys}
     return config, data
+
+
+_DEFAULT = Config()  # a Config's keys away from these are the ones it sets
 
 
 def _open(config, data) -> tuple[Config, Dataset | None, Any]:

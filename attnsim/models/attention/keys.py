@@ -21,6 +21,7 @@ class AttentionKeys:
     precision_graph: str = field(
         default="qform",
         metadata={
+            "choices": ("qform", "official"),
             "allowed": "qform, official",
             "help": "the twin's graph: z = X (W p), O(d^2) per step, or the official loop's (X W) p, "
             "O(n T d^2)",
@@ -39,8 +40,23 @@ def _check_fresh(c: Any) -> None:
         return
     what = f"integrator: {c.integrator}"
     _require(c.optimizer == "gd", f"{what} takes plain gradient steps (optimizer=gd)")
+    _require(
+        c.test_n == 0,
+        f"test_n: {c.integrator} measures the population metrics of every state (no test set is drawn); "
+        "leave test_n at 0",
+    )
+    _require(
+        c.label_noise == "balanced",
+        f"label_noise: {c.integrator} flips each fresh label independently with probability noise_rate "
+        "(label_noise orders the flips of a fixed training set); leave it unset",
+    )
     _require(c.data_model == "sakamoto2025", f"{what} is built for data_model=sakamoto2025")
     if c.integrator in POPULATION_INTEGRATORS:
+        _require(
+            c.n == 20,  # the common default: a saved config of these integrators holds it
+            f"n: {c.integrator} trains on the population (n -> infinity); leave n unset (its monitor "
+            "set is the quadrature's samples)",
+        )
         _require(
             c.init_W == "identity",
             f"{what} needs W(0) = I (init_W=identity): then q = W p, nu and every gradient of the "

@@ -45,6 +45,10 @@ def check_config(cfg: Config, user_data: bool = False) -> None:
     for bad, key, why in rules:
         if bad:
             raise ConfigError(f"{key}: {why}")
+    if cfg.pop_points != defaults.pop_points:
+        raise ConfigError(
+            "pop_points: the encoder has no population metrics (its test metrics come from test_n samples)"
+        )
     for key in ("init_W", "init_W_scale", "init_p", "init_p_scale"):
         if getattr(cfg, key) != getattr(defaults, key):
             raise ConfigError(f"{key}: the encoder's weights use PyTorch's initialization; leave {key} unset")
