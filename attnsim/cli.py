@@ -44,6 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except StreamError as exc:
         return stream_failed(exc, saved)
+    except MemoryError:  # past the estimate every command checks first (a process memory limit, others' use)
+        print(
+            "attnsim: error: out of memory: the work needed more than this process could get (a memory "
+            "limit such as ulimit -v, or other processes); nothing was written. Use smaller n, T, d or "
+            "test_n, or fewer workers",
+            file=sys.stderr,
+        )
+        return 1
     except (KeyboardInterrupt, RuntimeError) as exc:
         # a signal handled inside a class body's __set_name__ (an import) arrives wrapped
         cause = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
@@ -351,9 +359,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
         check_output_dir(Path(args.out).parent, "--out")
     if not folder.is_dir():
         raise UsageError(f"plot: {folder}: no such folder")
-    if not (folder / "result.json").is_file() and not (folder / "sweep.json").is_file():
-        raise UsageError(f"plot: {folder} is neither a run (result.json) nor a sweep (sweep.json)")
-    path, notes = plot_folder(folder, args.out, args.metric, args.x_key, args.logy)
+    if not any(
+        (folder / f).is_file() for f in ("result.json", "sweep.json", "seed-0/result.json")
+    ) and not any(folder.glob("seed-*/result.json")):
+        raise UsageError(
+            f"plot: {folder} is neither a run (result.json), nor an --seeds folder (seed-K/), nor a sweep "
+            "(sweep.json)"
+        )
+    path, notes = plot_folder(folder, args.out, args.metric, args.x_key, args.logy, args.y_key, args.logx)
     for note in notes:
         print(f"attnsim: {note}", file=sys.stderr)
     print(f"wrote {path}")

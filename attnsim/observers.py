@@ -22,6 +22,10 @@ from .models.base import Observation, Outcome
 if TYPE_CHECKING:  # names in annotations only
     from .data.dataset import Dataset
 
+SINGLE_TOKEN = (
+    "one token per sample (T = 1): its score is 1 whatever the state, so attention selects nothing "
+    "and no gradient reaches W or p"
+)
 HUGE_TOKEN = 1e4  # a token entry this large, not lr, is what saturates the scores in one step
 RECORD_CHUNK = 64  # log points whose score metrics are computed at once
 
@@ -41,10 +45,18 @@ class Recorder:
     quiet = False  # True: the run's warnings are returned, not also warned (a run on another thread)
 
     def __init__(
-        self, ds: Dataset, grid: np.ndarray, save_scores: bool, lr: float, d: int, optimizer: str = "gd"
+        self,
+        ds: Dataset,
+        grid: np.ndarray,
+        save_scores: bool,
+        lr: float,
+        d: int,
+        optimizer: str = "gd",
+        logit_x_Wp: bool = True,
     ):
         self.ds, self.grid = ds, grid
         self.lr, self.d, self.optimizer = lr, d, optimizer  # for the saturation warning
+        self.logit_x_Wp = logit_x_Wp  # the logits are x . W p (the advice's formulas); else another model's
         self.normalized = optimizer == "normalized"
         self._S_frozen: np.ndarray | None = None  # S_acc when the stepper froze, and its rate since
         self._incr: np.ndarray | None = None
@@ -79,6 +91,8 @@ class Recorder:
         """Why the state stopped moving: saturated scores (lr's fault, or the data's when
         they are one-hot from the start), or a gradient below the parameters' precision
         with no score saturated (the data or the initialization make it so; lr cannot)."""
+        if s.shape[1] == 1:
+            return SINGLE_TOKEN
         if self.normalized:
             return Outcome.FROZEN.message(step, normalized=True)
         one_hot = bool(np.all(np.max(s, axis=1) >= 1.0))
@@ -222,7 +236,13 @@ class Recorder:
         fit[~fitted_now] = -1
         fit[fitted_now & (fit < 0)] = steps
         out = []
-        if self._frozen_at is None and self.saturated_at is not None:
+        if self.last.s.shape[1] == 1:  # one token: its score is 1 whatever the state
+            if self._frozen_at is not None:  # said by the driver, when the steps stopped moving
+                return self.arrays(), fit, out
+            out.append(SINGLE_TOKEN)
+            if not self.quiet:
+                warnings.warn(SINGLE_TOKEN, stacklevel=3)
+        elif self._frozen_at is None and self.saturated_at is not None:
             n_hot = int(np.sum(_one_hot(self.last.s, self.normalized)))
             head = (
                 f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
@@ -234,6 +254,8 @@ class Recorder:
                     "normalized steps follow the other samples alone from there on: read the "
                     "trajectory up to that step"
                 )
+            elif not self.logit_x_Wp:  # another model's logits: no formula of the attention model's
+                msg = f"{head}, so their gradients vanish: reduce lr (lr={self.lr:g})"
             elif self.optimizer == "adam":  # each coordinate moves by about lr, whatever the gradient's size
                 msg = (
                     f"{head}, so their gradients vanish; AdamW moves each coordinate by up to lr per step, "

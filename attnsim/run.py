@@ -156,12 +156,10 @@ def _with_keys(config, data, keys: dict) -> tuple[Any, Any]:
         data = named if data is None else data
     if keys:
         if isinstance(config, Config):  # its keys as set (a preset keyword then applies under them)
-            config = {k: v for k, v in config.to_dict(resolved=False).items() if v != getattr(_DEFAULT, k)}
+            default = Config(model=config.model)
+            config = {k: v for k, v in config.to_dict(resolved=False).items() if v != getattr(default, k)}
         config = {**(config or {}), **keys}
     return config, data
-
-
-_DEFAULT = Config()  # a Config's keys away from these are the ones it sets
 
 
 def _open(config, data) -> tuple[Config, Dataset | None, Any]:

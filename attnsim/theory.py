@@ -127,7 +127,10 @@ def gap_law(x0: float, c: float, tau: ArrayLike, m: float) -> np.ndarray | float
 def fit_rate(steps: ArrayLike, x: ArrayLike, m: float, min_points: int = 3) -> dict | None:
     """Fit g(x(tau)) = a + c tau by least squares over the saturated phase
     (x >= log m); returns the rate c (per step), the intercept and the largest
-    deviation |g^{-1}(a + c tau) - x| there, or None with too few points."""
+    deviation |g^{-1}(a + c tau) - x| there, or None with too few points (or with m < 1
+    competitors, a single token)."""
+    if not m >= 1:  # no competitor (T = 1): no gap, no law to fit
+        return None
     steps, x = np.asarray(steps, dtype=np.float64), np.asarray(x, dtype=np.float64)
     ok = np.isfinite(x) & (x >= math.log(m))
     if ok.sum() < min_points:

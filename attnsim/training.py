@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import precision
+from . import precision, registry
 from ._meta import SimulationError
 from .config import Config
 from .data.dataset import Dataset
@@ -122,7 +122,8 @@ def drive(
     grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     stepper = problem.stepper(cfg, rel, y=ds.y) if stepper is None else stepper
     evaluate = problem.evaluator(cfg, pop)
-    recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer)
+    x_Wp = {"W", "p"} <= set(registry.MODELS[cfg.model].blocks)  # the attention model's logits
+    recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer, logit_x_Wp=x_Wp)
     recorder.quiet = quiet
     at = [len(grid) - 1] if final_only else pop_indices(len(grid), cfg.pop_log_points)
     schedule = Schedule(grid, at, cfg.lr, progress, cfg.log_scale == "log", stop=stop)

@@ -263,8 +263,10 @@ def decided_keys(ds: Dataset) -> dict[str, str]:
 
 
 def changed_keys(cfg: Config) -> set[str]:
-    """The keys of ``cfg`` that differ from their defaults."""
-    return {k for k, v in cfg.to_dict(resolved=False).items() if v != getattr(Config(), k)}
+    """The keys of ``cfg`` that differ from their defaults (under its model: the encoder's test_n
+    of 1000 is its default, not a key the user set)."""
+    defaults = Config(model=cfg.model)
+    return {k for k, v in cfg.to_dict(resolved=False).items() if v != getattr(defaults, k)}
 
 
 def config_for_data(cfg: Config, ds: Dataset, explicit: set[str] | None = None) -> Config:

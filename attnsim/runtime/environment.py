@@ -15,13 +15,15 @@ THREADING_LAYERS = ("default", "safe", "forksafe", "threadsafe", "tbb", "omp", "
 
 def check_environment(plotting: bool = False) -> None:
     """Refuse, before any work and in one line, the environment variables that
-    would otherwise fail deep inside Numba or matplotlib: NUMBA_NUM_THREADS not
-    a positive integer, NUMBA_THREADING_LAYER unknown or needing TBB that is
-    not installed, and (``plotting``) an MPLBACKEND matplotlib does not know."""
+    would otherwise fail deep inside Numba or matplotlib: NUMBA_NUM_THREADS (or
+    OMP_NUM_THREADS, which libgomp reads) not a positive integer, NUMBA_THREADING_LAYER
+    unknown or needing TBB that is not installed, and (``plotting``) an MPLBACKEND
+    matplotlib does not know or an MPLCONFIGDIR it cannot write into."""
     env = os.environ
-    threads_ = env.get("NUMBA_NUM_THREADS")
-    if threads_ is not None and not (threads_.strip().isdigit() and threads_.isascii() and int(threads_) > 0):
-        raise EnvironmentProblem(f"NUMBA_NUM_THREADS: {threads_!r}; must be a whole number >= 1 (or unset)")
+    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS"):  # OpenBLAS reads any value (same bits)
+        value = env.get(var)
+        if value is not None and value.strip() and not _whole(value):
+            raise EnvironmentProblem(f"{var}: {value!r}; must be a whole number >= 1 (or unset)")
     layer = env.get("NUMBA_THREADING_LAYER")
     if layer is not None:
         if layer.lower() not in THREADING_LAYERS:
@@ -36,6 +38,21 @@ def check_environment(plotting: bool = False) -> None:
     backend = env.get("MPLBACKEND")
     if plotting and backend is not None:
         _check_backend(backend)
+    config_dir = env.get("MPLCONFIGDIR")
+    if (
+        plotting
+        and config_dir is not None
+        and not (os.path.isdir(config_dir) and os.access(config_dir, os.W_OK))
+    ):
+        raise EnvironmentProblem(
+            f"MPLCONFIGDIR: {config_dir!r} is not a folder matplotlib can write its cache into; "
+            "make it one or unset it"
+        )
+
+
+def _whole(value: str) -> bool:
+    v = value.strip()
+    return v.isascii() and v.isdigit() and int(v) > 0
 
 
 def _have_tbb() -> bool:

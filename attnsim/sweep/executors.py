@@ -357,6 +357,12 @@ def _connect(scheduler: str):
         from distributed import Client  # optional dependency (the dask extra)
     except ImportError:
         raise ConfigError("--scheduler: needs dask; pip install 'attnsim[dask]'") from None
+    scheme = scheduler.split("://", 1)[0].lower() if "://" in scheduler else "tcp"
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        raise ConfigError(
+            f"--scheduler: {scheduler!r}: attnsim connects to a Dask scheduler over tcp://, tls://, ws:// "
+            f"or wss://, not {scheme}://"
+        )
     try:
         return Client(scheduler, timeout=10)
     except (OSError, TimeoutError, ValueError, TypeError) as exc:

@@ -66,7 +66,10 @@ class GradientFlow(Stepper):
         changed = np.flatnonzero(fitted & ~was)
         self.fit_since = np.where(fitted, self.fit_since, -1.0)
         if changed.size:
-            dense = self._integrate(step0, nsteps, theta0, dense=True).sol  # as the first: it succeeds
+            again = self._integrate(step0, nsteps, theta0, dense=True)  # with its dense output
+            if isinstance(again, Outcome):  # the same span failed the second time (a flow at its edge)
+                return again, step0
+            dense = again.sol
             for i in changed:
                 self.fit_since[i] = self._last_rise(dense, i, step0, end)
         return Outcome.FINISHED, end

@@ -158,16 +158,23 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
                 8.0 * POPULATION_SAMPLES * T * 12,
             )
         ]
+    sample_keys = "n, T, d"
     if cfg.integrator == "online":
         n = max(n, batch_size(cfg))
         m = n * T
+        sample_keys = "batch, T, d" if batch_size(cfg) >= cfg.n else sample_keys  # the batch sets the size
     k = d if engine == "dense" else min(m + 2, d)
     r = k + 1
     f = 8.0
     items = []
     if engine != "implicit":
         items.append(
-            ("n, T, d", f"the training tokens X (n*T*d = {n:.3g}*{T:.3g}*{d:.3g} floats)", f * n * T * d)
+            (
+                sample_keys,
+                f"the {'batch' if sample_keys.startswith('batch') else 'training'} tokens X "
+                f"({sample_keys.split(',')[0]}*T*d = {n:.3g}*{T:.3g}*{d:.3g} floats)",
+                f * n * T * d,
+            )
         )
     if engine == "dense":
         items.append(("d", f"W, W(0) and the update buffers (3 d^2 = 3*{d:.3g}^2 floats)", 3 * f * d * d))
@@ -197,6 +204,8 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
     L = n_log_points(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     per = f * m * (6 if save_scores else 3) + 600 * f
     keys = "steps, log_every" if cfg.log_scale == "linear" else "log_points"
+    if sample_keys.startswith("batch"):  # each log point keeps the monitor's n samples, not the batch
+        per = f * cfg.n * T * (6 if save_scores else 3) + 600 * f
     items.append((keys, f"the log ({L:.3g} log points of {per:.3g} bytes)", L * per))
     return items
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._meta import FRESH_INTEGRATORS
+from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS
 from ...config import Config, ConfigError
 from ...data.dataset import DataError, Dataset, Streams
 from ...runtime.workspace import Workspace
@@ -29,7 +29,7 @@ class AttentionSpec(ModelSpec):
         "flow": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "integrator": "flow"},
         **{
             name: {
-                "n": 4,
+                **({} if name in POPULATION_INTEGRATORS else {"n": 4}),  # the population has no n
                 "T": 4,
                 "d": 12,
                 "steps": 2,
