@@ -12,9 +12,11 @@ import math
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -377,19 +379,97 @@ class ResultError(ValueError):
     """A run folder that does not hold a readable result (missing, truncated, not attnsim's)."""
 
 
-def load(outdir: str | Path) -> Result:
-    """Read a result written by :meth:`Result.save` (ResultError if the folder does not hold one)."""
+MAX_JSON_BYTES = 256 * 2**20  # result.json and a record are kB (MB with saved arrays)
+
+
+class DamagedFile(ValueError):
+    """A file attnsim wrote that cannot be read back as written (the message says why)."""
+
+
+def _open_regular(path: Path, max_bytes: float) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file of at most ``max_bytes``
+    (FileNotFoundError if missing; DamagedFile for a pipe, a device, a folder or a file too
+    large: a reader would hang on a pipe or read /dev/zero until memory runs out)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe without a writer: no hang at open
+    fh = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        fh.close()
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
+        raise DamagedFile(f"not a regular file ({kind})")
+    if st.st_size > max_bytes:
+        fh.close()
+        raise DamagedFile(f"{st.st_size / 2**20:.0f} MB, larger than any file attnsim writes there")
+    return fh
+
+
+def read_json(path: Path, max_bytes: float = MAX_JSON_BYTES) -> Any:
+    """A JSON file attnsim wrote: FileNotFoundError if missing, DamagedFile (one line
+    saying why) if it is not a regular file, too large, not UTF-8 JSON or nested past
+    what Python parses; OSError for a read error."""
+    with _open_regular(path, max_bytes) as fh:
+        raw = fh.read(int(max_bytes) + 1)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedFile(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise DamagedFile("not JSON attnsim wrote: nested too deeply") from None
+
+
+def read_npz(path: Path, wanted: Callable[[str], bool] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz attnsim wrote (only those whose names ``wanted`` accepts):
+    each member's header is checked against the bytes it holds before anything is
+    allocated, and a damaged member (a bad CRC, corrupt compression, a header declaring
+    more than the member holds, a pickle) is a DamagedFile naming it."""
+    out = {}
+    with _open_regular(path, math.inf) as fh:
+        try:
+            zf = zipfile.ZipFile(fh)
+        except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+            raise DamagedFile(f"not an .npz file ({type(exc).__name__})") from None
+        with zf:
+            for info in zf.infolist():
+                name = info.filename.removesuffix(".npy")
+                if wanted is None or wanted(name):
+                    out[name] = _member(zf, info, name)
+    return out
+
+
+def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> np.ndarray:
+    fmt = np.lib.format
+    try:
+        with zf.open(info) as fh:
+            version = fmt.read_magic(fh)
+            header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = header(fh)
+            if dtype.hasobject:
+                raise DamagedFile(f"member {name!r} holds Python objects, not numbers")
+            declared = math.prod(shape) * dtype.itemsize
+            if declared > info.file_size:
+                raise DamagedFile(f"member {name!r} declares {declared:.3g} bytes and holds {info.file_size}")
+        with zf.open(info) as fh:
+            return fmt.read_array(fh, allow_pickle=False)
+    except DamagedFile:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as exc:
+        raise DamagedFile(f"member {name!r} is damaged ({type(exc).__name__})") from None
+
+
+def load(outdir: str | Path, arrays: Callable[[str], bool] | None = None) -> Result:
+    """Read a result written by :meth:`Result.save` (ResultError if the folder does not hold
+    one); ``arrays``: which trajectory arrays to read, by name (default: all)."""
     outdir = Path(outdir)
     meta = _read_meta(outdir / "result.json")
     path = outdir / "trajectory.npz"
     try:
-        with np.load(path, allow_pickle=False) as f:
-            traj = {k: f[k] for k in f.files}
+        traj = read_npz(path, None if arrays is None else lambda k: k == "step" or arrays(k))
     except FileNotFoundError:
         raise ResultError(f"{path}: missing (the run's logged arrays); rerun the run") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        why = "not an .npz file" if "pickled" in str(exc) else f"{type(exc).__name__}: {exc}"
-        raise ResultError(f"{path}: damaged ({why}); rerun the run") from None
+    except DamagedFile as exc:
+        raise ResultError(f"{path}: damaged ({exc}); rerun the run") from None
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot read it ({_why(exc)})") from None
     if "step" not in traj:
         raise ResultError(f"{path}: not an attnsim trajectory (no 'step' array); rerun the run")
     nan = float("nan")
@@ -422,14 +502,13 @@ def load(outdir: str | Path) -> Result:
 def _read_meta(path: Path) -> dict:
     """result.json as a mapping with the sections every reader needs."""
     try:
-        with open(path, "rb") as fh:
-            meta = json.loads(fh.read().decode("utf-8"))
+        meta = read_json(path)
     except FileNotFoundError:
         raise ResultError(f"{path}: missing; not a run folder") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultError(f"{path}: damaged (not JSON: {exc}); rerun the run") from None
+    except DamagedFile as exc:
+        raise ResultError(f"{path}: damaged ({exc}); rerun the run") from None
     except OSError as exc:
-        raise ResultError(f"{path}: cannot read it ({exc.strerror})") from None
+        raise ResultError(f"{path}: cannot read it ({_why(exc)})") from None
     if not isinstance(meta, dict):
         raise ResultError(f"{path}: not an attnsim result (a JSON {type(meta).__name__}, not an object)")
     missing = [k for k in ("config", "final", "theory") if not isinstance(meta.get(k), dict)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -64,9 +65,10 @@ def run_sweep(
     if client is not None and executor is None:
         executor = dask_executor(client)  # checks that every worker runs this attnsim
     started: list[_Worker] = []
+    claims = contextlib.ExitStack()
     try:
         n = workers or os.cpu_count() or 1
-        plan = _Plan(spec, out)
+        plan = _Plan(spec, out, claims)
         if executor is None and n > 1 and plan.missing and spec.data is None:
             n = _workers_that_fit(plan.points, n, plan.report)
         # many records to compute: the workers start loading now, while the records are read and sorted
@@ -88,11 +90,12 @@ def run_sweep(
                 _run_local(jobs, bar, min(n, len(jobs)), handed)
         finally:
             bar.close()
+        return plan.finish()
     finally:
         _release(started)
         if own_client:
             client.close()
-    return plan.finish()
+        claims.close()
 
 
 def run_sweeps(
@@ -108,10 +111,22 @@ def run_sweeps(
     sweep has work. ``on_done(i)`` is called (on this thread) once the i-th sweep has no
     point left to compute; ``stop`` set: the sweeps stop at once (busy workers terminated,
     their points left for a rerun). Returns the reports, as :func:`run_sweep`'s."""
+    n = workers or os.cpu_count() or 1
+    with contextlib.ExitStack() as claims:
+        plans = [_Plan(spec, out, claims) for spec, out in specs]
+        return _run_plans(plans, n, progress, on_done, stop)
+
+
+def _run_plans(
+    plans: list[_Plan],
+    n: int,
+    progress: bool | None,
+    on_done: Callable[[int], None] | None,
+    stop: threading.Event | None,
+) -> list[SweepReport]:
+    """run_sweeps' work once every sweep has claimed its folder."""
     from tqdm.auto import tqdm  # lazy: as run_sweep's
 
-    n = workers or os.cpu_count() or 1
-    plans = [_Plan(spec, out) for spec, out in specs]
     local = [p for p in plans if p.spec.data is None and p.missing]
     if n > 1 and local:
         n = _workers_that_fit([c for p in local for c in p.points], n, local[0].report)
@@ -147,10 +162,12 @@ class _Plan:
     """One sweep's unfinished points, grouped by shared setup and split into tasks with
     their estimated cost (:meth:`schedule`), and the report :meth:`finish` completes."""
 
-    def __init__(self, spec: SweepSpec, out: str | Path):
+    def __init__(self, spec: SweepSpec, out: str | Path, claims: contextlib.ExitStack):
         self.spec = spec
         self.store = Store(Path(out) / spec.name, spec.data_id)
-        _write_spec(self.store, spec)
+        text = json.dumps(spec.to_dict(), indent=2)
+        claims.enter_context(self.store.computing(hashlib.sha256(text.encode()).hexdigest()[:16]))
+        _write_spec(self.store, text)
         self.points = spec.points()
         self.keys = [record_key(c, spec.data_id) for c in self.points]
         self.report = SweepReport(self.store, self.keys)
@@ -252,11 +269,10 @@ def _outcomes(final: dict[str, dict | None]) -> list[str]:
     return out + [f"warning ({k} point(s)): {w}" for w, k in warned.items()]
 
 
-def _write_spec(store: Store, spec: SweepSpec) -> None:
-    """sweep.json describes the current grid; an earlier different grid's file
-    is kept as sweep.<its hash>.json."""
+def _write_spec(store: Store, text: str) -> None:
+    """sweep.json describes the current grid (``text``, the spec as JSON); an earlier
+    different grid's file is kept as sweep.<its hash>.json."""
     path = store.root / "sweep.json"
-    text = json.dumps(spec.to_dict(), indent=2)
     if path.exists():
         old = path.read_bytes()
         if old == text.encode():

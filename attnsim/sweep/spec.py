@@ -25,7 +25,8 @@ from ..words import suggest
 META_KEYS = ("name", "seeds", "save", "data")
 
 
-MAX_POINTS = 1_000_000  # grid points x seeds in one sweep file
+MAX_POINTS = 100_000  # grid points x seeds in one sweep file (each is checked first: ~0.2 ms a point)
+SHOW_CHECK = 5_000  # a sweep with more points shows a progress bar while they are checked
 
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -58,7 +59,12 @@ class SweepSpec:
         keys = list(self.grid)
         combos = [dict(zip(keys, c)) for c in itertools.product(*(self.grid[k] for k in keys))]
         out = []
-        for point in self.extra or combos:
+        todo = self.extra or combos
+        if len(todo) * len(self.seeds) > SHOW_CHECK:
+            from tqdm.auto import tqdm  # lazy: as the sweep's own bar
+
+            todo = tqdm(todo, desc="checking the points", unit="point", leave=False)
+        for point in todo:
             for seed in self.seeds:
                 values = {**self.base, **point, "seed": seed}
                 try:
@@ -172,7 +178,13 @@ def parse_sweep(data: dict, name: str = "sweep", base_dir: Path = Path(".")) -> 
             hint = f"; did you mean {near!r}?" if near else f"; valid keys: {', '.join(META_KEYS)}"
             raise ConfigError(f"sweep.{key}: unknown key{hint}")
     sweep_name = meta.get("name", name)
-    if not isinstance(sweep_name, str) or not NAME_RE.fullmatch(sweep_name) or ".." in sweep_name:
+    bad = not isinstance(sweep_name, str) or not NAME_RE.fullmatch(sweep_name) or ".." in sweep_name
+    if bad and "name" not in meta:  # the name came from the file's name
+        raise ConfigError(
+            f"sweep.name: the file name {sweep_name!r} cannot name the sweep's folder (letters, digits, '_', "
+            "'-', '.'); set name = \"...\" in the file's [sweep] table"
+        )
+    if bad:
         raise ConfigError(
             f"sweep.name: {sweep_name!r} must be a plain folder name (letters, digits, '_', '-', '.')"
         )
@@ -202,6 +214,12 @@ def parse_sweep(data: dict, name: str = "sweep", base_dir: Path = Path(".")) -> 
         spec.data, spec.data_id, opened = _data(meta["data"], base_dir)
     points = spec.points()
     _check_distinct(spec, points)
+    twin_saves = [v for v in spec.save if v.startswith("twin_")]
+    if twin_saves and all(cfg.precision_twin == "none" for cfg in points):
+        raise ConfigError(
+            f"sweep.save: {twin_saves[0]!r} is a precision twin's array, and no point of the sweep has a "
+            "twin; set precision_twin in [base] or [grid], or drop it"
+        )
     if opened is not None:
         _check_data_keys(spec, opened)
     for cfg in points:  # every point now, before anything runs (with data, n, T, d come from it)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, from_mapping
-from ..results import SCHEMA_VERSION, WriteError, atomic_write, write_csv_table
+from ..results import SCHEMA_VERSION, DamagedFile, WriteError, atomic_write, read_json, write_csv_table
 from .spec import SweepSpec, Task, _key_of, record_key
 
 # the final metrics that are words; the rest are numbers or null
@@ -60,6 +60,10 @@ def record_problem(key: str, rec: Any, data_id: str | None = None) -> str | None
     traj = rec.get("trajectory", {})
     if not isinstance(traj, dict) or not all(isinstance(v, list) and _numbers(v) for v in traj.values()):
         return "a trajectory that is not arrays of numbers"
+    steps = len(traj.get("step", ()))
+    short = [k for k, v in traj.items() if len(v) != steps]
+    if short:  # every saved array has one entry per logged step
+        return f"trajectory.{short[0]} holds {len(traj[short[0]])} entries for {steps} logged steps"
     return None
 
 
@@ -98,12 +102,13 @@ class Store:
         moved aside to records/damaged/ and reported."""
         path = self.path(key)
         try:
-            with open(path, "rb") as fh:
-                rec = json.loads(fh.read())
+            rec = read_json(path)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            rec, problem = None, "not valid JSON"
+        except DamagedFile as exc:
+            rec, problem = None, str(exc)
+        except OSError as exc:
+            rec, problem = None, f"cannot read it ({exc.strerror or exc})"
         else:
             problem = record_problem(key, rec, self.data_id)
         if problem is not None:
@@ -186,6 +191,37 @@ class Store:
             return
         _remove_lock(fd, path)
 
+    @contextlib.contextmanager
+    def computing(self, grid: str) -> Iterator[None]:
+        """Held while a sweep of grid ``grid`` (its description's hash) computes in this folder:
+        a ConfigError at once while a sweep of another grid computes here (the two would
+        rotate sweep.json and rewrite records.csv under each other); sweeps of one grid
+        share the folder. The claim is a lock file per grid, checked and taken under a lock
+        of the folder itself, and removed by the last sweep of its grid to leave."""
+        mine = self.root / f".computing.{grid}.lock"
+        with _folder_locked(self.root):
+            for other in self.root.glob(".computing.*.lock"):
+                if other != mine and _held(other):
+                    raise ConfigError(
+                        f"{self.root}: a sweep of another grid is computing there now (a sweep file with the "
+                        "same name); wait for it to end, or set another [sweep] name"
+                    )
+            try:
+                fd = os.open(mine, os.O_CREAT | os.O_RDWR, 0o644)
+            except OSError as exc:
+                raise WriteError(f"{mine}: cannot create the sweep's lock ({exc.strerror})") from None
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            with _folder_locked(self.root):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the last of its grid here
+                except BlockingIOError:
+                    os.close(fd)
+                else:
+                    _remove_lock(fd, mine)
+
     def compute(self, task: Task, run: Callable[..., dict]) -> bool:
         """Compute (``run(config, save, data)`` gives the record) and write one record
         unless it is done (maybe by another sweep in the same folder); True when it
@@ -196,6 +232,32 @@ class Store:
                 return False
             self.write(task.key, stamped(task, run(task.config, task.save, task.data)))
             return True
+
+
+@contextlib.contextmanager
+def _folder_locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock of the folder itself (no file is left behind)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the lock file ``path``; a stale one is removed."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return True
+    _remove_lock(fd, path)
+    return False
 
 
 def _remove_lock(fd: int, path: Path) -> None:
@@ -285,14 +347,15 @@ def load_spec(root: str | Path) -> SweepSpec:
     """The spec a sweep folder was last run with (its sweep.json)."""
     path = Path(root) / "sweep.json"
     try:
-        data = json.loads(path.read_bytes())
+        data = read_json(path)
         return SweepSpec(
             **{k: data[k] for k in ("name", "seeds", "base", "grid", "save", "extra", "data", "data_id")}
         )
     except FileNotFoundError:
         raise ConfigError(f"{root}: not a sweep folder (no sweep.json)") from None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(f"{path}: not a sweep description attnsim wrote") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # DamagedFile is a ValueError
+        why = f" ({exc})" if isinstance(exc, DamagedFile) else ""
+        raise ConfigError(f"{path}: not a sweep description attnsim wrote{why}") from None
 
 
 def load_sweep(root: str | Path) -> Any:
@@ -315,9 +378,7 @@ def load_trajectories(root: str | Path) -> Any:
         if rec.get("status") != "ok" or "step" not in traj:
             continue
         config = {f"config.{k}": v for k, v in rec.get("config", {}).items()}
-        saved = [
-            k for k, v in traj.items() if k != "step" and isinstance(v, list) and len(v) == len(traj["step"])
-        ]
+        saved = [k for k in traj if k != "step"]  # of equal lengths: the record was verified
         for i, step in enumerate(traj["step"]):
             rows.append({**config, "step": step, **{k: traj[k][i] for k in saved}})
     return _table(rows)
