@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="sweep records reused between runs (default sweeps/figures/)",
     )
     pl = sub.add_parser(
-        "plot", help="draw a finished run (scores, losses, errors) or sweep (a metric vs a key)"
+        "plot",
+        help="draw a finished run (scores, losses, errors), an --seeds folder or a sweep (a metric vs a "
+        "key, or a heatmap over two)",
     )
     pl.add_argument("folder", help="a run's folder (result.json) or a sweep's (sweep.json, records/)")
     pl.add_argument("--metric", help="sweeps: the recorded metric on the y axis (default pop_error)")
@@ -86,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="sweeps: the config key on the x axis (default: the first grid key with several values); "
         "one line per value of the others",
     )
+    pl.add_argument(
+        "--y",
+        dest="y_key",
+        metavar="KEY",
+        help="sweeps: a second config key: the sweep drawn as a heatmap over --x and KEY (a word-valued "
+        "metric such as regime as a map of categories)",
+    )
+    pl.add_argument("--logx", action="store_true", help="sweeps: logarithmic x axis")
     pl.add_argument("--logy", action="store_true", help="sweeps: logarithmic y axis")
     pl.add_argument(
         "--out",

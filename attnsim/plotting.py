@@ -177,8 +177,14 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
             if counts.get(role, 1) and key in tr and np.isfinite(tr[key][keep]).any():
                 many = f" ({counts[role]} tokens)" if counts.get(role, 1) > 1 else ""
                 ax.plot(x, tr[key][keep], ls=ls, color=ROLE_COLORS[role], label=f"{group}: {role}{many}")
+    fresh = tr.get("pop_score_relevant")
+    if fresh is not None and np.isfinite(np.asarray(fresh, dtype=float)[keep]).any():
+        y = np.asarray(fresh, dtype=float)[keep]
+        m = np.isfinite(y)  # at the population's log points only
+        ax.plot(x[m], y[m], color="k", lw=1.6, label="fresh samples: relevant")
     ax.set_ylabel("attention score per role (summed over its tokens)", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
+    _mark_times(axes, result.theory, x)
     curves = {"train loss": "train_loss", "population loss": "pop_loss", "test loss": "test_loss"}
     _lines(axes[1], tr, keep, x, curves)
     axes[1].set_ylabel("loss")
@@ -195,6 +201,56 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
         else:
             ax.legend(fontsize=7, loc="best")
+
+
+def _mark_times(axes: Sequence[Axes], theory: Mapping[str, Any], x: np.ndarray) -> None:
+    """The memorization and generalization steps (the theory section's t_memorize,
+    t_generalize) as vertical lines on every panel, when the run reached them."""
+    marks = (("t_memorize", "memorized", "C3"), ("t_generalize", "fresh relevant score >= 0.5", "C2"))
+    for key, what, color in marks:
+        t = theory.get(key)
+        if isinstance(t, (int, float)) and x.size and x.min() <= t <= x.max():
+            for i, ax in enumerate(axes):
+                ax.axvline(
+                    t, color=color, lw=0.9, ls=(0, (4, 2)), label=f"{what} (step {t:.4g})" if i == 1 else None
+                )
+
+
+def plot_seeds(axes: Sequence[Axes], results: Sequence[Result]) -> None:
+    """The runs of an ``attnsim run --seeds`` folder on three Axes, one thin line per seed:
+    the relevant token's score (clean samples solid, noisy dashed; fresh samples black),
+    the training and population losses, and the population error."""
+    panels = (
+        (0, "score_clean_relevant", "C0", "-", "relevant (clean)"),
+        (0, "score_noisy_relevant", "C0", "--", "relevant (noisy)"),
+        (0, "pop_score_relevant", "k", "-", "relevant (fresh samples)"),
+        (1, "train_loss", "C1", "-", "train loss"),
+        (1, "pop_loss", "C4", "-", "population loss"),
+        (2, "pop_error", "C3", "-", "population error"),
+    )
+    logx = results[0].config.get("log_scale") == "log"
+    for k, res in enumerate(results):
+        tr = res.trajectory
+        keep = _on_axis(tr["step"], logx)
+        x = tr["step"][keep]
+        for i, key, color, ls, what in panels:
+            if key in tr:
+                y = np.asarray(tr[key], dtype=float)[keep]
+                m = np.isfinite(y) & ((y > 0) if i == 2 else True)
+                axes[i].plot(
+                    x[m], y[m], color=color, ls=ls, lw=0.9, alpha=0.7, label=what if k == 0 else None
+                )
+    axes[0].set_ylabel("attention score on the relevant token", fontsize=9)
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[1].set_ylabel("loss")
+    axes[2].set_ylabel("population error (0 not drawn)")
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("step")
+        if logx:
+            ax.set_xscale("log")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best", title=f"{len(results)} seeds, one line each", title_fontsize=7)
 
 
 def _plot_twin(axes: Sequence[Axes], result: Result, keep: np.ndarray, x: np.ndarray) -> None:
@@ -282,23 +338,53 @@ def _lines(ax, tr: dict, keep: np.ndarray, x: np.ndarray, curves: dict) -> None:
 
 
 def plot_sweep(
-    ax: Axes, table: Mapping[str, Any], metric: str, x: str, by: list[str] | None = None, logy: bool = False
+    ax: Axes,
+    table: Mapping[str, Any],
+    metric: str,
+    x: str,
+    by: list[str] | None = None,
+    logy: bool = False,
+    logx: bool = False,
 ) -> None:
     """A recorded metric of a sweep against one config key: one line per value
     of the other keys ``by``, the mean over seeds with a band from the smallest
     to the largest seed's value; a metric that is a word (``regime``) as the
-    fraction of seeds with each value. ``table``: :func:`attnsim.sweep.load_sweep`.
-    PlotError when no point has a value to draw."""
+    fraction of seeds with each value; a key whose values are words (``model``,
+    ``precision_twin``) as categories in the order met. ``table``:
+    :func:`attnsim.sweep.load_sweep`. PlotError when no point has a value to draw."""
     col = {k: np.asarray(table[k]) for k in table}
     ok = col["status"] == "ok"
-    xs = col[f"config.{x}"][ok].astype(float)
+    xs, categories = _positions(col[f"config.{x}"][ok])
+    if logx and (categories or not (xs > 0).all()):
+        why = "its values are words" if categories else "it has values <= 0"
+        raise PlotError(f"plot --logx: {x} cannot be drawn on a log axis ({why}); draw it without --logx")
     raw = col[metric][ok]
     groups = [tuple(row) for row in zip(*(col[f"config.{k}"][ok] for k in by or []))] or [()] * xs.size
     words = [v for v in raw if isinstance(v, str)]
     if words:
         _plot_fractions(ax, xs, raw, groups, by or [], metric)
-        ax.set_xlabel(x)
-        return
+    else:
+        _plot_means(ax, xs, raw, groups, by or [], metric, logy)
+    ax.set_xlabel(x)
+    if categories:
+        ax.set_xticks(range(len(categories)), categories)
+        ax.set_xlim(-0.5, len(categories) - 0.5)
+    if logx:
+        ax.set_xscale("log")
+
+
+def _positions(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """x positions of a config key's values: the numbers themselves, or for words (and
+    booleans) 0, 1, ... in the order met, with the words as the second element."""
+    if all(isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)) for v in values):
+        return values.astype(float), []
+    categories = list(dict.fromkeys(str(v).lower() if isinstance(v, bool) else str(v) for v in values))
+    index = {c: i for i, c in enumerate(categories)}
+    pos = [index[str(v).lower() if isinstance(v, bool) else str(v)] for v in values]
+    return np.asarray(pos, dtype=float), categories
+
+
+def _plot_means(ax, xs, raw, groups, by, metric, logy) -> None:
     ys = np.array([np.nan if v is None else v for v in raw], dtype=float)
     finite = np.isfinite(ys)
     if not finite.any():
@@ -312,16 +398,66 @@ def plot_sweep(
         mean = np.array([np.nanmean(s) if np.isfinite(s).any() else np.nan for s in stats])
         lo = np.array([np.nanmin(s) if np.isfinite(s).any() else np.nan for s in stats])
         hi = np.array([np.nanmax(s) if np.isfinite(s).any() else np.nan for s in stats])
-        ax.plot(grid, mean, marker="o", ms=3, color=f"C{i % 10}", label=_group_label(by or [], g) or None)
+        ax.plot(grid, mean, marker="o", ms=3, color=f"C{i % 10}", label=_group_label(by, g) or None)
         if max(len(s) for s in stats) > 1:
             ax.fill_between(grid, lo, hi, color=f"C{i % 10}", alpha=0.2)
-    ax.set_xlabel(x)
     zero = " (0 not drawn)" if logy and (ys[finite] <= 0).any() else ""
     ax.set_ylabel(f"{metric} (mean over seeds; band: their range){zero}", fontsize=9)
     if logy:
         ax.set_yscale("log")
     if by:
         ax.legend(fontsize=7, loc="best")
+
+
+def plot_heatmap(ax: Axes, table: Mapping[str, Any], metric: str, x: str, y: str) -> None:
+    """A 2-D sweep as a map over two config keys, one cell per pair of grid values (in the
+    grid's order, evenly spaced, labelled with the values): each cell the mean of
+    ``metric`` over its seeds (a colour bar beside), or for a word-valued metric
+    (``regime``) the value most seeds have, one colour per word (a legend; cells where the
+    seeds disagree hatched)."""
+    col = {k: np.asarray(table[k]) for k in table}
+    ok = col["status"] == "ok"
+    xs, xcat = _positions(col[f"config.{x}"][ok])
+    ys, ycat = _positions(col[f"config.{y}"][ok])
+    raw = col[metric][ok]
+    gx, gy = np.unique(xs), np.unique(ys)
+    cells = [[raw[(xs == u) & (ys == v)] for u in gx] for v in gy]
+    words = sorted({v for v in raw if isinstance(v, str)})
+    edges_x, edges_y = np.arange(gx.size + 1) - 0.5, np.arange(gy.size + 1) - 0.5
+    if words:
+        grid = np.full((gy.size, gx.size), np.nan)
+        split = []
+        for i, row in enumerate(cells):
+            for j, vals in enumerate(row):
+                got = [v for v in vals if isinstance(v, str)]
+                if got:
+                    top = max(words, key=got.count)
+                    grid[i, j] = words.index(top)
+                    if got.count(top) < len(got):
+                        split.append((i, j))
+        import matplotlib.colors as mcolors  # lazy: as matplotlib
+
+        cmap = mcolors.ListedColormap([f"C{k % 10}" for k in range(len(words))])
+        ax.pcolormesh(
+            edges_x, edges_y, np.ma.masked_invalid(grid), cmap=cmap, vmin=-0.5, vmax=len(words) - 0.5
+        )
+        for i, j in split:
+            ax.fill_between([j - 0.5, j + 0.5], i - 0.5, i + 0.5, hatch="//", fc="none", ec="k", lw=0)
+        handles = [ax.fill_between([], [], [], color=f"C{k % 10}", label=w) for k, w in enumerate(words)]
+        if split:
+            handles.append(ax.fill_between([], [], [], hatch="//", fc="none", ec="k", label="seeds disagree"))
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=metric)
+    else:
+        num = [[np.array([np.nan if v is None else v for v in c], dtype=float) for c in row] for row in cells]
+        grid = np.array([[np.nanmean(c) if np.isfinite(c).any() else np.nan for c in row] for row in num])
+        if not np.isfinite(grid).any():
+            raise PlotError(f"plot --metric {metric}: no finished point of the sweep has a value (all null)")
+        mesh = ax.pcolormesh(edges_x, edges_y, np.ma.masked_invalid(grid), cmap="viridis")
+        ax.figure.colorbar(mesh, ax=ax, label=f"{metric} (mean over seeds)")
+    ax.set_xticks(range(gx.size), xcat or [f"{v:g}" for v in gx])
+    ax.set_yticks(range(gy.size), ycat or [f"{v:g}" for v in gy])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
 
 
 def _group_label(by: list[str], g: tuple) -> str:

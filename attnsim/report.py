@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import metrics
+from . import metrics, registry
 from ._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS, PlotError
 from .results import load, save_png
 from .words import suggest
@@ -109,7 +109,9 @@ def _reference_line(f: dict) -> str | None:
 def _data_line(res) -> str:
     c, f, th = res.config, res.final, res.theory
     snr = "" if th.get("snr") is None else f"; SNR={th['snr']:.4g}, n*SNR^2={th['n_snr2']:.4g}"
-    fit = f"train={c['train']}, lr={c['lr']:g}"
+    blocks = registry.MODELS[c["model"]].blocks if c.get("model") in registry.MODELS else ()
+    trained = c["train"] if set(c["train"].split(",")) <= set(blocks) else "every parameter"
+    fit = f"train={trained}, lr={c['lr']:g}"
     if c.get("integrator") in FRESH_INTEGRATORS:
         quadrature = c["integrator"] in POPULATION_INTEGRATORS
         monitor = "the quadrature's samples" if quadrature else f"{c['n']} fresh samples"
@@ -260,8 +262,11 @@ def figure_format(out: str | Path) -> str:
     return suffix
 
 
-def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, str, list[str]]:
-    """The metric, the x key and the keys that get one line per value (each checked)."""
+def _sweep_axes(
+    spec, table, metric: str | None, x: str | None, y: str | None = None
+) -> tuple[str, str, list[str]]:
+    """The metric, the x key and the keys that get one line per value (each checked); with
+    ``y`` (a heatmap), the y key checked too and nothing else varied."""
     columns = [k for k in table if not k.startswith(("config.", "status", "error", "engine"))]
     metric = metric or ("pop_error" if "pop_error" in columns else "train_loss")
     if metric not in columns:
@@ -273,16 +278,27 @@ def _sweep_axes(spec, table, metric: str | None, x: str | None) -> tuple[str, st
     if x is None:
         if not varied:
             raise PlotError("plot: the sweep varies no config key; nothing to draw against")
-        x = varied[0]
-    if f"config.{x}" not in table:
-        raise PlotError(f"plot --x: {x!r} is not a config key of the sweep")
-    if x not in varied:
-        values = sorted({str(v) for v in table[f"config.{x}"]})
+        x = next((k for k in varied if k != y), varied[0])
+    for flag, key in (("--x", x), ("--y", y)):
+        if key is None:
+            continue
+        if f"config.{key}" not in table:
+            raise PlotError(f"plot {flag}: {key!r} is not a config key of the sweep")
+        if key not in varied:
+            values = sorted({str(v) for v in table[f"config.{key}"]})
+            raise PlotError(
+                f"plot {flag}: the sweep does not vary {key} (every point has {key} = {', '.join(values)}); "
+                f"it varies {', '.join(varied) or 'nothing'}"
+            )
+    if y == x:
+        raise PlotError(f"plot --y: {y} is the x key too; give two different keys")
+    by = [k for k in varied if k not in (x, y)]
+    if y is not None and by:
         raise PlotError(
-            f"plot --x: the sweep does not vary {x} (every point has {x} = {', '.join(values)}); "
-            f"it varies {', '.join(varied) or 'nothing'}"
+            f"plot --y: a heatmap holds two keys, and the sweep also varies {', '.join(by)}; "
+            "draw it against --x alone (one line per value of the others)"
         )
-    return metric, x, [k for k in varied if k != x]
+    return metric, x, by
 
 
 def _held_notes(folder: Path, held: dict) -> list[str]:
@@ -303,21 +319,44 @@ def _held_notes(folder: Path, held: dict) -> list[str]:
     return notes
 
 
+# the arrays a run's plot reads (a trajectory may hold large ones it never draws: scores, logits)
+_PLOTTED = ("step", "roles", "train_", "test_", "pop_", "score_", "twin_", "fit_step")
+
+
 def plot_folder(
-    folder: Path, out: str | None, metric: str | None, x_key: str | None, logy: bool
+    folder: Path,
+    out: str | None,
+    metric: str | None,
+    x_key: str | None,
+    logy: bool,
+    y_key: str | None = None,
+    logx: bool = False,
 ) -> tuple[Path, list[str]]:
-    """A run's folder (result.json) or a sweep's (sweep.json) drawn into a figure (``out``,
-    whose suffix names the format, or a PNG beside it); the path written and notes for
-    the reader (records damaged, missing or failed)."""
+    """A run's folder (result.json), an ``attnsim run --seeds`` folder (seed-K runs) or a
+    sweep's (sweep.json) drawn into a figure (``out``, whose suffix names the format, or a
+    PNG beside it); the path written and notes for the reader (records damaged, missing or
+    failed). A sweep is drawn against one key (``x_key``), or as a heatmap over two (``y_key``)."""
+    from .results import _seed_runs  # lazy: as sweep_table
     from .sweep.store import sweep_table  # lazy: a run's summary needs no sweep code (25 ms)
 
-    kind = "run" if (folder / "result.json").is_file() else "sweep"
-    if kind == "run" and (metric is not None or x_key is not None or logy):
-        raise PlotError("plot: --metric, --x and --logy shape a sweep's plot; this is a run's folder")
+    seeds = _seed_runs(folder) if not (folder / "result.json").is_file() else []
+    kind = "run" if (folder / "result.json").is_file() else "seeds" if seeds else "sweep"
+    what = "a run's" if kind == "run" else "an --seeds"
+    if kind != "sweep" and (metric is not None or x_key is not None or y_key is not None or logy or logx):
+        raise PlotError(
+            f"plot: --metric, --x, --y, --logx and --logy shape a sweep's plot; this is {what} folder"
+        )
+    if y_key is not None and (logx or logy):
+        raise PlotError(
+            "plot: a heatmap's cells are the grid's values in order, evenly spaced (a log grid looks "
+            "logarithmic already); --logx and --logy draw lines only"
+        )
     fmt = figure_format(out) if out is not None else "png"
     notes: list[str] = []
-    if kind == "run":
-        res = load(folder)  # ResultError before matplotlib loads
+    if kind != "sweep":  # ResultError before matplotlib loads
+        runs = [
+            load(f, arrays=lambda k: k.startswith(_PLOTTED)) for f in ([folder] if kind == "run" else seeds)
+        ]
     else:
         spec, table, held = sweep_table(folder)
         notes = _held_notes(folder, held)
@@ -326,7 +365,7 @@ def plot_folder(
                 f"plot: {folder}: no run of the sweep has finished ({held['records']} record(s) of "
                 f"{held['points']} runs, {held['failed']} failed); run attnsim sweep first"
             )
-        metric, x, by = _sweep_axes(spec, table, metric, x_key)
+        metric, x, by = _sweep_axes(spec, table, metric, x_key, y_key)
     import matplotlib  # lazy: as in plot_result
 
     matplotlib.use("Agg")
@@ -334,28 +373,57 @@ def plot_folder(
 
     from . import plotting  # lazy: as matplotlib
 
-    if kind == "run":
+    if kind != "sweep":
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
-        plotting.plot_run(axes, res)
-        c = res.config
-        title = f"{folder.name}: n={c['n']}, d={c['d']}, |mu|={c['signal_norm']:g}, "
-        fig.suptitle(title + f"noise_rate={c['noise_rate']:g}: regime {res.final.get('regime')}", fontsize=10)
+        if kind == "run":
+            plotting.plot_run(axes, runs[0])
+        else:
+            plotting.plot_seeds(axes, runs)
+        c, f = runs[0].config, runs[0].final
+        what = "" if kind == "run" else f" ({len(runs)} seeds)"
+        fig.suptitle(
+            f"{folder.name}{what}: {_setting(c)}"
+            + (f"; regime {f['regime']}" if kind == "run" and f.get("regime") else ""),
+            fontsize=10,
+        )
         path = Path(out) if out is not None else folder / "plot.png"
     else:
-        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        fig, ax = plt.subplots(figsize=(7.2 if y_key else 6.5, 4.2))
         try:
-            plotting.plot_sweep(ax, table, metric, x, by, logy=logy)
+            if y_key is not None:
+                plotting.plot_heatmap(ax, table, metric, x, y_key)
+            else:
+                plotting.plot_sweep(ax, table, metric, x, by, logy=logy, logx=logx)
         except PlotError:
             plt.close(fig)
             raise
         done = f"{held['records'] - held['failed']} of {held['points']} runs"
-        seeds = f"{len(spec.seeds)} seed(s), {done}"
-        ax.set_title(f"sweep {spec.name}: {metric} against {x} ({seeds})", fontsize=9)
-        name = f"{metric}-vs-{x}" + ("-logy" if logy else "") + ".png"
-        path = Path(out) if out is not None else folder / name
+        n_seeds = f"{len(spec.seeds)} seed(s), {done}"
+        against = f"{x} and {y_key}" if y_key else x
+        ax.set_title(f"sweep {spec.name}: {metric} against {against} ({n_seeds})", fontsize=9)
+        name = (
+            f"{metric}-vs-{x}"
+            + (f"-{y_key}" if y_key else "")
+            + ("-logx" if logx else "")
+            + ("-logy" if logy else "")
+        )
+        path = Path(out) if out is not None else folder / f"{name}.png"
     fig.tight_layout()
     save_png(fig, path, fmt=fmt)
     return path, notes
+
+
+def _setting(c: dict) -> str:
+    """A run's setting in the paper's symbols, for a title (keys a damaged file lacks left out)."""
+    parts = [
+        ("n", "n", "{}"),
+        ("d", "d", "{}"),
+        ("signal_norm", r"$\|\mu\|$", "{:g}"),
+        ("noise_rate", r"$\eta$", "{:g}"),
+    ]
+    return ", ".join(
+        f"{sym}={fmt.format(c[k])}" for k, sym, fmt in parts if isinstance(c.get(k), (int, float))
+    )
 
 
 def grad_verdict(errors: dict[str, dict], tol: float, width: int) -> int:

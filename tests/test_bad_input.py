@@ -485,7 +485,7 @@ CASES = {
     # check-grad and plot
     "check-grad-tol-negative": (lambda t: ["check-grad", "--tol", "-1"], "--tol: must be in (0, 1)"),
     "plot-missing-folder": (lambda t: ["plot", str(t / "nope")], "no such folder"),
-    "plot-not-a-result": (lambda t: ["plot", str(t)], "neither a run (result.json) nor a sweep"),
+    "plot-not-a-result": (lambda t: ["plot", str(t)], "is neither a run (result.json), nor an --seeds folder"),
     "plot-result-truncated": (
         lambda t: [
             "plot",
@@ -663,8 +663,19 @@ def _interrupt(args, tmp_path, wait_for):
         time.sleep(0.05)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    err = _finish(proc)[1]
     return proc.returncode, err
+
+
+def _finish(proc, timeout=60):
+    """The process's output once it ends; past ``timeout`` it is killed (its pipes closed, not
+    left to a later test as an unclosed file) and the test fails naming the wait."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running {timeout} s after the signal; stderr: {err!r}")
 
 
 def test_ctrl_c_during_a_run_exits_130_and_writes_nothing(tmp_path):
@@ -691,7 +702,7 @@ def test_a_signal_while_a_precision_twin_trains_stops_the_run_within_two_seconds
     assert proc.poll() is None, proc.communicate()
     t = time.time()
     proc.send_signal(getattr(signal, sig))
-    err = proc.communicate(timeout=60)[1]
+    err = _finish(proc)[1]
     took = time.time() - t
     assert proc.returncode == code and err.strip().splitlines()[-1].startswith("attnsim: "), err
     assert took < 2.0 or "compiling kernels" in err, took
