@@ -177,6 +177,8 @@ class _Walk:
         """The next chunk's size, and the bar once the steps have taken a second."""
         if took < 0.1:
             self.chunk = min(2 * self.chunk, PROGRESS_CHUNK)
+        elif took > 0.2:  # the machine got busier: a signal still waits a tenth of a second or so
+            self.chunk = max(1, self.chunk // 2)
         steps = int(self.schedule.grid[-1])
         if self.bar is None and self.shows and time.monotonic() - self.t0 > 1.0 and self.step < steps:
             self.bar = _Bar(steps, self.schedule.progress, self.schedule.log_bar)

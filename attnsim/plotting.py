@@ -212,7 +212,7 @@ def _mark_times(axes: Sequence[Axes], theory: Mapping[str, Any], x: np.ndarray) 
         if isinstance(t, (int, float)) and x.size and x.min() <= t <= x.max():
             for i, ax in enumerate(axes):
                 ax.axvline(
-                    t, color=color, lw=0.9, ls=(0, (4, 2)), label=f"{what} (step {t:.4g})" if i == 1 else None
+                    t, color=color, lw=0.9, ls=(0, (4, 2)), label=f"{what} (step {t:.4g})" if i == 0 else None
                 )
 
 

@@ -307,6 +307,8 @@ class OutputError(ValueError):
 
 
 NAME_MAX = 255
+PATH_MAX = 4096  # Linux's limit of a path's bytes, its final NUL included
+PATH_ROOM = 96  # the longest path attnsim writes below an output folder (seed-K/, records/damaged/...)
 
 
 def check_output_dir(path: str | Path, what: str = "--out") -> Path:
@@ -324,6 +326,13 @@ def check_output_dir(path: str | Path, what: str = "--out") -> Path:
         if len(os.fsencode(part)) > NAME_MAX:
             raise OutputError(f"{what}: {path}: the name {part[:20]}... is longer than {NAME_MAX} bytes")
     absolute = Path(os.path.abspath(text))
+    size = len(os.fsencode(absolute))
+    if size + PATH_ROOM >= PATH_MAX:
+        raise OutputError(
+            f"{what}: {text[:40]}...: a path of {size} bytes; the files written in it would pass the "
+            f"system's limit of {PATH_MAX} bytes a path (a finished run could not be saved); use a "
+            "shorter path"
+        )
     if absolute == Path(absolute.anchor):
         raise OutputError(f"{what}: {path} is the root folder; name a folder for the results")
     base = Path(absolute.anchor)
@@ -431,6 +440,10 @@ def read_npz(path: Path, wanted: Callable[[str], bool] | None = None) -> dict[st
         with zf:
             for info in zf.infolist():
                 name = info.filename.removesuffix(".npy")
+                if (
+                    not name.isprintable() or not name.isascii()
+                ):  # a damaged directory: no raw bytes in a message
+                    raise DamagedFile("its table of members is damaged (a name that is not text)")
                 if wanted is None or wanted(name):
                     out[name] = _member(zf, info, name)
     return out

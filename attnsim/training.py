@@ -122,7 +122,7 @@ def drive(
     grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
     stepper = problem.stepper(cfg, rel, y=ds.y) if stepper is None else stepper
     evaluate = problem.evaluator(cfg, pop)
-    x_Wp = {"W", "p"} <= set(registry.MODELS[cfg.model].blocks)  # the attention model's logits
+    x_Wp = logits_are_x_Wp(cfg.model)
     recorder = Recorder(ds, grid, save_scores, cfg.lr, cfg.d, optimizer=cfg.optimizer, logit_x_Wp=x_Wp)
     recorder.quiet = quiet
     at = [len(grid) - 1] if final_only else pop_indices(len(grid), cfg.pop_log_points)
@@ -193,3 +193,9 @@ def clean_twin_job(
         return out
 
     return train
+
+
+def logits_are_x_Wp(model: str) -> bool:
+    """Whether a model's attention logits are x . W p (the attention model's: its trained blocks
+    include W and p), so the saturation advice's formulas in lr, sigma and d apply."""
+    return {"W", "p"} <= set(registry.MODELS[model].blocks)

@@ -485,7 +485,10 @@ CASES = {
     # check-grad and plot
     "check-grad-tol-negative": (lambda t: ["check-grad", "--tol", "-1"], "--tol: must be in (0, 1)"),
     "plot-missing-folder": (lambda t: ["plot", str(t / "nope")], "no such folder"),
-    "plot-not-a-result": (lambda t: ["plot", str(t)], "is neither a run (result.json), nor an --seeds folder"),
+    "plot-not-a-result": (
+        lambda t: ["plot", str(t)],
+        "is neither a run (result.json), nor an --seeds folder",
+    ),
     "plot-result-truncated": (
         lambda t: [
             "plot",

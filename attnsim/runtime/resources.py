@@ -26,13 +26,17 @@ MAX_GD_SECONDS = 30 * 86400
 
 
 def check_fits(
-    items: list[tuple[str, str, float]], steps: int, step_flops: float, error: type[Exception]
+    items: list[tuple[str, str, float]],
+    steps: int,
+    step_flops: float,
+    error: type[Exception],
+    step_keys: str = "steps",
 ) -> None:
     """Refuse, before anything is allocated, a run whose large arrays ``items``
     ((keys, what, bytes) each) need more than 80 % of this machine's memory, or
     whose ``steps`` GD steps of ``step_flops`` each (0: not GD) would take longer
     than ``MAX_GD_SECONDS``: one line naming the keys and the estimate (``error``,
-    the caller's ConfigError: exit 2)."""
+    the caller's ConfigError: exit 2; ``step_keys``: the keys that set a step's cost)."""
     total = sum(b for _, _, b in items)
     have = physical_memory()
     if total > 0.8 * have:
@@ -44,8 +48,12 @@ def check_fits(
     seconds = steps * step_flops / GD_FLOPS_PER_S
     if seconds > MAX_GD_SECONDS:
         raise error(
-            f"steps: {steps:.3g} GD steps would take about {seconds / 3.15e7:.3g} years here; "
-            "integrator=flow follows the same dynamics to 1e14 steps in seconds"
+            f"{step_keys}: {steps:.3g} GD steps would take about {seconds / 3.15e7:.3g} years here; "
+            + (
+                "integrator=flow follows the same dynamics to 1e14 steps in seconds"
+                if step_keys == "steps"
+                else "use a smaller batch or fewer steps"
+            )
         )
 
 

@@ -61,8 +61,8 @@ def record_problem(key: str, rec: Any, data_id: str | None = None) -> str | None
     if not isinstance(traj, dict) or not all(isinstance(v, list) and _numbers(v) for v in traj.values()):
         return "a trajectory that is not arrays of numbers"
     steps = len(traj.get("step", ()))
-    short = [k for k, v in traj.items() if len(v) != steps]
-    if short:  # every saved array has one entry per logged step
+    short = [k for k, v in traj.items() if k in rec["final"] and len(v) != steps]
+    if short:  # a metric (it has a final value) has one entry per logged step; roles, fit_step... do not
         return f"trajectory.{short[0]} holds {len(traj[short[0]])} entries for {steps} logged steps"
     return None
 
@@ -378,7 +378,7 @@ def load_trajectories(root: str | Path) -> Any:
         if rec.get("status") != "ok" or "step" not in traj:
             continue
         config = {f"config.{k}": v for k, v in rec.get("config", {}).items()}
-        saved = [k for k in traj if k != "step"]  # of equal lengths: the record was verified
+        saved = [k for k, v in traj.items() if k != "step" and len(v) == len(traj["step"])]  # per-step arrays
         for i, step in enumerate(traj["step"]):
             rows.append({**config, "step": step, **{k: traj[k][i] for k in saved}})
     return _table(rows)

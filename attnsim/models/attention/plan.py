@@ -184,6 +184,12 @@ def memory_estimate(cfg: Config, engine: str, save_scores: bool = False) -> list
             items.append(("d", "W(0)", f * d * d))
         else:
             items.append(("d", "W(0) row blocks", f * max(1 << 22, 64.0 * d)))
+    if cfg.integrator == "online":  # every step draws its batch's tokens, in d or in the frame's k
+        b = batch_size(cfg)
+        what = (
+            f"a batch's tokens, their coordinates and scores (batch*T*(k+3) = {b:.3g}*{T}*{k + 3:.3g} floats)"
+        )
+        items.append(("batch, T", what, f * b * T * (k + 3)))
     if cfg.precision_twin != "none":
         blocks = 3 + 2 * (cfg.optimizer == "adam")  # W, W(0), dW (and AdamW's moments)
         what = f"the precision twin's {blocks} d x d arrays, X, X W and dA ({cfg.precision_twin})"
@@ -233,7 +239,8 @@ def check_resources(cfg: Config, engine: str, save_scores: bool = False) -> None
     flops = 6.0 * k * (k + 1) + 4.0 * cfg.n * cfg.T * k if cfg.integrator == "gd" else 0.0
     if cfg.integrator in ("population", "online"):  # the flows' steps are time, not work
         flops = step_flops(cfg, engine)
-    check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError)
+    keys = "batch, steps" if cfg.integrator == "online" else "steps"
+    check_fits(memory_estimate(cfg, engine, save_scores), cfg.steps, flops, ConfigError, keys)
     seconds = setup_seconds(cfg, engine)
     if seconds > MAX_SETUP_SECONDS:
         raise ConfigError(
