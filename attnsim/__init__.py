@@ -36,3 +36,8 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'attnsim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API's names before first use too (tab completion lists the lazy ones)."""
+    return sorted(set(globals()) | set(__all__))

@@ -77,8 +77,8 @@ class Schedule:
     """When a run does what: the log grid (steps, 0 and the last included), the log
     points with evaluations (indices into it), the step size (named in a divergence
     message), whether a progress bar is shown (None: on a terminal), whether it
-    counts decades (a log grid), and an event that stops the walk between chunks
-    (``stop``: a twin whose run ended)."""
+    counts decades (a flow on a log grid; discrete steps' bars count steps), and an
+    event that stops the walk between chunks (``stop``: a twin whose run ended)."""
 
     grid: np.ndarray
     evaluate_at: Sequence[int] = ()
@@ -181,7 +181,9 @@ class _Walk:
             self.chunk = max(1, self.chunk // 2)
         steps = int(self.schedule.grid[-1])
         if self.bar is None and self.shows and time.monotonic() - self.t0 > 1.0 and self.step < steps:
-            self.bar = _Bar(steps, self.schedule.progress, self.schedule.log_bar)
+            # discrete steps cost the same each, on a log grid too: the bar counts steps, so its
+            # estimate of the time left holds (a flow's bar counts decades, where its time goes)
+            self.bar = _Bar(steps, self.schedule.progress, log=False)
 
     def to(self, target: int) -> None:
         while self.frozen_at is None and self.step < target:

@@ -206,7 +206,7 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
 def _mark_times(axes: Sequence[Axes], theory: Mapping[str, Any], x: np.ndarray) -> None:
     """The memorization and generalization steps (the theory section's t_memorize,
     t_generalize) as vertical lines on every panel, when the run reached them."""
-    marks = (("t_memorize", "memorized", "C3"), ("t_generalize", "fresh relevant score >= 0.5", "C2"))
+    marks = (("t_memorize", "memorized", "C3"), ("t_generalize", "new samples: relevant score >= 0.5", "C2"))
     for key, what, color in marks:
         t = theory.get(key)
         if isinstance(t, (int, float)) and x.size and x.min() <= t <= x.max():

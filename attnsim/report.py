@@ -56,10 +56,10 @@ def _regime_reason(f: dict, c: dict) -> str:
     side = "at most" if regime == "benign" else "above"
     excess = metrics.format_error(f["excess_error"], f["excess_error_se"], f.get("excess_error_resolved"))
     what = "the Bayes error" if f.get("regime_rule", "").startswith("excess") else "0 (no Bayes error)"
-    border = "; borderline: its +-2 se interval contains benign_error" if f.get("regime_borderline") else ""
+    border = "; borderline: its +-2 se interval contains the threshold" if f.get("regime_borderline") else ""
     return (
         f"every label fitted, the {f['n_noisy']} flipped ones included; error in excess of {what} "
-        f"{excess}: {side} benign_error={c['benign_error']:g}{border}"
+        f"{excess}: {side} the benign threshold {c['benign_error']:g}{border}"
     )
 
 
@@ -67,10 +67,10 @@ def _generalization(f: dict, c: dict) -> str:
     """Whether the run generalizes, whatever its labels: its error within
     benign_error of the Bayes error (no verdict without an error measure)."""
     if f.get("generalized") is None:
-        return "no generalization verdict (no population metrics, no test set)"
+        return "no error verdict (no population metrics, no test set)"
     if f["generalized"]:
-        return f"generalizes (excess error <= {c['benign_error']:g})"
-    return f"does not generalize (excess error above {c['benign_error']:g})"
+        return f"error within {c['benign_error']:g} of the Bayes error"
+    return f"error more than {c['benign_error']:g} above the Bayes error"
 
 
 def _reference_line(f: dict) -> str | None:
@@ -137,11 +137,11 @@ def format_summary(res: Result) -> str:
     c, f, th, e = res.config, res.final, res.theory, res.engine
     lines = [
         f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {_method(c)} "
-        f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s); engine {e['used']} ({e['reason']})",
+        f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s)",
         _data_line(res),
         f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
         f"(clean {_fmt(f['train_acc_clean'], '.3f')}, noisy fitted {_fmt(f['train_acc_noisy'], '.3f')}, "
-        f"noisy vs true label {_fmt(f['train_acc_noisy_true'], '.3f')})",
+        f"noisy samples' true labels predicted {_fmt(f['train_acc_noisy_true'], '.3f')})",
     ]
     if f.get("test_acc") == f.get("test_acc"):
         lines.append(f"test:  loss {_fmt(f['test_loss'])}, acc {_fmt(f['test_acc'], '.4f')}")
@@ -149,8 +149,10 @@ def format_summary(res: Result) -> str:
         lines.append(
             f"population: error "
             f"{metrics.format_error(f['pop_error'], f['pop_error_se'], f.get('pop_error_resolved'))} "
-            f"(at init {_fmt(f['pop_error_init'], '.3g')}), loss {_fmt(f['pop_loss'])}, "
-            f"fresh-sample relevant score {_fmt(f.get('pop_score_relevant'), '.3f')}"
+            f"(test accuracy {_fmt(1.0 - f['pop_error'], '.4f')}; "
+            f"at init {_fmt(f['pop_error_init'], '.3g')}), "
+            f"loss {_fmt(f['pop_loss'])}, relevant-token score on new samples "
+            f"{_fmt(f.get('pop_score_relevant'), '.3f')}"
         )
     else:
         lines.append(f"population: n/a ({res.data.get('population')})")
@@ -166,18 +168,32 @@ def format_summary(res: Result) -> str:
     reference = _reference_line(f)
     if reference is not None:
         lines.append(reference)
-    fresh = f"fresh relevant score >= {c['gen_score']:g}"
-    memorized = (
-        "memorized: no training set"
-        if c.get("integrator") in FRESH_INTEGRATORS
-        else _when("memorized", th.get("t_memorize"))
-    )
-    lines.append(f"times: {memorized}; {_when(fresh, th.get('t_generalize'), 'from')}")
+    lines.append(_times_line(c, th))
     if res.limit:
         lines.append(_limit_line(res.limit))
     if res.precision:
         lines.append(precision_line(res.precision))
+    lines.append(f"computed with: engine {e['used']} ({e['reason']})")
     return "\n".join(lines)
+
+
+def _times_line(c: dict, th: dict) -> str:
+    """When the training set was memorized and when new samples' relevant token took over
+    (the paper's delayed generalization when that comes later), each flagged as the first
+    logged step past it unless the times were refined to the step."""
+    fresh = f"relevant-token score on new samples >= {c['gen_score']:g}"
+    t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
+    memorized = (
+        "memorized: no training set"
+        if c.get("integrator") in FRESH_INTEGRATORS
+        else _when("memorized", t_mem)
+    )
+    line = f"times: {memorized}; {_when(fresh, t_gen, 'from')}"
+    if t_mem and t_gen and t_gen > t_mem:
+        line += f"; delayed generalization: {t_gen / t_mem:.3g}x the memorization time"
+    if (t_mem is not None or t_gen is not None) and not th.get("times_refined"):
+        line += " (logged steps: each the first log point past the event; refine_times=true finds the step)"
+    return line
 
 
 def precision_line(pr: dict) -> str:
@@ -270,7 +286,10 @@ def _sweep_axes(
     columns = [k for k in table if not k.startswith(("config.", "status", "error", "engine"))]
     metric = metric or ("pop_error" if "pop_error" in columns else "train_loss")
     if metric not in columns:
-        near = suggest(metric, columns)
+        dotted = [
+            c for c in columns if c.rpartition(".")[2] == metric
+        ]  # theory.t_generalize for t_generalize
+        near = dotted[0] if dotted else suggest(metric, columns)
         hint = f"; did you mean {near!r}?" if near else f"; recorded: {', '.join(columns[:12])}, ..."
         raise PlotError(f"plot --metric: {metric!r} is not recorded{hint}")
     varied = [k for k, v in spec.grid.items() if len(v) > 1] or [k for p in spec.extra for k in p]

@@ -755,3 +755,45 @@ def test_M_V04_only_keys_the_user_set_are_reported_as_overridden(tmp_path, capsy
     err = capsys.readouterr().err
     assert "test_n (1000" not in err, err
     assert code in (0, 1, 2)
+
+
+def test_first_hour_dir_lists_the_lazy_api():
+    import subprocess as sp
+
+    out = sp.run(
+        [sys.executable, "-c", "import attnsim; print(dir(attnsim))"], capture_output=True, text=True
+    )
+    for name in ("simulate", "load_sweep", "Result", "load"):
+        assert f"'{name}'" in out.stdout, out.stdout
+
+
+def test_first_hour_a_theory_metric_named_without_its_section_gets_the_right_suggestion(tmp_path, capsys):
+    folder = _copy("sweep", tmp_path)
+    assert main(["plot", str(folder), "--metric", "t_generalize"]) == 2
+    assert "did you mean 'theory.t_generalize'" in capsys.readouterr().err
+
+
+def test_first_hour_a_gd_bar_on_a_log_grid_counts_steps_not_decades(monkeypatch):
+    import types
+
+    import attnsim.driver as driver
+
+    made = []
+
+    class Bar:
+        def __init__(self, steps, progress, log):
+            made.append(log)
+
+        def to(self, step):
+            pass
+
+        def close(self):
+            pass
+
+    clock = iter(np.arange(0.0, 1e6, 0.05))  # every call 50 ms later: the bar's second passes at once
+    fake = types.SimpleNamespace(monotonic=lambda: next(clock), perf_counter=time.perf_counter)
+    monkeypatch.setattr(driver, "_Bar", Bar)
+    monkeypatch.setattr(driver, "time", fake)
+    with _quiet():
+        attnsim.simulate({**TINY, "steps": 5000, "log_scale": "log"}, progress=True)
+    assert made == [False]

@@ -49,7 +49,7 @@ def seeds_summary(seeds: list[int], runs: list[Result]) -> str:
     """What ``attnsim run --seeds`` prints after every seed's run."""
     finals = [r.final for r in runs]
     # t_generalize: the fresh-sample relevant score reaches gen_score for good (not the regime's word)
-    score = f"fresh relevant score >= {runs[0].config.get('gen_score', 0.5):g}"
+    score = f"relevant-token score on new samples >= {runs[0].config.get('gen_score', 0.5):g}"
     regimes: dict[str, int] = {}
     for f in finals:
         regimes[f["regime"]] = regimes.get(f["regime"], 0) + 1
