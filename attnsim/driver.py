@@ -23,6 +23,7 @@ import numpy as np
 
 from ._meta import SimulationError
 from .models.base import Evaluator, Outcome, Stepper
+from .runtime.resources import tqdm_class
 from .runtime.threads import stepping_done
 
 PROGRESS_CHUNK = 20_000  # most GD steps per kernel call while progress may show (flows are never cut)
@@ -259,7 +260,7 @@ class _Bar:
     decade), moved to absolute positions."""
 
     def __init__(self, steps: int, progress: bool | None, log: bool):
-        from tqdm.auto import tqdm  # lazy: 0.1 s of start-up, paid only by runs long enough for a bar
+        tqdm = tqdm_class(progress)
 
         self.log = log
         total = math.log10(1.0 + steps) if log else steps

@@ -371,6 +371,10 @@ def plot_sweep(
         ax.set_xlim(-0.5, len(categories) - 0.5)
     if logx:
         ax.set_xscale("log")
+        values = np.unique(xs)
+        if values.size <= 12:  # a short grid: its own values as the ticks (no crowded minor labels)
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.minorticks_off()
 
 
 def _positions(values: np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -797,3 +797,14 @@ def test_first_hour_a_gd_bar_on_a_log_grid_counts_steps_not_decades(monkeypatch)
     with _quiet():
         attnsim.simulate({**TINY, "steps": 5000, "log_scale": "log"}, progress=True)
     assert made == [False]
+
+
+def test_first_hour_the_tutorial_is_committed_with_its_outputs_and_draws_inline():
+    nb = json.loads((Path(__file__).parent.parent / "docs" / "tutorial.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    assert all(c.get("outputs") for c in code)  # every cell's output is there for a reader on GitHub
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot inline, not a file path
+    text = "".join("".join(o.get("text", "")) for o in outputs)
+    assert "Warning" not in text and ".attnsim.lock" not in text
+    assert "clean_labels" not in text  # the own-data cell has flipped labels: the topic shown

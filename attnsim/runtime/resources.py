@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 
 def physical_memory() -> float:
@@ -72,3 +73,13 @@ def no_huge_pages_unless_asked() -> None:
     """Set NUMPY_MADVISE_HUGEPAGE=0 in this process's environment unless the user set it (call
     before NumPy is imported: the command line's start)."""
     os.environ.setdefault(*HUGEPAGE_ENV)
+
+
+def tqdm_class(progress: bool | None) -> Any:
+    """tqdm's bar class: the notebook's (tqdm.auto) only when a bar may show; without a bar
+    the plain one (importing tqdm.auto in a notebook without ipywidgets warns, bar or not)."""
+    if progress is False:
+        from tqdm import tqdm  # lazy: 0.1 s of start-up, paid only by work long enough for a bar
+    else:
+        from tqdm.auto import tqdm  # lazy: as above
+    return tqdm

@@ -17,7 +17,7 @@ from .._meta import ConfigError
 from ..config import Config
 from ..precision import without_twin
 from ..results import atomic_write
-from ..runtime.resources import format_bytes, physical_memory
+from ..runtime.resources import format_bytes, physical_memory, tqdm_class
 from .executors import _connect, _release, _run_executor, _run_local, _take_workers, _Worker, dask_executor
 from .point import setup_group
 from .spec import SweepSpec, Task, record_key
@@ -46,7 +46,7 @@ def run_sweep(
     loses one point; each record is written here as its point finishes, and a
     point whose task raised (Dask's ``KilledWorker``) is recorded as failed.
     """
-    from tqdm.auto import tqdm  # lazy: 0.1 s of start-up, paid only when a sweep runs
+    tqdm = tqdm_class(progress)
 
     remote = [name for name, v in (("scheduler", scheduler), ("client", client), ("executor", executor)) if v]
     if workers is not None and remote:
@@ -125,7 +125,7 @@ def _run_plans(
     stop: threading.Event | None,
 ) -> list[SweepReport]:
     """run_sweeps' work once every sweep has claimed its folder."""
-    from tqdm.auto import tqdm  # lazy: as run_sweep's
+    tqdm = tqdm_class(progress)
 
     local = [p for p in plans if p.spec.data is None and p.missing]
     if n > 1 and local:
