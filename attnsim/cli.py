@@ -163,13 +163,37 @@ def _check_numba() -> None:
         raise DependencyError("attnsim needs numba; pip install numba") from None
 
 
+def _saved_run(path: Path) -> tuple[dict, str | None]:
+    """The config a run was made with (its folder or result.json) and its data file, when it
+    had one: the same file, checked by its SHA-256, or a built-in dataset's name."""
+    from .data.real import BUILTIN  # lazy
+    from .results import _read_meta, file_hash  # lazy
+
+    meta = _read_meta(path / "result.json" if path.is_dir() else path)
+    data = meta.get("data") or {}
+    source = data.get("source")
+    if source in BUILTIN:
+        return dict(meta["config"]), source
+    if "file_sha256" not in data:  # drawn from the data model (a training set, or fresh samples)
+        return dict(meta["config"]), None
+    if not Path(source).is_file():
+        raise UsageError(f"{path}: the run trained on {source}, which is not there now; give it with --data")
+    if data["file_sha256"] != file_hash(source):
+        raise UsageError(f"{path}: {source} changed since the run (its SHA-256 differs); it cannot run again")
+    return dict(meta["config"]), source
+
+
 def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     from .config import config_values, file_data, from_mapping, parse_set  # lazy
     from .results import check_output_dir, check_run_folder  # lazy
 
     # the keys the user set (--data warns when it overrides them)
-    values = config_values(args.config, args.sets)
-    named = file_data(values, args.config) if args.config is not None else None
+    if args.config is not None and (Path(args.config).is_dir() or str(args.config).endswith(".json")):
+        values, named = _saved_run(Path(args.config))  # a run folder or its result.json: run it again
+        values.update(parse_set(args.sets))
+    else:
+        values = config_values(args.config, args.sets)
+        named = file_data(values, args.config) if args.config is not None else None
     if named is not None and args.data is None:
         args.data = named  # data = "FILE.npz" in the config file, as in a sweep file
     if args.engine is not None:

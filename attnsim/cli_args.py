@@ -27,7 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Config keys (TOML or --set key=value): 'attnsim keys' lists each with its default and "
         "allowed values; docs/usage.md says what they mean.",
     )
-    r.add_argument("config", nargs="?", help="TOML file with config keys")
+    r.add_argument(
+        "config",
+        nargs="?",
+        help="TOML file with config keys, or a run's folder (or its result.json): that run again",
+    )
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--engine", help="shorthand for --set engine=NAME")
     r.add_argument(

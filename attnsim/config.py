@@ -95,9 +95,10 @@ class _ConfigMethods:
                 object.__setattr__(self, key, _model_default(self.model, key))
         # a saved config (result.json's, resolved) holds the default scales an initialization without
         # a scale has: the same as leaving them out, so the config runs again as it was saved
-        if self.init_W == "identity" and self.init_W_scale == 1.0 / math.sqrt(3 * self.d):
+        # (any initialization: the encoder, which has its own, holds them too)
+        if self.init_W_scale == 1.0 / math.sqrt(3 * self.d):
             object.__setattr__(self, "init_W_scale", None)
-        if self.init_p == "zeros" and self.init_p_scale == 1.0 / math.sqrt(self.d):
+        if self.init_p_scale == 1.0 / math.sqrt(self.d):
             object.__setattr__(self, "init_p_scale", None)
         validate(self)
         if self.preset and not _RESOLVING.get():

@@ -814,3 +814,41 @@ def test_first_hour_the_tutorial_is_committed_with_its_outputs_and_draws_inline(
     text = "".join("".join(o.get("text", "")) for o in outputs)
     assert "Warning" not in text and ".attnsim.lock" not in text
     assert "clean_labels" not in text  # the own-data cell has flipped labels: the topic shown
+
+
+RERUNS = {
+    "attention-gd": {**TINY, "steps": 30},
+    "attention-flow": {**TINY, "integrator": "flow", "steps": 1000, "log_scale": "log"},
+    "attention-online": {"T": 4, "d": 20, "steps": 20, "integrator": "online", "train": "p",
+                         "init_W": "identity", "batch": 8, "pop_points": 64},
+    "attention-population": {"T": 4, "d": 20, "steps": 20, "integrator": "population", "train": "p",
+                             "init_W": "identity"},
+    "attention-population_flow": {"T": 4, "d": 20, "steps": 20, "integrator": "population_flow", "train": "p",
+                                  "init_W": "identity"},
+    "encoder": {"model": "encoder", "d": 24, "mlp_dim": 8, "steps": 3, "test_n": 16},
+    "data-file": {"steps": 20},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(RERUNS))
+def test_a_run_folder_runs_again_bit_for_bit(case, tmp_path, monkeypatch):
+    """``attnsim run RUN`` (or RUN/result.json) reproduces RUN: every model and integrator."""
+    monkeypatch.chdir(tmp_path)
+    argv = [a for k, v in RERUNS[case].items() for a in ("--set", f"{k}={v}")]
+    if case == "data-file":
+        argv += ["--data", str(FIXTURE)]
+    with _quiet():
+        assert main(["run", *argv, "--out", "a", "--quiet"]) == 0
+        assert main(["run", "a", "--out", "b", "--quiet"]) == 0
+        assert main(["run", "a/result.json", "--out", "c", "--quiet"]) == 0
+    first = json.loads((tmp_path / "a" / "result.json").read_text())
+    with np.load(tmp_path / "a" / "trajectory.npz") as ref:
+        arrays = {k: ref[k] for k in ref.files}
+    for again in ("b", "c"):
+        meta = json.loads((tmp_path / again / "result.json").read_text())
+        assert meta["config"] == first["config"] and meta["final"] == first["final"], again
+        assert meta["theory"] == first["theory"], again
+        with np.load(tmp_path / again / "trajectory.npz") as got:
+            assert set(got.files) == set(arrays)
+            for k in arrays:
+                assert np.array_equal(got[k], arrays[k], equal_nan=True), (again, k)
