@@ -41,6 +41,9 @@ def _band(vals):
     return mean, lo, hi
 
 
+ERROR_FLOOR = 1e-16  # errors below float64's resolution of 1 are drawn on this floor, marked
+
+
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     data = records(quick, cache)
     keys = (
@@ -49,7 +52,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ("pop_error", "population (test) error"),
         ("label_noise_cost", "cost of label noise: error - clean-label twin's"),
     )
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    fig, grid = plt.subplots(2, 2, figsize=(11, 7.6))
+    axes = grid.ravel()
     for ax, (key, title) in zip(axes, keys):
         for i, (label, recs) in enumerate(data.items()):
             etas = sorted({r["config"]["noise_rate"] for r in recs})
@@ -57,22 +61,28 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             vals = [
                 np.array([np.nan if f.get(key) is None else f[key] for f in fs], dtype=float) for fs in cells
             ]
-            if key in ("pop_error", "label_noise_cost"):  # log axes: non-positive values are left out
-                vals = [np.where(v > 0, v, np.nan) for v in vals]
+            low = None
+            if key in ("pop_error", "label_noise_cost"):  # log axes from ERROR_FLOOR to 1
+                low = np.array([bool(np.any(v[np.isfinite(v)] < ERROR_FLOOR)) for v in vals])
+                vals = [np.clip(v, ERROR_FLOOR, None) for v in vals]
             mean, lo, hi = _band(vals)
             ax.plot(etas, mean, "o-", color=f"C{i}", label=label, ms=3)
             ax.fill_between(etas, lo, hi, color=f"C{i}", alpha=0.2)
+            if low is not None and low.any():  # a seed below the floor: drawn on it, marked
+                ax.plot(np.array(etas)[low], np.full(low.sum(), ERROR_FLOOR), "v", color=f"C{i}", ms=6)
             if key == "pop_error":
                 bound = [any(f["pop_error_resolved"] == 0.0 for f in fs) for fs in cells]
                 ax.plot(np.array(etas)[bound], mean[bound], "o", mfc="w", color=f"C{i}", ms=6)
                 bayes = recs[0]["final"]["bayes_error"]
-                if bayes > 1e-12:  # the floor, where the plot can show it
+                if bayes > ERROR_FLOOR:  # the floor, where the plot can show it
                     ax.axhline(bayes, color=f"C{i}", ls=":", lw=1)
-        ax.set_xlabel("label noise rate eta")
-        ax.set_title(title, fontsize=10)
-    axes[2].set_yscale("log")
-    axes[3].set_yscale("log")
-    axes[0].legend(fontsize=8)
+        ax.set_xlabel(r"label noise rate $\eta$")
+        ax.set_title(title, fontsize=11)
+    for ax in axes[2:]:
+        ax.set_yscale("log")
+        ax.set_ylim(ERROR_FLOOR / 5, 1.5)
+        ax.set_ylabel(r"$\blacktriangledown$: a seed below $10^{-16}$, drawn there", fontsize=9)
+    axes[0].legend(fontsize=9)
     fig.tight_layout()
     lines = []
     for label, recs in data.items():
