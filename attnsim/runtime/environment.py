@@ -35,9 +35,8 @@ def check_environment(plotting: bool = False) -> None:
                 f"NUMBA_THREADING_LAYER: {layer!r} needs Intel TBB, which is not installed "
                 "(pip install tbb); or unset it"
             )
-    backend = env.get("MPLBACKEND")
-    if plotting and backend is not None:
-        _check_backend(backend)
+    # before the backend check imports matplotlib, which replaces an unusable MPLCONFIGDIR
+    # in os.environ with the temporary folder it makes
     config_dir = env.get("MPLCONFIGDIR")
     if (
         plotting
@@ -48,6 +47,9 @@ def check_environment(plotting: bool = False) -> None:
             f"MPLCONFIGDIR: {config_dir!r} is not a folder matplotlib can write its cache into; "
             "make it one or unset it"
         )
+    backend = env.get("MPLBACKEND")
+    if plotting and backend is not None:
+        _check_backend(backend)
 
 
 def _whole(value: str) -> bool:
