@@ -169,6 +169,8 @@ def _saved_run(path: Path) -> tuple[dict, str | None]:
     from .data.real import BUILTIN  # lazy
     from .results import _read_meta, file_hash  # lazy
 
+    if path.is_dir() and not (path / "result.json").exists():
+        raise UsageError(f"{path}: a folder: not a config file, and not a run's folder (no result.json)")
     meta = _read_meta(path / "result.json" if path.is_dir() else path)
     data = meta.get("data") or {}
     source = data.get("source")

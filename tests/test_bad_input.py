@@ -419,7 +419,7 @@ CASES = {
     # input files: regular files only, and capped
     "run-config-dev-zero": (lambda t: ["run", "/dev/zero"], "/dev/zero: not a regular file"),
     "run-config-fifo": (lambda t: ["run", _fifo(t)], "not a regular file"),
-    "run-config-folder": (lambda t: ["run", str(t)], "not a regular file"),
+    "run-config-folder": (lambda t: ["run", str(t)], "not a config file, and not a run's folder"),
     "run-config-huge": (lambda t: ["run", _sparse(t / "c.toml", 200 * 2**20)], "larger than"),
     "run-data-dev-zero": (lambda t: ["run", "--data", "/dev/zero"], "/dev/zero: not a regular file"),
     "run-data-fifo": (lambda t: ["run", "--data", _fifo(t)], "not a regular file"),
