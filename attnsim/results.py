@@ -282,7 +282,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], durable: bool 
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 110, fmt: str = "png") -> Path:
-    """A matplotlib figure as a PNG (or ``fmt``), written atomically (its folder created), then closed."""
+    """A matplotlib figure as a PNG (or ``fmt``), its empty margins trimmed, written atomically (its
+    folder created), then closed."""
     import matplotlib.pyplot as plt  # lazy: matplotlib is imported only by what draws
 
     path = Path(path)
@@ -290,7 +291,7 @@ def save_png(fig: Figure, path: str | Path, dpi: int = 110, fmt: str = "png") ->
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WriteError(f"{path.parent}: cannot create the folder ({exc.strerror})") from None
-    atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi))
+    atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=dpi, bbox_inches="tight", pad_inches=0.08))
     plt.close(fig)
     return path
 

@@ -15,6 +15,24 @@ from ..sweep import Store, parse_sweep, record_key, run_sweep
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.figure import Figure
 
+# The symbols of figure labels, titles and legends in mathtext (the numbers files stay ASCII).
+MU = r"$\|\mu\|$"
+ETA = r"$\eta$"
+SNR = r"SNR $= \|\mu\|/\sqrt{d}$"
+FRAK_S = r"$\mathfrak{S}$"
+
+# one colour per regime (attnsim.metrics.REGIMES), in every figure that maps regimes
+REGIME_COLORS = {
+    "not_overfitting": "tab:blue",
+    "partial": "tab:cyan",
+    "benign": "tab:green",
+    "harmful": "tab:red",
+    "underfit": "0.5",
+    "fitted": "0.8",
+    "clean_labels": "tab:olive",
+    "fresh_samples": "tab:purple",
+}
+
 
 def sweep_mapping(
     name: str,

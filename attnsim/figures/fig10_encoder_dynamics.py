@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import plot_sample_scores, role_legend
-from .common import records_of, save, sweep_mapping, write_numbers
+from .common import MU, records_of, save, sweep_mapping, write_numbers
 from .fig2_dynamics import SETTINGS
 
 SAVE = ["example_scores", "example_index", "roles", "score_cls", "train_loss"]
@@ -67,7 +67,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         roles = np.array(tr["roles"])
         for row, kind in enumerate(("clean", "noisy")):
             i = tr["example_index"][row]
-            title = f"{label} (d={c['d']}, |mu|={c['signal_norm']:g}): {kind} sample {i}"
+            title = f"{label} ($d$={c['d']}, {MU}={c['signal_norm']:g}): {kind} sample {i}"
             plot_sample_scores(
                 axes[row, col], steps, ex[:, row], roles[i], title, legend=False, headroom=0.25
             )

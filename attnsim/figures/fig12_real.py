@@ -27,7 +27,7 @@ import numpy as np
 
 from ..experiments.real import format_table, noise_model, protocol_sweep, protocol_table, write_table
 from ..plotting import log_steps
-from .common import records_of, save, write_numbers
+from .common import ETA, records_of, save, write_numbers
 
 D = 32
 STEPS = 100_000
@@ -152,7 +152,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         axes[1, col].set_title(f"n = {n}: flipped labels fitted", fontsize=10)
         axes[1, col].set_ylim(-0.02, 1.02)
         axes[2, col].set_title(f"n = {n}: mean largest attention score (training)", fontsize=10)
-        axes[3, col].set_title(f"n = {n}: accuracy lost to label noise (vs eta = 0)", fontsize=10)
+        axes[3, col].set_title(f"$n$ = {n}: accuracy lost to label noise (vs {ETA} = 0)", fontsize=10)
         axes[3, col].axhline(0.0, color="0.5", lw=0.7)
         for ax in axes[:, col]:
             ax.set_xscale("log")

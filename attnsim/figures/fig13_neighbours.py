@@ -25,7 +25,7 @@ from ..metrics import format_error
 from ..plotting import ROLE_COLORS, cell_edges, describe_fit, draw_boundary
 from ..run import simulate
 from . import fig6_phase, fig15_normalized, fig16_magen
-from .common import save, write_numbers
+from .common import SNR, save, write_numbers
 
 
 def sweeps(quick: bool) -> list[dict]:
@@ -39,7 +39,8 @@ def fig6_phase_describe(fit: dict) -> str:
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
+    fig, grid = plt.subplots(2, 2, figsize=(13, 9.5))
+    axes = grid.ravel()
     lines = []
     # (a) the paper's own setting
     r = simulate({"steps": 300 if quick else 1000, "log_every": 10})
@@ -58,11 +59,11 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         )
     axes[0].set_xlabel("steps")
     axes[0].set_ylabel("softmax score")
-    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].legend(fontsize=7, ncol=2)
     axes[0].set_title(
         f"(a) Sakamoto & Sato 2025: {f['regime']}, population error {err}\n"
         "(their run at these settings: train acc 1.0, test acc 0.996)",
-        fontsize=9,
+        fontsize=11,
     )
     lines.append(
         f"(a) default run: regime {f['regime']}, population error {err}, train "
@@ -72,12 +73,13 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     # (b) Magen et al.
     magen_lines, _ = fig16_magen.draw(axes[1], fig16_magen.records(quick, cache))
     axes[1].set_title(
-        "(b) Magen et al. 2025: the two-step benign band (their claim: SNR ~ 1/sqrt(n))", fontsize=9
+        r"(b) Magen et al. 2025: the two-step benign band (their claim: SNR $\propto 1/\sqrt{n}$)",
+        fontsize=11,
     )
     lines += [f"(b) {v}" for v in magen_lines[:2]]
     # (c) Tarzanagh et al.
     tz_lines = fig15_normalized.draw(axes[2], fig15_normalized.runs(quick, cache))
-    axes[2].set_title("(c) Tarzanagh et al. 2023: normalized GD reaches the p-SVM direction", fontsize=9)
+    axes[2].set_title("(c) Tarzanagh et al. 2023: normalized GD reaches the $p$-SVM direction", fontsize=11)
     lines += [f"(c) {v}" for v in tz_lines]
     # (d) Jiang et al.: their boundary on attnsim's phase diagram
     recs = fig6_phase.records(quick, cache, fig6_phase.READINGS[0])
@@ -86,7 +88,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     snr = np.array(mus) / np.sqrt(2000)
     frac = fig6_phase.benign_fraction(recs, ns, mus)
     im = axes[3].pcolormesh(
-        cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="magma", vmin=0, vmax=1
+        cell_edges(snr), cell_edges(np.array(ns, dtype=float)), frac, cmap="Greens", vmin=0, vmax=1
     )
     fig.colorbar(im, ax=axes[3], label="fraction of seeds benign")
     found = fig6_phase.edges(recs)
@@ -102,17 +104,17 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 independent="y",
                 color=color,
                 lw=1,
-                label=f"N SNR^2 = {c:.2f} through them",
+                label=f"$N\\,\\mathrm{{SNR}}^2$ = {c:.2f} through them",
             )
     axes[3].legend(fontsize=7, loc="upper right")
     axes[3].set_xscale("log")
     axes[3].set_yscale("log")
-    axes[3].set_xlabel("SNR = |mu| / sqrt(d)")
-    axes[3].set_ylabel("n")
+    axes[3].set_xlabel(SNR)
+    axes[3].set_ylabel("$n$")
     axes[3].set_title(
-        "(d) Jiang et al. 2024's form N SNR^2 = c through attnsim's band edges\n(1000 steps, "
-        "d = 2000; their model is not attnsim's)",
-        fontsize=9,
+        r"(d) Jiang et al. 2024's form $N\,\mathrm{SNR}^2 = c$ through attnsim's band edges"
+        "\n(1000 steps, $d$ = 2000; their model is not attnsim's)",
+        fontsize=11,
     )
     for edge, fit in found.items():
         lines.append(f"(d) {edge} edge after 1000 steps, SNR = c n^b: {fig6_phase_describe(fit)}")

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..metrics import format_error
-from .common import records_of, save, sweep_mapping, write_numbers
+from .common import ETA, FRAK_S, MU, records_of, save, sweep_mapping, write_numbers
 
 BASE = {
     "T": 32,
@@ -96,7 +96,7 @@ def _ratio(f: dict) -> float:
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     recs = records(quick, cache)
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), layout="constrained")
     combos = sorted({(r["config"]["d"], r["config"]["signal_norm"]) for r in recs})
     lines = [
         "the paper's first version (its notebook): frakS ratio ~20 at eta 0.05, 1.3-1.7 at 0.2-0.6, "
@@ -118,7 +118,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 "marker": "o" if first else None,
                 "ms": 3,
                 "lw": 1.5 if first else 0.6,
-                "label": f"d={d}, |mu|={mu:g}" if first else None,
+                "label": f"$d$={d}, {MU}={mu:g}" if first else None,
             }
             axes[0].plot(eta, [f["pop_error"] for f in fin], **style)
             axes[1].plot(eta, [_ratio(f) for f in fin], **style)
@@ -128,13 +128,13 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     vals = np.array([NOTEBOOK[e] for e in nb])
     for ax, col, what in (
         (axes[0], 1.0 - vals[:, 2], "test error"),
-        (axes[1], vals[:, 0], "frakS ratio"),
+        (axes[1], vals[:, 0], f"{FRAK_S} ratio"),
         (axes[2], vals[:, 1], "train accuracy"),
     ):
-        ax.plot(nb, col, "k*", ms=7, label=f"notebook, d=12000, |mu|=120 ({what})")
-        ax.set_xlabel("label noise eta")
+        ax.plot(nb, col, "k*", ms=7, label=f"notebook, $d$=12000, {MU}=120 ({what})")
+        ax.set_xlabel(f"label noise rate {ETA}")
     axes[0].set_ylabel("population error (clean labels)")
-    axes[1].set_ylabel("frakS clean / frakS noisy (sums)")
+    axes[1].set_ylabel(f"{FRAK_S} clean / {FRAK_S} noisy (sums)")
     axes[1].set_yscale("log")
     axes[1].axhline(1.0, color="k", lw=0.6, ls=":")
     axes[2].set_ylabel("training accuracy (observed labels)")
@@ -143,7 +143,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[0].legend(fontsize=7)
     axes[2].legend(fontsize=7, loc="lower left")
     fig.suptitle(
-        "p trained alone, W = I, T = 32, n = 100, lr = 5e-3, 1000 steps, balanced flips", fontsize=10
+        "$p$ trained alone, $W = I$, $T$ = 32, $n$ = 100, lr = 5e-3, 1000 steps, balanced flips", fontsize=11
     )
     nb_text = "; ".join(
         f"eta {e:g}: ratio {v[0]:g}, train acc {v[1]:g}, test acc {v[2]:g}" for e, v in NOTEBOOK.items()

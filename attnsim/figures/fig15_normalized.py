@@ -103,7 +103,7 @@ def draw(ax, res: dict) -> list[str]:
     ax.axhline(TARGET, color="k", ls=":", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("steps")
-    ax.set_ylabel("cos(q, q_mm)")
+    ax.set_ylabel(r"$\cos(q, q_{\mathrm{mm}})$")
     ax.set_ylim(0.8, 1.0005)
     ax.legend(fontsize=8, loc="lower right")
     return lines
@@ -111,9 +111,9 @@ def draw(ax, res: dict) -> list[str]:
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     res = runs(quick, cache)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
     lines = draw(axes[0], res)
-    axes[0].set_title("q = W p against the p-SVM (train = p, W = I, d = 200, 20% flips)", fontsize=9)
+    axes[0].set_title(r"$q = Wp$ against the $p$-SVM (train $p$, $W = I$, $d$ = 200, 20% flips)", fontsize=10)
     for i, ((opt, lr), r) in enumerate(sorted(res.items())):
         tr = r["trajectory"]
         axes[1].plot(
@@ -128,9 +128,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[1].set_yscale("log")
     axes[1].axhline(1 - TARGET, color="k", ls=":", lw=0.8)
     axes[1].set_xlabel("steps")
-    axes[1].set_ylabel("1 - cos(q, q_mm)")
+    axes[1].set_ylabel(r"$1 - \cos(q, q_{\mathrm{mm}})$")
     axes[1].legend(fontsize=8)
-    axes[1].set_title("the same on a log scale", fontsize=9)
+    axes[1].set_title("the same on a log scale", fontsize=10)
     lines.insert(
         0,
         "Tarzanagh et al. (2023): normalized GD converges to the max-margin direction, GD only "

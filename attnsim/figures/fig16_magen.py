@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..plotting import cell_edges, draw_boundary, fit_power_law, interpolated_crossings
-from .common import records_of, save, sweep_mapping, write_numbers
+from .common import ETA, records_of, save, sweep_mapping, write_numbers
 
 D = 50000
 BASE = {"preset": "magen2025", "d": D, "lr": 600.0 / D}
@@ -137,7 +137,7 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
                 independent="y",
                 color=color,
                 lw=1.2,
-                label=f"{edge}: SNR ~ n^({b:.3f} +- {b_se:.3f})",
+                label=f"{edge}: SNR ~ $n^{{{b:.3f}}}$ (± {b_se:.3f})",
             )
         per = "; ".join(
             f"seed {k}: "
@@ -175,7 +175,7 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
             color="k",
             lw=1,
             ls=":",
-            label=f"Magen et al.'s SNR ~ n^-1/2 (through n = {int(n0)})",
+            label=f"Magen et al.'s SNR ~ $n^{{-1/2}}$ (through $n$ = {int(n0)})",
         )
         lines.append(
             f"the paper's SNR ~ 1/sqrt(n), through the lower edge's median crossing at n = {int(n0)} "
@@ -184,7 +184,7 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("SNR = |mu| / (sigma sqrt(d))")
+    ax.set_xlabel(r"SNR $= \|\mu\| / (\sigma\sqrt{d})$")
     ax.set_ylabel("n")
     ax.legend(fontsize=7, loc="upper right")
     for i, n in enumerate(ns):
@@ -236,7 +236,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     fig, ax = plt.subplots(figsize=(7.5, 5))
     lines, mesh = draw(ax, recs)
     fig.colorbar(mesh, ax=ax, label="log10 population error after two steps (median of seeds)")
-    ax.set_title(f"magen2025 preset: two GD steps, d = {D}, eta = 0.1 (i.i.d.), lr d = 600", fontsize=9)
+    ax.set_title(f"magen2025 preset: two GD steps, $d$ = {D}, {ETA} = 0.1 (i.i.d.), lr $d$ = 600", fontsize=9)
     lines.insert(
         0,
         "Magen et al. (2025) claim benign overfitting after two GD steps when SNR ~ 1/sqrt(n); "

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import as_config
 from ..metrics import format_error
 from ..plotting import log_steps
-from .common import arrays, records_of, save, sweep_mapping, write_numbers
+from .common import MU, arrays, records_of, save, sweep_mapping, write_numbers
 
 BASE = {"log_scale": "log", "log_points": 80, "pop_log_points": 40, "clean_twin": False}
 SAVED = ["pop_score_relevant", "twin_pop_score_relevant"]
@@ -141,7 +141,7 @@ def draw_sweep(ax, res: list[tuple[float, dict]], horizon: int) -> list[str]:
         lines.append(f"  {name}: critical {critical(pts)}; t_generalize by |mu|: {text}")
     ax.axhline(horizon, color="0.6", lw=0.8)
     ax.set_yscale("log")
-    ax.set_xlabel("|mu|")
+    ax.set_xlabel(MU)
     ax.set_ylabel("step the relevant score reaches 0.5")
     ax.set_title(f"softmax, GD, d = 200: generalization within {horizon:g} steps", fontsize=9)
     ax.legend(fontsize=7)

@@ -135,10 +135,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         )
     axes[2].plot(t_ode, ode_norm, "k--", lw=1.6, label="ODE (d -> inf)")
     slope, se, icpt = _fit(np.array(ds, float), np.array(rms))
-    axes[3].loglog(ds, rms, "o", color="C3", label=f"rms |q| - ODE: slope {slope:.2f} +- {se:.2f}")
+    axes[3].loglog(ds, rms, "o", color="C3", label=f"rms $|q|$ - ODE: slope {slope:.2f} ± {se:.2f}")
     dd = np.array([ds[0], ds[-1]], float)
     axes[3].loglog(dd, np.exp(icpt) * dd**slope, "-", color="C3", lw=0.8)
-    axes[3].loglog(dd, rms[0] * (dd / dd[0]) ** -0.5, ":", color="C3", lw=1.0, label="1/sqrt(d)")
+    axes[3].loglog(dd, rms[0] * (dd / dd[0]) ** -0.5, ":", color="C3", lw=1.0, label=r"$1/\sqrt{d}$")
     ex = np.array(exits, float)
     mean_ex = np.nanmean(ex, axis=1)
     eslope, ese, eicpt = _fit(np.array(ds, float), mean_ex)
@@ -151,7 +151,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         "-",
         color="C0",
         lw=0.8,
-        label=f"exit steps: fit slope {eslope:.3f} +- {ese:.3f}",
+        label=f"exit steps: fit slope {eslope:.3f} ± {ese:.3f}",
     )
     if np.isfinite(t_star):
         ax2.loglog(dd, t_star / D_ODE * dd, "--", color="C0", lw=1.0, label="ODE: O(d), (t*/d) d")

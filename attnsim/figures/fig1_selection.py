@@ -40,8 +40,8 @@ def _scatter(ax, coords, roles_sel, correct, title):
                 edgecolors=np.where(correct[m], "none", "k"),
             )
     ax.set_title(title, fontsize=9)
-    ax.set_xlabel("x . mu+ / |mu|")
-    ax.set_ylabel("x . mu- / |mu|")
+    ax.set_xlabel(r"$x \cdot \mu_+ / \|\mu\|$")
+    ax.set_ylabel(r"$x \cdot \mu_- / \|\mu\|$")
 
 
 def hand_built(quick: bool) -> dict:
@@ -125,7 +125,7 @@ def _figure(data, title):
 
 def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[Path]:
     hand, fit = hand_built(quick), trained(quick)
-    a = _figure(hand, "hand-built p = mu+ + mu- + c sum xi_i, W = I (c = 1, 0.06, 0.001)")
+    a = _figure(hand, r"hand-built $p = \mu_+ + \mu_- + c \sum_i \xi_i$, $W = I$ ($c$ = 1, 0.06, 0.001)")
     b = _figure(fit, "trained W, p (1000 GD steps; settings of figure 2)")
     lines = [
         f"{kind} {label}: train accuracy {rows[0][2].mean():.2f}, test accuracy {rows[1][2].mean():.2f} "

@@ -11,7 +11,7 @@ import numpy as np
 from ..metrics import format_error
 from ..plotting import plot_sample_scores, role_legend
 from ..run import simulate
-from .common import save, write_numbers
+from .common import MU, save, write_numbers
 
 SETTINGS = {
     "balanced": {"d": 2000, "signal_norm": 20.0},
@@ -46,7 +46,7 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
         )
         for row, kind in enumerate(("clean", "noisy")):
             i = tr["example_index"][row]
-            title = f"{label} (d={over['d']}, |mu|={over['signal_norm']:g}): {kind} sample {i}"
+            title = f"{label} ($d$={over['d']}, {MU}={over['signal_norm']:g}): {kind} sample {i}"
             ex = tr["example_scores"][:, row]
             plot_sample_scores(
                 axes[row, col], tr["step"], ex, tr["roles"][i], title, legend=False, headroom=0.42

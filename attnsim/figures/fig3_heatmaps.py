@@ -18,21 +18,10 @@ from matplotlib.colors import ListedColormap
 
 from ..metrics import REGIMES
 from ..plotting import describe_fit, draw_boundary, fit_power_law, interpolated_crossings, label_contours
-from .common import grid_of, records_of, save, sweep_mapping, write_numbers
+from .common import MU, REGIME_COLORS, grid_of, records_of, save, sweep_mapping, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.axes import Axes
-
-REGIME_COLORS = {
-    "not_overfitting": "tab:blue",
-    "partial": "tab:cyan",
-    "benign": "tab:green",
-    "harmful": "tab:red",
-    "underfit": "0.5",
-    "fitted": "0.8",
-    "clean_labels": "tab:olive",
-    "fresh_samples": "tab:purple",
-}
 
 
 def sweeps(quick: bool) -> list[dict]:
@@ -65,12 +54,12 @@ def plot_panels(
         xs, ys, Z = grid_of(recs, "signal_norm", "d", lambda r, k=key: r["final"][k])
         im = ax.pcolormesh(xs, ys, Z, shading="nearest", cmap="viridis")
         plt.colorbar(im, ax=ax)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=11)
     xs, ys, R = grid_of(recs, "signal_norm", "d", lambda r: REGIMES.index(r["final"]["regime"]))
     cmap = ListedColormap([REGIME_COLORS[r] for r in REGIMES])
     axes[2].pcolormesh(xs, ys, R, shading="nearest", cmap=cmap, vmin=-0.5, vmax=len(REGIMES) - 0.5)
     rule = recs[0]["final"].get("regime_rule", "")
-    axes[2].set_title(f"regime at 1000 steps ({rule})", fontsize=9)
+    axes[2].set_title(f"regime at 1000 steps ({rule})", fontsize=11)
     for name in REGIMES:
         if (R == REGIMES.index(name)).any():
             axes[2].plot([], [], "s", color=REGIME_COLORS[name], label=name)
@@ -85,9 +74,12 @@ def plot_panels(
                 independent="y",
                 color="k",
                 lw=1,
-                label=f"|mu| ~ d^({fit['b']:.2f} +- {fit['b_se']:.2f})",
+                label=f"{MU} ~ $d^{{{fit['b']:.2f}}}$ (± {fit['b_se']:.2f})",
             )
-    axes[2].legend(fontsize=7, loc="upper right")
+    if len(axes) > 3:  # the 2 x 2 figure: below the panel, where it hides no cell
+        axes[2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4)
+    else:
+        axes[2].legend(fontsize=7, loc="upper right")
     if len(axes) > 3:
         xs, ys, E = grid_of(recs, "signal_norm", "d", lambda r: r["final"]["label_noise_cost"])
         im = axes[3].pcolormesh(
@@ -96,14 +88,14 @@ def plot_panels(
         plt.colorbar(im, ax=axes[3])
         axes[3].contour(xs, ys, E, levels=[recs[0]["config"]["benign_error"]], colors="c", linewidths=1.2)
         axes[3].set_title(
-            "log10 cost of label noise: error - clean-label twin's (cyan: benign_error)", fontsize=9
+            "log$_{10}$ cost of label noise: error $-$ clean-label twin's\n(cyan: benign_error)", fontsize=11
         )
     _, _, S = grid_of(recs, "signal_norm", "d", snr)
     for ax in axes:
         cs = ax.contour(xs, ys, S, levels=[0.1, 0.2, 0.4, 0.8, 1.6], colors="w", linewidths=0.7)
         label_contours(ax, cs, "SNR %.1f")
-        ax.set_xlabel("|mu|")
-        ax.set_ylabel("d")
+        ax.set_xlabel(MU)
+        ax.set_ylabel("$d$")
 
 
 def edges(recs: list[dict]) -> dict[str, dict]:
@@ -200,7 +192,7 @@ def numbers(recs: list[dict]) -> list[str]:
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     recs = records(quick, cache)
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.3))
-    plot_panels(axes, recs)
+    fig, axes = plt.subplots(2, 2, figsize=(12.5, 9.5))
+    plot_panels(axes.ravel(), recs)
     fig.tight_layout()
     return [save(fig, outdir / "fig3_heatmaps.png"), write_numbers(outdir, "fig3_heatmaps", numbers(recs))]

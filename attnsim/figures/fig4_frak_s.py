@@ -24,7 +24,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import grid_of, records_of, save, sweep_mapping, write_numbers
+from .common import MU, grid_of, records_of, save, sweep_mapping, write_numbers
 
 SAVE = ["frakS_clean", "frakS_noisy", "frakS_pos", "frakS_neg"]
 
@@ -92,7 +92,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         im = ax.pcolormesh(xs, ys, np.log10(Z), shading="nearest", cmap="RdBu_r", vmin=-1, vmax=1)
         plt.colorbar(im, ax=ax, label="log10 normalized ratio")
         ax.set_title(rf"cumulative $\mathfrak{{S}}$ ratio: {title}", fontsize=10)
-        ax.set_xlabel("|mu|")
+        ax.set_xlabel(MU)
         ax.set_ylabel("d")
         _, _, Zsum = grid_of(recs, "signal_norm", "d", lambda r, num=num, den=den: _sums_ratio(r, num, den))
         for cols, where in ((xs <= xs[len(xs) // 4], "small |mu|"), (xs >= xs[-len(xs) // 4], "large |mu|")):

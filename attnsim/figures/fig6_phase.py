@@ -1,9 +1,10 @@
 """Figure 6: phase diagram over the number of samples n and the signal
-strength (SNR = |mu| / sqrt(d) at d = 2000), 3 seeds: the fraction of runs in
-each regime (against the Bayes error, SPEC §3) after 1000 and after 5000
-steps (a sweep for each horizon: a run's verdict is that of its horizon),
+strength (SNR = |mu| / sqrt(d) at d = 2000), 3 seeds: one map of the regimes
+(against the Bayes error, SPEC §3) after 1000 and one after 5000 steps, each
+cell in its seeds' majority regime with the agreeing fraction written where
+they differ (a sweep for each horizon: a run's verdict is that of its horizon),
 and the cost of label noise (error over the clean-label twin, median over
-seeds). The benign panels draw the edges of the benign band per n, with
+seeds). The regime maps draw the edges of the benign band per n, with
 SNR = c n^b fitted over the crossings; after 5000 steps also the edge of the
 max-margin limit (where the limit's error in excess of the Bayes error falls
 to benign_error: where training ends if it runs on)."""
@@ -14,14 +15,16 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 
 from ..plotting import cell_edges, describe_fit, draw_boundary, fit_power_law, interpolated_crossings
-from .common import records_of, save, sweep_mapping, write_numbers
+from .common import REGIME_COLORS, SNR, records_of, save, sweep_mapping, write_numbers
 
 READINGS = (1000, 5000)
 SHOWN = ("not_overfitting", "partial", "benign", "harmful")
 D = 2000
-EDGE_STYLE = {"lower": ("w", "|"), "upper": ("c", "x"), "limit": ("y", "+")}
+EDGE_STYLE = {"lower": ("k", "|"), "upper": ("m", "x"), "limit": ("tab:orange", "+")}
 
 
 def sweeps(quick: bool) -> list[dict]:
@@ -116,49 +119,47 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ns, mus, snr = _axes_of(by_step[READINGS[0]])
     xe, ye = cell_edges(snr), cell_edges(np.array(ns, dtype=float))
     fig, axes = plt.subplots(
-        len(READINGS), len(SHOWN) + 1, figsize=(19, 6.6), sharex=True, sharey=True, layout="constrained"
+        len(READINGS), 2, figsize=(12.5, 9), sharex=True, sharey=True, layout="constrained"
     )
     lines = []
     for row, step in enumerate(READINGS):
         recs = by_step[step]
         st = cell_stats(recs)
-        for col, name in enumerate(SHOWN):
-            ax = axes[row, col]
-            im = ax.pcolormesh(xe, ye, st[name], vmin=0, vmax=1, cmap="magma")
-            ax.set_title(f"{name} after {step} steps", fontsize=9)
-        ax = axes[row, -1]
-        im_c = ax.pcolormesh(
+        ax = axes[row, 0]
+        _draw_regimes(ax, xe, ye, st)
+        ax.set_title(f"regime after {step} steps (numbers: share of seeds, where they differ)")
+        ax_c = axes[row, 1]
+        im_c = ax_c.pcolormesh(
             xe, ye, np.log10(np.maximum(st["cost"], 1e-12)), cmap="viridis", vmin=-12, vmax=0
         )
-        ax.set_title(f"log10 cost of label noise, {step} steps", fontsize=9)
+        ax_c.set_title(f"log$_{{10}}$ cost of label noise after {step} steps")
         found = edges(recs)
         for edge, fit in found.items():
             color, marker = EDGE_STYLE[edge]
-            ax_b = axes[row, SHOWN.index("benign")]
-            ax_b.plot(
+            ax.plot(
                 fit["cross"],
                 fit["rows"],
                 marker,
                 color=color,
-                ms=7,
-                mew=1.5,
-                label=f"{edge} edge ({fit['points']} of {len(ns)} n)",
+                ms=9,
+                mew=2,
+                label=f"{edge} edge of the benign band ({fit['points']} of {len(ns)} $n$)",
             )
             if fit["points"] >= 3:
                 draw_boundary(
-                    ax_b,
+                    ax,
                     lambda n, f=fit: f["c"] * n ** f["b"],
                     np.geomspace(ns[0], ns[-1], 40),
                     independent="y",
                     color=color,
-                    lw=1,
+                    lw=1.2,
                     ls="-",
                 )
             lines.append(
                 f"after {step} steps, {edge} edge ({_what(edge)}), SNR = c n^b: {describe_fit(fit)}"
                 + _fixed(fit)
             )
-        axes[row, SHOWN.index("benign")].legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
         for n in ns:
             fin = [r["final"] for r in recs if r["config"]["n"] == n]
             names = [f["regime"] for f in fin]
@@ -181,11 +182,16 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax.set_xscale("log")
         ax.set_yscale("log")
     for ax in axes[-1]:
-        ax.set_xlabel("SNR = |mu| / sqrt(d)")
+        ax.set_xlabel(SNR + f" at $d$ = {D}")
     for ax in axes[:, 0]:
-        ax.set_ylabel("n")
-    fig.colorbar(im, ax=axes[:, :-1], label="fraction of runs", shrink=0.8)
-    fig.colorbar(im_c, ax=axes[:, -1], label="log10 error - twin's (median of seeds)", shrink=0.8)
+        ax.set_ylabel("$n$")
+        ax.set_yticks(ns, [str(n) for n in ns], minor=False)
+        ax.set_yticks([], minor=True)
+    fig.colorbar(
+        im_c, ax=axes[:, -1], label="log$_{10}$ (error $-$ clean-label twin's), median of seeds", shrink=0.8
+    )
+    handles = [Patch(color=REGIME_COLORS[name], label=name.replace("_", " ")) for name in SHOWN]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(SHOWN), fontsize=10, title="regime")
     recs = by_step[READINGS[-1]]
     parts = []
     for n in ns:  # how long memorizing takes, against the signal: what moves the upper edge
@@ -208,6 +214,18 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         f"(t_memorize of the runs that memorize within {READINGS[-1]} steps: " + "; ".join(parts) + ")"
     )
     return [save(fig, outdir / "fig6_phase.png"), write_numbers(outdir, "fig6_phase", lines)]
+
+
+def _draw_regimes(ax, xe: np.ndarray, ye: np.ndarray, st: dict[str, np.ndarray]) -> None:
+    """Each cell in the colour of its seeds' majority regime, with the fraction of seeds in
+    it written where they do not all agree."""
+    frac = np.stack([st[name] for name in SHOWN])
+    major = frac.argmax(axis=0)
+    cmap = ListedColormap([REGIME_COLORS[name] for name in SHOWN])
+    ax.pcolormesh(xe, ye, major, cmap=cmap, vmin=-0.5, vmax=len(SHOWN) - 0.5)
+    xc, yc = np.sqrt(xe[:-1] * xe[1:]), np.sqrt(ye[:-1] * ye[1:])
+    for i, j in zip(*np.nonzero(frac.max(axis=0) < 1)):
+        ax.text(xc[j], yc[i], f"{frac[major[i, j], i, j]:.2f}", ha="center", va="center", fontsize=7)
 
 
 def _what(edge: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import records_of, save, sweep_mapping, write_numbers
+from .common import MU, SNR, records_of, save, sweep_mapping, write_numbers
 
 DIMS = (1000, 2000, 4000)
 SNRS = [round(v, 3) for v in np.linspace(0.1, 0.34, 13)]  # |mu| = SNR sqrt(d)
@@ -187,15 +187,15 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         lines.append(
             "law: " + (f"{every[0]} wins at every d" if every else "no law wins at every d: none is claimed")
         )
-    axes[0].set_xlabel("|mu|")
+    axes[0].set_xlabel(MU)
     axes[0].set_title("memorization (squares) and generalization (dots), per seed", fontsize=10)
-    axes[1].set_xlabel("SNR = |mu| / sqrt(d)")
+    axes[1].set_xlabel(SNR)
     axes[1].set_title("the max-margin limit's population error, per run", fontsize=10)
-    axes[2].set_xlabel("p_lim - 1/2 (hard-attention relevant probability of the run)")
+    axes[2].set_xlabel(r"$p_{\lim} - 1/2$ (hard-attention relevant probability)")
     axes[2].set_xscale("log")
     axes[2].set_title("t_generalize: power law (dashed), essential singularity (dotted)", fontsize=10)
-    axes[3].set_xlabel("1 / SNR^2 = d / |mu|^2")
-    axes[3].set_title("t_generalize: log t linear in 1/SNR^2 (dashed)", fontsize=10)
+    axes[3].set_xlabel(r"$1/\mathrm{SNR}^2 = d/\|\mu\|^2$")
+    axes[3].set_title(r"generalization step: $\log t$ linear in $1/\mathrm{SNR}^2$ (dashed)", fontsize=10)
     for ax in axes:
         ax.set_yscale("log")
     for ax in (axes[0], axes[2], axes[3]):

@@ -14,7 +14,7 @@ import numpy as np
 from ..metrics import format_error
 from ..plotting import log_steps
 from ..run import simulate
-from .common import save, write_numbers
+from .common import MU, save, write_numbers
 from .fig8_generalization_time import HORIZON, records, sweeps  # noqa: F401  (sweeps: figure 8's, read here)
 
 P_ONLY = {
@@ -56,10 +56,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         t, L, color = r["trajectory"], r["limit"], f"C{i}"
         steps = log_steps(t["step"])
         mu = r["config"]["signal_norm"]
-        axes[0].plot(steps, _arr(t, "mm_cos"), color=color, label=f"W, p trained, |mu|={mu:g}")
+        axes[0].plot(steps, _arr(t, "mm_cos"), color=color, label=f"$W$, $p$ trained, {MU}={mu:g}")
         err, score = _arr(t, "pop_error"), _arr(t, "pop_score_relevant")
         ok = np.isfinite(err)
-        axes[1].plot(steps[ok], err[ok], color=color, label=f"|mu|={mu:g}")
+        axes[1].plot(steps[ok], err[ok], color=color, label=f"{MU}={mu:g}")
         axes[1].axhline(L["pop_error"], color=color, ls="--", lw=0.8)
         axes[2].plot(steps[ok], score[ok], color=color)
         axes[2].axhline(L["relevant_prob"], color=color, ls="--", lw=0.8)
