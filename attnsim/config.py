@@ -93,6 +93,8 @@ class _ConfigMethods:
         for key in _MODEL_DEFAULTED:  # None: the model's default (the registry's entry)
             if getattr(self, key) is None:
                 object.__setattr__(self, key, _model_default(self.model, key))
+        for key, value in _derived(self).items():  # keys the model's own keys decide (alpha: n)
+            object.__setattr__(self, key, value)
         # a saved config (result.json's, resolved) holds the default scales an initialization without
         # a scale has: the same as leaving them out, so the config runs again as it was saved
         # (any initialization: the encoder, which has its own, holds them too)
@@ -130,6 +132,11 @@ class _ConfigMethods:
             for key in _MODEL_DEFAULTED:
                 if key not in changes and getattr(self, key) == _model_default(self.model, key):
                     changes[key] = None
+        model = changes.get("model", self.model)
+        derived = getattr(registry.keys_module(model), "DERIVED", {}) if model in registry.MODELS else {}
+        for key, source in derived.items():  # decided again from the changed keys (n from alpha and d)
+            if key not in changes and changes.get(source, getattr(self, source, None)) is not None:
+                changes[key] = None
         if changes.get("preset", self.preset) != self.preset:  # a new preset label: checked as given
             return dataclasses.replace(self, **changes)
         token = _RESOLVING.set(True)  # the preset this config was built from: already applied
@@ -141,6 +148,8 @@ class _ConfigMethods:
     def to_dict(self, resolved: bool = True) -> dict[str, Any]:
         """All keys; with ``resolved`` the default scales are filled in."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in _MATRICES:  # held as tuples (a Config is hashable), written as nested lists (JSON, TOML)
+            out[key] = [list(row) for row in out[key]]
         if resolved:
             out["init_W_scale"] = self.W_scale
             out["init_p_scale"] = self.p_scale
@@ -186,6 +195,14 @@ _MODEL_DEFAULTED = tuple(sorted(registry.model_defaults()))  # common keys some 
 Config = _assemble()
 
 
+def _derived(cfg: Any) -> dict[str, Any]:
+    """The keys the model's keys module derives from others (its ``derive(cfg)``; none by default)."""
+    derive = (
+        getattr(registry.keys_module(cfg.model), "derive", None) if cfg.model in registry.MODELS else None
+    )
+    return {} if derive is None else derive(cfg)
+
+
 def _model_default(model: str, key: str) -> Any:
     """The default of the common ``key`` under ``model`` (an unknown model: the common default)."""
     entry = registry.MODELS.get(model)
@@ -221,6 +238,9 @@ def _neutral() -> dict[str, Any]:
         k: v for m in registry.MODELS for k, v in registry.own_keys(m).items() if k not in HASHED_MODEL_KEYS
     }
     optimizers = {k: v for o in registry.OPTIMIZERS for k, v in registry.optimizer_keys(o).items()}
+    own = {
+        k: [list(row) for row in v] if k in _MATRICES else v for k, v in own.items()
+    }  # as to_dict writes them
     return {**own, **optimizers, **LATER_KEYS}
 
 
@@ -232,6 +252,7 @@ def hashed(config: dict) -> dict:
 
 KEYS = tuple(f.name for f in fields(Config))
 _TYPES = {f.name: f.type for f in fields(Config)}
+_MATRICES = tuple(name for name, t in _TYPES.items() if str(t).startswith("tuple"))
 _CHOICES = {
     "label_noise": ("balanced", "exact", "iid"),
     "init_W": ("kaiming_uniform", "gaussian", "identity"),
@@ -269,6 +290,8 @@ def _kind(name: str) -> str:
     for k in ("bool", "int", "float", "str"):
         if t.startswith(k):
             return k
+    if t.startswith("tuple"):
+        return "matrix"
     raise AssertionError(t)  # pragma: no cover
 
 
@@ -281,11 +304,17 @@ def _coerce(name: str, value: Any) -> Any:
         if (kind != "int" or abs(value) <= MAX_INT) and (kind != "float" or not _subnormal(value)):
             return value + 0.0 if kind == "float" else value  # -0.0 is 0.0: one grid point, one record
     if value is None:
-        if name in ("init_W_scale", "init_p_scale") or name in _MODEL_DEFAULTED:
+        if (
+            name in ("init_W_scale", "init_p_scale")
+            or name in _MODEL_DEFAULTED
+            or "None" in str(_TYPES[name])
+        ):
             return None
         raise ConfigError(f"{name}: a value is required")
     if kind == "str" and name in _BOOL_WORDS and (isinstance(value, bool) or _numpy_bool(value)):
         value = "true" if value else "false"  # refine_times = true in TOML, --set refine_times=true
+    if kind == "matrix":
+        return _matrix(name, value)
     if isinstance(value, str) and kind != "str":
         want = {"bool": "true or false", "int": "an integer", "float": "a number"}[kind]
         raise ConfigError(f"{name}: expected {want}, got the text {value!r}")
@@ -332,6 +361,27 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name}: {value!r} is not one of {allowed}")
         return lookup[value.lower()]
     return value
+
+
+def _matrix(name: str, value: Any) -> tuple[tuple[float, ...], ...]:
+    """A matrix key (a nested list in TOML, --set and JSON) as a tuple of rows of finite floats."""
+    rows = value.tolist() if hasattr(value, "tolist") else value
+    if isinstance(rows, (list, tuple)) and rows and all(isinstance(r, (list, tuple)) and r for r in rows):
+        return tuple(tuple(_coerce_real(name, v) for v in r) for r in rows)
+    raise ConfigError(
+        f"{name}: expected a matrix as a nested list such as [[0.6, 0.4], [0.4, 0.6]], got {value!r}"
+    )
+
+
+def _coerce_real(name: str, v: Any) -> float:
+    if (
+        isinstance(v, bool)
+        or _numpy_bool(v)
+        or not isinstance(v, numbers.Real)
+        or not math.isfinite(float(v))
+    ):
+        raise ConfigError(f"{name}: every entry must be a finite number, got {v!r}")
+    return float(v) + 0.0
 
 
 def _subnormal(x: float) -> bool:

@@ -4,6 +4,7 @@ checks them on construction; each model's own rules are in its ``keys.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -76,6 +77,7 @@ def validate(c: Any) -> None:
     _check_scales(c)
     for key, default in registry.foreign_keys(c.model).items():
         _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
+    _check_unused(c)
     _check_capabilities(c)
     _check_optimizer(c)
     registry.keys_module(c.model).check(c)
@@ -94,6 +96,15 @@ def validate(c: Any) -> None:
         not (c.train == "W" and c.init_p == "zeros"),
         "train: 'W' alone never moves when p(0) = 0 (grad W = g p^T = 0); train p too or set init_p=gaussian",
     )
+
+
+def _check_unused(c: Any) -> None:
+    """The common keys the model does not read stay at its defaults (refused, never ignored)."""
+    entry = registry.MODELS[c.model]
+    common = {f.name: f.default for f in dataclasses.fields(c)}
+    for key in entry.unused:
+        default = entry.defaults.get(key, common[key])
+        _require(getattr(c, key) == default, f"{key}: does not apply to model={c.model} (leave it unset)")
 
 
 def _declared(c: Any, key: str, value: str, allowed: tuple[str, ...], what: str) -> None:

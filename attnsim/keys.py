@@ -104,7 +104,7 @@ KEY_HELP.update(
 
 def _default_text(c: Config, key: str) -> str:
     """A key's default as ``attnsim keys`` shows it, with the models that change it."""
-    text = "-" if getattr(c, key) is None else str(getattr(c, key))
+    text = "-" if getattr(c, key) is None else str(c.to_dict(resolved=False)[key])
     others = [f"model={m}: {e.defaults[key]}" for m, e in registry.MODELS.items() if key in e.defaults]
     return f"{text} ({'; '.join(others)})" if others else text
 

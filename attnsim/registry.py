@@ -45,6 +45,8 @@ class Entry:
     data_sources: tuple[str, ...] = ("generated",)  # "generated", "file" (an .npz), "real" (attnsim real)
     # -- what it records beside the common metrics: name -> meaning --
     metrics: dict[str, str] = field(default_factory=dict)
+    # -- common keys it does not read: refused away from its defaults (never silently ignored) --
+    unused: tuple[str, ...] = ()
 
 
 ENCODER_ARRAYS = (
@@ -88,7 +90,37 @@ MODELS: dict[str, Entry] = {
         precision_twins=("none", "float32", "bfloat16", "float64"),
         data_sources=("generated", "file", "real"),
     ),
-}
+    "positional_semantic": Entry(
+        "attnsim.models.positional_semantic",
+        # Cui et al.'s published runs: d = 1000, alpha = 2, T = 2, sigma = 0.5, lr 0.15, 5000 steps
+        defaults={
+            "n": 2000, "d": 1000, "T": 2, "sigma": 0.5, "lr": 0.15, "steps": 5000, "log_every": 50,
+            "test_n": 2000, "pop_points": 65536, "n_weak_aligned": 0, "n_weak_opposite": 0,
+            "noise_rate": 0.0, "clean_twin": False,
+        },
+        optimizers=("gd", "adam"),
+        blocks=("Q",),
+        weight_decay_with=("gd", "adam"),
+        metrics={
+            "gen_error": "population error E|Y_hat - Y|^2 / (2 d) per sample",
+            "gen_error_se": "its standard error",
+            "test_error": "the finite test set's error per sample",
+            "magnetization": "|1^T Q| / d",
+            "theta": "|Q*^T Q| / d",
+            "train_objective": "the summed training loss + (lambda/2) |Q|^2",
+            "train_loss": "the summed training loss",
+            "q_norm": "|Q|",
+            "linear_gen_error": "the learned linear baseline B xi's population error",
+            "linear_gen_error_se": "its standard error",
+            "teacher_norm": "|Q*|^2 / (d r): the teacher's draw (mean 1 over seeds; what moves theta)",
+        },
+        unused=(
+            "signal_norm", "rho", "n_relevant", "n_weak_aligned", "n_weak_opposite", "shuffle_roles",
+            "noise_rate", "label_noise", "train", "init_W", "init_W_scale", "init_p", "init_p_scale",
+            "init_nu", "loss", "benign_error", "gen_score", "clean_twin", "refine_times", "batch",
+        ),
+    ),
+}  # fmt: skip
 
 # optimizer name -> its module (KEYS, check, OPTIMIZER; attnsim/optimizers/base.py)
 OPTIMIZERS: dict[str, str] = {

@@ -133,8 +133,14 @@ def _data_line(res) -> str:
 
 
 def format_summary(res: Result) -> str:
-
+    """What ``attnsim run`` prints of a run (a model that is not a classifier says it itself)."""
     c, f, th, e = res.config, res.final, res.theory, res.engine
+    spec = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
+    if spec is not None and not spec.classifier:
+        version = res.versions.get("attnsim", "")
+        head = f"attnsim {version}: {c['steps']} steps of {_method(c)} in {res.elapsed_s:.2f} s"
+        return "\n".join([f"{head} (start-up {res.startup_s:.2f} s)", *spec.summary(res),
+                          f"computed with: engine {e['used']} ({e['reason']})"])  # fmt: skip
     lines = [
         f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {_method(c)} "
         f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s)",

@@ -27,7 +27,7 @@ from .data.bayes import of_dataset as bayes_of
 from .data.dataset import DataError, Dataset, make_streams
 from .runtime.threads import blas
 from .runtime.workspace import PROCESS, WORKSPACE, Workspace
-from .training import Trained, train_run
+from .training import Trained, train_own, train_run
 
 
 def ensure_compiled(
@@ -138,6 +138,11 @@ def _simulate(config, data, save_scores, progress, announce, workspace, _warmup,
     pop = spec.population(cfg, ds, streams.population, ws)
     setup = time.perf_counter() - t0 - startup
     counted = PROCESS.evaluation_s
+    if not spec.classifier:  # a model with metrics of its own
+        own = train_own(spec, problem, cfg, pop, progress)
+        res = _assemble_own(cfg, problem, ds, own, t0, setup, startup)
+        res.evaluation_s = PROCESS.evaluation_s - counted
+        return res
     kept = ws.kept_run if data is None else None
     run_ = train_run(spec, problem, ds, cfg, pop, save_scores, progress, kept)
     res = _assemble(cfg, data, spec, problem, ds, pop, run_, ws, t0, setup, startup)
@@ -307,6 +312,28 @@ def _assemble(
         limit=trained.limit,
         precision=low,
         problem=problem,  # in memory only (not saved): the engine problem and final state, for figures
+        state=traj.state,
+    )
+
+
+def _assemble_own(cfg: Config, problem, ds, own, t0: float, setup: float, startup: float) -> results.Result:
+    """The Result of a model with metrics of its own (:meth:`ModelSpec.train_own`)."""
+    traj = own.traj
+    return results.Result(
+        config=cfg.to_dict(),
+        trajectory={**traj.arrays, **own.arrays},
+        final=own.final,
+        theory={},
+        engine={"used": problem.engine, "reason": problem.reason, **problem.info},
+        versions=results.versions(),
+        threads=results.thread_settings(),
+        git=dict(results.git_revision()),
+        elapsed_s=time.perf_counter() - t0 - startup,
+        setup_s=setup,
+        startup_s=IMPORT_S + startup,
+        warnings=_run_warnings(ds.warnings + traj.warnings, []),
+        data={"source": ds.source, **own.notes, "status": traj.status, "frozen_at": traj.frozen_at},
+        problem=problem,
         state=traj.state,
     )
 

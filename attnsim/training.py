@@ -92,6 +92,17 @@ def train_run(
     return Trained(traj, twin, limit_section, low_run)
 
 
+def train_own(spec, problem, cfg: Config, pop, progress) -> Any:
+    """The run of a model that is not a classifier: the driver along the log grid with the
+    model's recorder and evaluator (its signals, progress and divergence handled as every run's),
+    then the model's findings (:class:`attnsim.models.base.Own`)."""
+    grid = log_grid(cfg.steps, cfg.log_scale, cfg.log_every, cfg.log_points)
+    schedule = Schedule(grid, pop_indices(len(grid), cfg.pop_log_points), cfg.lr, progress, False)
+    with blas().limit(limits=1, user_api="blas"):
+        traj = run(problem.stepper(cfg), spec.recorder(grid), schedule, problem.evaluator(cfg, pop))
+        return spec.findings(problem, traj, cfg, pop)
+
+
 def refines_times(cfg: Config) -> bool:
     """Whether a run locates its times between log points (a bisection that steps
     again): ``refine_times``, whose ``auto`` means with the flow or the limit."""

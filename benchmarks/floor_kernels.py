@@ -179,3 +179,33 @@ def twin_step_floor(W, p, q, g, gp, lr, nsteps):
         _rw_pass(W, g, g, p, lr, gp)
         for j in range(p.size):
             p[j] -= lr * gp[j] * 1e-12
+
+
+@njit(cache=True)
+def token_pass_floor(X, Q, grad):
+    """The one pass a positional/semantic GD step cannot avoid: every token row read once,
+    its projection x . Q formed and the row added to the gradient with that weight (the
+    arithmetic of attnsim's fused step without the T x T softmax algebra between)."""
+    n, T, d = X.shape
+    r = Q.shape[1]
+    grad[:, :] = 0.0
+    for i in range(n):
+        for t in range(T):
+            for a in range(r):
+                s0 = 0.0
+                s1 = 0.0
+                s2 = 0.0
+                s3 = 0.0
+                j = 0
+                while j + 4 <= d:
+                    s0 += X[i, t, j] * Q[j, a]
+                    s1 += X[i, t, j + 1] * Q[j + 1, a]
+                    s2 += X[i, t, j + 2] * Q[j + 2, a]
+                    s3 += X[i, t, j + 3] * Q[j + 3, a]
+                    j += 4
+                while j < d:
+                    s0 += X[i, t, j] * Q[j, a]
+                    j += 1
+                w = 1e-3 * ((s0 + s1) + (s2 + s3))
+                for j in range(d):
+                    grad[j, a] += X[i, t, j] * w

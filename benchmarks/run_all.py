@@ -52,6 +52,11 @@ BENCHMARKS = [
     ("figures", "bench_figures.py", ["--reps", "1"], ["--reps", "1", "--quick"]),
     ("gallery_floor", "bench_gallery_floor.py", ["--figures", "{perf}/figures.json"],
      ["--figures", "{perf}/figures.json"]),
+    ("positional_semantic", "bench_positional_semantic.py",
+     ["--reps", "7", "--steps", "20", "--d-list", "250,500,1000,2000", "--plot",
+      "{perf}/bench_positional_semantic.png"],
+     ["--reps", "3", "--steps", "10", "--d-list", "500,1000", "--plot",
+      "{perf}/bench_positional_semantic.png"]),
 ]  # fmt: skip
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -236,6 +241,23 @@ def section_encoder(res: dict) -> list[str]:
     return lines
 
 
+def section_positional_semantic(res: dict) -> list[str]:
+    lines = ["| d | n | attnsim (float64) | floor: one pass | × floor | published torch loop, float32 | × "
+             "| float64 | × |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in res["rows"]:
+        lines.append(f"| {r['d']} | {r['n']} | {ms(r, 'attnsim')} | {ms(r, 'floor')} "
+                     f"| **{r['x_floor']:.2f}** | {ms(r, 'torch32')} | {r['x_float32']:.1f} "
+                     f"| {ms(r, 'torch64')} | {r['x_float64']:.1f} |")  # fmt: skip
+    worst = {k: max(r["q_rel_diff"][k] for r in res["rows"]) for k in ("torch64", "torch32")}
+    lines += ["", f"Milliseconds per GD step, T = 2, n = {res['alpha']:g} d, median (min–max) over the "
+              f"repetitions; threads (BLAS, Numba, torch) {res['threads']}. × floor is the median over the "
+              "repetitions of the step over the floor timed beside it. The same trajectory: after every "
+              "timed step, max |Q_torch − Q_attnsim| / max |Q| is at most "
+              f"{worst['torch64']:.1e} for the published loop in float64 and {worst['torch32']:.1e} in "
+              "float32."]  # fmt: skip
+    return lines
+
+
 def section_floors(res: dict) -> list[str]:
     lines = ["| loop | attnsim, µs | floor, µs | × floor |", "|---|---:|---:|---:|"]
     for name, r in res["rows"].items():
@@ -376,6 +398,15 @@ SECTIONS = {
                 "`attnsim --version` and a fresh `attnsim run` against the floor of any Numba + SciPy tool "
                 "(`python -c \"import numba, scipy.special, scipy.linalg\"`), with the kernel cache warm.",
                 section_startup, None),
+    "positional_semantic": ("Positional and semantic attention: a GD step, its floor and the published loop",
+                            "One GD step of Cui et al.'s model (float64: the fused pass over the tokens and "
+                            "the plug-in optimizer's step) against the one pass over the (n T × d) token "
+                            "matrix a step cannot avoid (`benchmarks/floor_kernels.py` `token_pass_floor`), "
+                            "and against the published training loop (their `AttentionModel`, `quadloss`, "
+                            "autograd, `torch.optim.SGD` with weight decay) in float32 (as published, here "
+                            "on the CPU) and float64, on the same data and Q(0). Targets: ≤ 1.5× the floor, "
+                            "faster than the published loop.",
+                            section_positional_semantic, "bench_positional_semantic.png"),
 }  # fmt: skip
 
 WHY = """## Why it is fast

@@ -81,6 +81,11 @@ TARGETS = (
            90, at_least=True),
     Target("every figure from an empty cache, wall seconds", "figures", lambda j: j["wall_s"], "s", 600,
            bound=_gallery_bound, bound_bench="gallery_floor"),
+    Target("positional/semantic GD step at d = 1000, × its floor", "positional_semantic",
+           lambda j: next(r["x_floor"] for r in j["rows"] if r["d"] == 1000), "x", 1.5),
+    Target("positional/semantic GD step at d = 1000, the published loop (float32) over attnsim",
+           "positional_semantic", lambda j: next(r["x_float32"] for r in j["rows"] if r["d"] == 1000),
+           "x", 1.0, at_least=True),
 )  # fmt: skip
 
 

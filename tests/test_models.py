@@ -21,6 +21,7 @@ from attnsim.config import KEYS, CommonKeys, Config, ConfigError
 from attnsim.data.dataset import make_streams
 from attnsim.models.base import GRAD_TOL, GradCheck, ModelSpec, Outcome, Stepper
 from attnsim.models.gradcheck import check_applied
+from attnsim.run import simulate
 from attnsim.runtime.workspace import Workspace
 
 MODELS = list(registry.MODELS)
@@ -52,6 +53,14 @@ def test_spec_declares_the_interface(name):
 def test_stepper_has_what_the_recorder_reads(name):
     st, ds = _stepper(name)
     assert isinstance(st, Stepper)
+    if not registry.spec(name).classifier:  # its own recorder reads extra_metrics: every metric it declares
+        metrics = st.extra_metrics()
+        assert metrics and all(isinstance(v, float) for v in metrics.values())
+        declared = set(registry.MODELS[name].metrics)
+        assert set(metrics) <= declared
+        res = simulate(registry.spec(name).warm_configs["gd"])
+        assert set(res.final) == declared and set(metrics) <= set(res.trajectory)
+        return
     n = ds.y.size
     assert st.fit_since.shape == (n,) and st.S_acc.shape == (n,)
     obs = st.observe()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import registry
 from .._meta import ConfigError
 
 if TYPE_CHECKING:  # names in annotations only
@@ -35,7 +36,7 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _spread(values: list) -> str:
+def spread(values: list) -> str:
     x = np.array([np.nan if v is None else v for v in values], dtype=float)
     ok = x[np.isfinite(x)]
     if not ok.size:
@@ -48,17 +49,21 @@ def _spread(values: list) -> str:
 def seeds_summary(seeds: list[int], runs: list[Result]) -> str:
     """What ``attnsim run --seeds`` prints after every seed's run."""
     finals = [r.final for r in runs]
+    head = f"{len(runs)} seeds ({_seed_text(seeds)}): mean +- standard deviation over seeds"
+    spec = registry.spec(runs[0].config["model"])
+    if not spec.classifier:  # a model with metrics of its own
+        return "\n".join([head, *spec.seeds_summary(runs)])
     # t_generalize: the fresh-sample relevant score reaches gen_score for good (not the regime's word)
     score = f"relevant-token score on new samples >= {runs[0].config.get('gen_score', 0.5):g}"
     regimes: dict[str, int] = {}
     for f in finals:
         regimes[f["regime"]] = regimes.get(f["regime"], 0) + 1
     lines = [
-        f"{len(runs)} seeds ({_seed_text(seeds)}): mean +- standard deviation over seeds",
-        f"  population error {_spread([f.get('pop_error') for f in finals])}, "
-        f"excess over Bayes {_spread([f.get('excess_error') for f in finals])}",
-        f"  train acc {_spread([f.get('train_acc') for f in finals])}, "
-        f"noisy fitted {_spread([f.get('train_acc_noisy') for f in finals])}",
+        head,
+        f"  population error {spread([f.get('pop_error') for f in finals])}, "
+        f"excess over Bayes {spread([f.get('excess_error') for f in finals])}",
+        f"  train acc {spread([f.get('train_acc') for f in finals])}, "
+        f"noisy fitted {spread([f.get('train_acc_noisy') for f in finals])}",
         f"  {_times('memorized', [r.theory.get('t_memorize') for r in runs])}; "
         f"{_times(score, [r.theory.get('t_generalize') for r in runs])}",
         "  regimes: " + ", ".join(f"{k} {v}" for k, v in sorted(regimes.items(), key=lambda kv: -kv[1])),
@@ -71,7 +76,7 @@ def _times(what: str, times: list) -> str:
     if never == len(times):
         return f"{what}: never within the run"
     done = [t for t in times if t is not None]
-    return f"{what} at step {_spread(done)}" + (f" ({never} never within the run)" if never else "")
+    return f"{what} at step {spread(done)}" + (f" ({never} never within the run)" if never else "")
 
 
 def _seed_text(seeds: list[int]) -> str:
@@ -80,4 +85,4 @@ def _seed_text(seeds: list[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
-__all__ = ["MAX_SEEDS", "parse_seeds", "seeds_summary"]
+__all__ = ["MAX_SEEDS", "parse_seeds", "seeds_summary", "spread"]

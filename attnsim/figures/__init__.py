@@ -40,6 +40,7 @@ NAMES = {
     "magen": "fig16_magen",
     "precision": "fig17_precision",
     "many_samples": "fig18_many_samples",
+    "positional_semantic": "fig19_positional_semantic",
     "neighbours": "fig13_neighbours",  # last: it reads figures 6, 15 and 16's sweeps
 }
 

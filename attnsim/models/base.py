@@ -233,6 +233,17 @@ class Problem(Protocol):
         ...
 
 
+class Own(NamedTuple):
+    """A run of a model with metrics of its own (``classifier = False``): its trajectory
+    (:class:`attnsim.driver.Trajectory`), result.json's ``final``, what its data section says
+    (``notes``: the population method, the test set, ...) and arrays saved beside the trajectory."""
+
+    traj: Any
+    final: dict
+    notes: dict
+    arrays: dict
+
+
 class GradCheck(NamedTuple):
     """What ``attnsim check-grad`` prints: the heading lines, and per loss and
     parameter block the errors of :func:`finite_difference_errors`."""
@@ -252,6 +263,9 @@ class ModelSpec(ABC):
 
     name: str
     warm_configs: dict[str, dict]
+    # a classifier of the paper's kind (labels, scores, regimes: the paper's recorder, metrics and
+    # theory); a model that is not one writes :meth:`train_own` and records metrics of its own
+    classifier: bool = True
 
     @abstractmethod
     def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
@@ -266,6 +280,27 @@ class ModelSpec(ABC):
     @abstractmethod
     def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
         """The model's reference gradients against central differences (``attnsim check-grad``)."""
+
+    def recorder(self, grid: np.ndarray) -> Any:
+        """A model that is not a classifier (``classifier = False``): the recorder of its metrics
+        along the log grid (:class:`attnsim.driver.Recorder`), which the driver hands every log
+        point (:func:`attnsim.training.train_own`)."""
+        raise NotImplementedError(f"model={self.name} is a classifier: attnsim.observers records it")
+
+    def findings(self, problem: Problem, traj: Any, cfg: Config, pop: Any) -> Own:
+        """A model that is not a classifier: its run's final metrics (the names its registry entry
+        declares), what its data section says and the arrays saved beside the trajectory."""
+        raise NotImplementedError(f"model={self.name} is a classifier: attnsim.metrics measures it")
+
+    def summary(self, res: Any) -> list[str]:
+        """The lines ``attnsim run`` prints of a run of a model that is not a classifier."""
+        raise NotImplementedError(f"model={self.name} is a classifier: attnsim.report summarizes it")
+
+    def seeds_summary(self, runs: list) -> list[str]:
+        """The lines ``attnsim run --seeds`` prints after its heading (a model that is not a classifier)."""
+        raise NotImplementedError(
+            f"model={self.name} is a classifier: attnsim.experiments.seeds summarizes it"
+        )
 
     def validate(self, cfg: Config, user_data: bool) -> None:
         """ConfigError for a combination of keys this model cannot run with."""
@@ -323,8 +358,9 @@ class ModelSpec(ABC):
         return 0.0
 
     def population(self, cfg: Config, ds: Dataset, rng: np.random.Generator, ws: Workspace) -> Any:
-        """The population metrics of this data (an object whose ``evaluate`` takes the seven
-        scalars of :meth:`attnsim.models.attention.population.Population.evaluate`), or None."""
+        """The population metrics of this data (a classifier's: an object whose ``evaluate`` takes
+        the seven scalars of :meth:`attnsim.models.attention.population.Population.evaluate`; a
+        model with metrics of its own: what its evaluator reads), or None."""
         return None
 
     def population_note(self, ds: Dataset, problem: Problem) -> str:

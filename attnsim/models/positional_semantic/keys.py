@@ -1,0 +1,93 @@
+"""The config keys only the positional/semantic attention model reads (SPEC §18), their
+defaults and rules (Cui, Behrens, Krzakala and Zdeborová, NeurIPS 2024).
+
+Imported by :mod:`attnsim.registry` when :class:`attnsim.config.Config` is assembled, so it
+imports nothing of attnsim but :mod:`attnsim._meta`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..._meta import ConfigError
+
+TEACHER_A = ((0.6, 0.4), (0.4, 0.6))  # the published runs' A (their which_A = "standard")
+INITS = ("semantic", "positional", "random")
+
+
+@dataclass(frozen=True)
+class PositionalSemanticKeys:
+    alpha: float | None = field(
+        default=None,
+        metadata={
+            "allowed": "> 0, or unset (positional_semantic only)",
+            "help": "samples per dimension: n = round(alpha d) (unset: n as given)",
+        },
+    )
+    rank: int = field(
+        default=1,
+        metadata={"allowed": "integer >= 1 (positional_semantic only)", "help": "columns r of Q and Q*"},
+    )
+    omega: float = field(
+        default=0.3,
+        metadata={
+            "allowed": "in [0, 1] (positional_semantic only)",
+            "help": "the teacher's positional weight: Y = (1 - omega) softmax(...) xi + omega A xi",
+        },
+    )
+    teacher_A: tuple = field(
+        default=TEACHER_A,
+        metadata={
+            "allowed": "a T x T matrix, a nested list (positional_semantic only)",
+            "help": "the teacher's positional mixing matrix A",
+        },
+    )
+    init: str = field(
+        default="semantic",
+        metadata={
+            "allowed": "semantic, positional, random (positional_semantic only)",
+            "help": "Q(0): Q* (semantic), 1/sqrt(d) (positional) or 0.1 N(0, 1) (random)",
+        },
+    )
+
+
+def derive(cfg: Any) -> dict[str, Any]:
+    """The keys ``alpha`` decides: n = round(alpha d) (ConfigError when n is set to another value)."""
+    if cfg.alpha is None:
+        return {}
+    if not (math.isfinite(cfg.alpha) and cfg.alpha > 0):
+        raise ConfigError(f"alpha: must be > 0, got {cfg.alpha}")
+    n = round(cfg.alpha * cfg.d)
+    if cfg.n not in (n, DEFAULT_N):
+        raise ConfigError(
+            f"n: {cfg.n} is not round(alpha d) = {n} (alpha = {cfg.alpha:g}, d = {cfg.d}): "
+            "set n or alpha, not both"
+        )
+    if n < 2:
+        raise ConfigError(
+            f"alpha: {cfg.alpha:g} makes n = round(alpha d) = {n}; at least 2 samples are needed"
+        )
+    return {"n": n}
+
+
+DEFAULT_N = 2000  # n under this model when neither n nor alpha is set (alpha = 2 at d = 1000)
+DERIVED = {"n": "alpha"}  # key -> the key that decides it when set (Config.replace decides it again)
+
+
+def check(cfg: Any) -> None:
+    """ConfigError naming the key for a value the model cannot take."""
+    if cfg.rank < 1:
+        raise ConfigError(f"rank: must be an integer >= 1, got {cfg.rank}")
+    if not 0.0 <= cfg.omega <= 1.0:
+        raise ConfigError(f"omega: must be in [0, 1], got {cfg.omega}")
+    A = cfg.teacher_A
+    if len(A) != cfg.T or any(len(row) != cfg.T for row in A):
+        shape = f"{len(A)} x {', '.join(str(len(r)) for r in A)}"
+        raise ConfigError(f"teacher_A: must be a T x T matrix (T = {cfg.T}), got {shape}")
+    if cfg.init not in INITS:
+        raise ConfigError(f"init: {cfg.init!r} is not one of {', '.join(INITS)}")
+
+
+KEYS = PositionalSemanticKeys

@@ -1,0 +1,220 @@
+"""Positional and semantic attention as attnsim runs it: the ModelSpec (its planning needs the
+config alone; the data, kernels and stepper load with the methods that run the model, "lazy")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ... import registry
+from ...config import Config
+from ..base import ConfigError, GradCheck, ModelSpec, Own
+
+if TYPE_CHECKING:  # names in annotations only
+    from ...data.dataset import Streams
+    from ...runtime.workspace import Workspace
+
+REASON = "positional_semantic runs on the (n T x d) tokens, one fused pass per step"
+
+
+@dataclass
+class Data:
+    """What the run's data says of itself (the tokens are the problem's)."""
+
+    X: np.ndarray
+    Q_star: np.ndarray
+    source: str
+    y: None = None
+    n_noisy: int = 0
+    warnings: list = field(default_factory=list)
+
+    def relevant_indicator(self, T: int) -> None:
+        return None  # no relevant tokens: a regression of every token
+
+
+class Problem:
+    engine = "dense"
+    reason = REASON
+
+    def __init__(self, cfg: Config, train: Any, test: Any, Q_star: np.ndarray, Q0: np.ndarray) -> None:
+        self.train, self.test, self.Q_star, self.Q0 = train, test, Q_star, Q0
+        self.T, self.y = cfg.T, None
+        self.info = {"test_n": cfg.test_n}
+        self.linear: dict = {}
+
+    def stepper(self, cfg: Config, rel: Any = None, y: Any = None) -> Any:
+        from .model import PSStepper  # lazy
+
+        return PSStepper(
+            self.train, self.Q0, self.Q_star, registry.make_optimizer(cfg), registry.weight_decay(cfg)
+        )
+
+    def evaluator(self, cfg: Config, pop: Any) -> Any:
+        from .model import Evaluator  # lazy
+
+        return Evaluator(pop, self.test)
+
+    def objective(self, cfg: Config, state: dict, y: Any) -> float:
+        from .reference import objective, positions, teacher  # lazy
+
+        X = self.train.X
+        xi = X - positions(cfg.T, cfg.d)
+        Y = teacher(xi, self.Q_star, cfg.omega, np.asarray(cfg.teacher_A))
+        return objective(X, Y, np.asarray(state["Q"]), registry.weight_decay(cfg))
+
+
+class PositionalSemanticSpec(ModelSpec):
+    name = "positional_semantic"
+    classifier = False
+    warm_configs = {
+        "gd": {"model": "positional_semantic", "n": 6, "d": 8, "steps": 2, "test_n": 4, "pop_points": 64}
+    }
+
+    def gradient_cases(self, engine: str) -> list[tuple[str, dict]]:
+        small = {**self.warm_configs["gd"], "lr": 0.05}
+        return [
+            ("semantic", small),
+            ("positional, T = 3, r = 2", {**small, "T": 3, "rank": 2, "init": "positional",
+                                          "teacher_A": [[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.2, 0.5]]}),
+        ]  # fmt: skip
+
+    def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
+        if user_data:
+            raise ConfigError("data: positional_semantic draws its own data (no data file)")
+        return "dense", REASON
+
+    def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:
+        T, d = cfg.T, cfg.d
+        return [
+            ("n, T, d", f"the training tokens (n*T*d = {cfg.n}*{T}*{d} floats)", 8.0 * cfg.n * T * d),
+            (
+                "test_n, T, d",
+                f"the test tokens (test_n*T*d = {cfg.test_n}*{T}*{d} floats)",
+                8.0 * cfg.test_n * T * d,
+            ),
+            ("pop_points, T", "the population draws", 8.0 * cfg.pop_points * T * (1 + 2 * cfg.rank) * 4),
+        ]
+
+    def step_flops(self, cfg: Config, engine: str) -> float:
+        return 4.0 * cfg.n * cfg.T * cfg.d * cfg.rank
+
+    def setup_flops(self, cfg: Config, engine: str) -> float:
+        return 30.0 * (cfg.n + cfg.test_n) * cfg.T * cfg.d
+
+    def run_flops(self, cfg: Config, engine: str) -> float:
+        return cfg.steps * self.step_flops(cfg, engine)
+
+    def setup_key(self, cfg: Config) -> tuple:
+        return (cfg.seed, cfg.n, cfg.T, cfg.d, cfg.rank, cfg.omega, cfg.sigma, cfg.teacher_A, cfg.test_n)
+
+    def build(
+        self, cfg: Config, ds: Any, streams: Streams, engine: str, reason: str, ws: Workspace
+    ) -> tuple[Problem, Data]:
+        from .model import draw, initial_Q  # lazy
+
+        Q_star = streams.data.standard_normal((cfg.d, cfg.rank))
+        train = draw(cfg.n, cfg, Q_star, streams.data)
+        test = draw(cfg.test_n, cfg, Q_star, streams.test) if cfg.test_n else None
+        Q0 = initial_Q(cfg, Q_star, streams.init)
+        problem = Problem(cfg, train, test, Q_star, Q0)
+        problem.init_stream = streams.init  # the linear baseline's B(0) is drawn after Q(0)
+        source = f"generated: Cui et al. (2024), {cfg.n} samples of T = {cfg.T} tokens in d = {cfg.d}"
+        return problem, Data(train.X, Q_star, source)
+
+    def population(self, cfg: Config, ds: Data, rng: np.random.Generator, ws: Workspace) -> Any:
+        from .model import Population  # lazy
+
+        return Population(cfg, ds.Q_star, rng)
+
+    def recorder(self, grid: np.ndarray) -> Any:
+        from .model import Recorder  # lazy
+
+        return Recorder(grid)
+
+    def findings(self, problem: Problem, traj: Any, cfg: Config, pop: Any) -> Own:
+        from .model import linear_baseline  # lazy
+
+        lin = linear_baseline(problem.train, cfg.n, cfg, problem.init_stream, pop)
+        last = {k: float(v[-1]) for k, v in traj.arrays.items() if k != "step" and np.isfinite(v[-1])}
+        final = {k: last.get(k) for k in FINAL}
+        final.update(linear_gen_error=lin["linear_gen_error"], linear_gen_error_se=lin["linear_gen_error_se"])
+        final["teacher_norm"] = float((problem.Q_star**2).sum() / problem.Q_star.size)
+        notes = {
+            "population": pop.method,
+            "test_set": f"{cfg.test_n} fresh samples from the run's test stream (seed {cfg.seed})"
+            if cfg.test_n
+            else None,
+            "linear_baseline": "B xi, B (T x T) from N(0, 1), Adam lr 0.5, L2 1e-4, 200 steps (as published)",
+        }
+        return Own(traj, final, notes, {"linear_B": lin["B"]})
+
+    def summary(self, res: Any) -> list[str]:
+        c, f = res.config, res.final
+        alpha = f" (alpha = {c['n'] / c['d']:.4g})"
+        decay = "AdamW's decoupled" if c["optimizer"] == "adam" else "L2 (torch SGD's)"
+        return [
+            f"data: Cui et al. (2024) positional/semantic attention, n = {c['n']}{alpha}, T = {c['T']}, "
+            f"d = {c['d']}, sigma = {c['sigma']:g}, omega = {c['omega']:g}, rank {c['rank']}; "
+            f"Q(0) {c['init']}; lr {c['lr']:g}, {decay} weight decay {c['weight_decay']:g}",
+            f"generalization error per sample |Y_hat - Y|^2/(2d): {_pm(f['gen_error'], f['gen_error_se'])} "
+            f"(population){_test(f, c)}; the learned linear baseline "
+            f"{_pm(f['linear_gen_error'], f['linear_gen_error_se'])}",
+            f"overlaps: magnetization |1'Q|/d {_g(f['magnetization'])} (positional), "
+            f"theta |Q*'Q|/d {_g(f['theta'])} (semantic), |Q| {_g(f['q_norm'])}",
+            f"training: objective {_g(f['train_objective'])} (the summed loss {_g(f['train_loss'])} "
+            "+ (lambda/2)|Q|^2)",
+        ]
+
+    def seeds_summary(self, runs: list) -> list[str]:
+        from ...experiments.seeds import spread  # lazy
+
+        finals = [r.final for r in runs]
+        return [f"  {name} {spread([f.get(name) for f in finals])}" for name in PUBLISHED]
+
+    def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
+        from ..base import finite_difference_errors  # lazy
+        from .reference import grad, loss, positions, teacher  # lazy
+
+        rng = np.random.default_rng(seed)
+        errors = {}
+        for T, r in ((2, 1), (3, 2)):
+            n, d = 5, 7
+            A = rng.uniform(0.1, 1.0, (T, T))
+            xi = 0.5 * rng.standard_normal((n, T, d))
+            X, Qs, Q = xi + positions(T, d), rng.standard_normal((d, r)), rng.standard_normal((d, r))
+            Y = teacher(xi, Qs, 0.3, A)
+            errors[f"T={T}, r={r}"] = finite_difference_errors(
+                lambda Q_, X=X, Y=Y: loss(X, Y, Q_), lambda Q_, X=X, Y=Y: [grad(X, Y, Q_)], {"Q": Q}, h=h
+            )
+        head = [f"positional_semantic: central differences of the summed loss, h = {h:g}, n=5 d=7"]
+        return GradCheck(head, errors)
+
+
+def _g(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def _pm(v: float | None, se: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g} +- {se:.2g} (se)"
+
+
+def _test(f: dict, c: dict) -> str:
+    return "" if f.get("test_error") is None else f", {_g(f['test_error'])} on {c['test_n']} test samples"
+
+
+# the metrics of the published table, in its order (what --seeds summarizes)
+PUBLISHED = ("gen_error", "test_error", "magnetization", "theta", "train_objective", "linear_gen_error")
+FINAL = (
+    "gen_error",
+    "gen_error_se",
+    "test_error",
+    "magnetization",
+    "theta",
+    "train_objective",
+    "train_loss",
+    "q_norm",
+)
+
+SPEC = PositionalSemanticSpec()
