@@ -216,6 +216,38 @@ def _mark_times(axes: Sequence[Axes], theory: Mapping[str, Any], x: np.ndarray) 
                 )
 
 
+def plot_groups(axes: Sequence[Axes], results: Sequence[Result], groups: Sequence[tuple]) -> None:
+    """A model's own metrics against the step, one panel per (title, metric names, log y) group:
+    a run's curves, or the mean over seeds with a band from the smallest to the largest."""
+    for ax, (title, names, logy) in zip(axes, groups):
+        for k, name in enumerate(names):
+            rows = [np.asarray(r.trajectory[name], dtype=float) for r in results if name in r.trajectory]
+            if not rows:
+                continue
+            step = np.asarray(results[0].trajectory["step"], dtype=float)
+            Y = np.vstack([r[: step.size] for r in rows])
+            ok = np.isfinite(Y).all(axis=0)
+            ax.plot(
+                step[ok],
+                Y[:, ok].mean(axis=0),
+                "o-" if ok.sum() < 30 else "-",
+                ms=3,
+                color=f"C{k}",
+                label=name,
+            )
+            if len(rows) > 1:
+                ax.fill_between(
+                    step[ok], Y[:, ok].min(axis=0), Y[:, ok].max(axis=0), color=f"C{k}", alpha=0.2
+                )
+        ax.set_title(
+            title + (f" ({len(results)} seeds: mean, min-max)" if len(results) > 1 else ""), fontsize=10
+        )
+        ax.set_xlabel("step")
+        if logy:
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
+
+
 def plot_seeds(axes: Sequence[Axes], results: Sequence[Result]) -> None:
     """The runs of an ``attnsim run --seeds`` folder on three Axes, one thin line per seed:
     the relevant token's score (clean samples solid, noisy dashed; fresh samples black),

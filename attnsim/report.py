@@ -24,13 +24,21 @@ def plot_result(res: Result, kind: str, path: Path) -> None:
 
     from . import plotting  # lazy: as matplotlib
 
+    c = res.config
+    model = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
+    if model is not None and not model.classifier:  # no scores or gaps: its own metrics
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
+        plotting.plot_groups(axes, [res], model.plot_groups)
+        fig.suptitle(_setting(c), fontsize=10)
+        fig.tight_layout()
+        save_png(fig, path)
+        return
     if kind == "scores":
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
         plotting.plot_example_scores(axes, res)
     else:
         fig, ax = plt.subplots(figsize=(7, 4))
         plotting.plot_gaps(ax, res)
-    c = res.config
     fig.suptitle(
         f"d={c['d']}, |mu|={c['signal_norm']:g}, lr={c['lr']:g}: regime {res.final['regime']}",
         fontsize=10,
@@ -379,8 +387,10 @@ def plot_folder(
     fmt = figure_format(out) if out is not None else "png"
     notes: list[str] = []
     if kind != "sweep":  # ResultError before matplotlib loads
+        own = set(registry.model_metrics())  # a model's own metrics (their trajectories)
         runs = [
-            load(f, arrays=lambda k: k.startswith(_PLOTTED)) for f in ([folder] if kind == "run" else seeds)
+            load(f, arrays=lambda k: k.startswith(_PLOTTED) or k in own)
+            for f in ([folder] if kind == "run" else seeds)
         ]
     else:
         spec, table, held = sweep_table(folder)
@@ -400,11 +410,14 @@ def plot_folder(
 
     if kind != "sweep":
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
-        if kind == "run":
+        c, f = runs[0].config, runs[0].final
+        model = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
+        if model is not None and not model.classifier:  # its own metrics, one panel per group
+            plotting.plot_groups(axes, runs, model.plot_groups)
+        elif kind == "run":
             plotting.plot_run(axes, runs[0])
         else:
             plotting.plot_seeds(axes, runs)
-        c, f = runs[0].config, runs[0].final
         what = "" if kind == "run" else f" ({len(runs)} seeds)"
         fig.suptitle(
             f"{folder.name}{what}: {_setting(c)}"
@@ -440,6 +453,8 @@ def plot_folder(
 
 def _setting(c: dict) -> str:
     """A run's setting in the paper's symbols, for a title (keys a damaged file lacks left out)."""
+    if c.get("model") in registry.MODELS and not registry.spec(c["model"]).classifier:
+        return f"model={c['model']}, n={c.get('n')}, d={c.get('d')}, T={c.get('T')}"
     parts = [
         ("n", "n", "{}"),
         ("d", "d", "{}"),

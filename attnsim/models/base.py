@@ -266,6 +266,8 @@ class ModelSpec(ABC):
     # a classifier of the paper's kind (labels, scores, regimes: the paper's recorder, metrics and
     # theory); a model that is not one writes :meth:`train_own` and records metrics of its own
     classifier: bool = True
+    # a model that is not one: its run's plot, (title, metric names, log y) per panel (three panels)
+    plot_groups: tuple = ()
 
     @abstractmethod
     def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:

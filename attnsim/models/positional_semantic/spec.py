@@ -68,6 +68,11 @@ class Problem:
 class PositionalSemanticSpec(ModelSpec):
     name = "positional_semantic"
     classifier = False
+    plot_groups = (
+        ("error per sample", ("gen_error", "test_error"), True),
+        ("overlaps", ("theta", "magnetization"), False),
+        ("training objective", ("train_objective", "train_loss"), False),
+    )
     warm_configs = {
         "gd": {"model": "positional_semantic", "n": 6, "d": 8, "steps": 2, "test_n": 4, "pop_points": 64}
     }
