@@ -130,6 +130,8 @@ def _simulate(config, data, save_scores, progress, announce, workspace, _warmup,
     config, data = _with_keys(config, data, keys)
     cfg, ds, streams = _open(config, data)
     spec, engine, reason = _plan(cfg, ds, data is not None, save_scores)
+    if save_scores and not spec.classifier:
+        raise ConfigError(f"save_scores: model={cfg.model} keeps no per-sample token scores")
     startup = 0.0 if _warmup else ensure_compiled(cfg.integrator, announce, cfg.model, ws)
     if not _warmup:
         startup += spec.prepare(cfg, engine, data is not None, ws)  # once per process, counted in start-up
@@ -317,7 +319,7 @@ def _assemble(
 
 
 def _assemble_own(cfg: Config, problem, ds, own, t0: float, setup: float, startup: float) -> results.Result:
-    """The Result of a model with metrics of its own (:meth:`ModelSpec.train_own`)."""
+    """The Result of a model with metrics of its own (:meth:`ModelSpec.findings`)."""
     traj = own.traj
     return results.Result(
         config=cfg.to_dict(),

@@ -189,3 +189,8 @@ def test_its_runs_plot_their_own_metrics(tmp_path):
     assert (tmp_path / "r" / "scores.png").stat().st_size > 0
     assert main(["plot", str(tmp_path / "r"), "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_saving_token_scores_is_refused_not_ignored():
+    with pytest.raises(ConfigError, match="save_scores: model=positional_semantic keeps no"):
+        simulate(SMALL, save_scores=True)
