@@ -826,6 +826,8 @@ RERUNS = {
     "attention-population_flow": {"T": 4, "d": 20, "steps": 20, "integrator": "population_flow", "train": "p",
                                   "init_W": "identity"},
     "encoder": {"model": "encoder", "d": 24, "mlp_dim": 8, "steps": 3, "test_n": 16},
+    "positional_semantic": {"model": "positional_semantic", "d": 20, "alpha": 0.8, "steps": 20, "test_n": 8,
+                            "pop_points": 256, "init": "positional"},
     "data-file": {"steps": 20},
 }  # fmt: skip
 

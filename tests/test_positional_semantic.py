@@ -194,3 +194,11 @@ def test_its_runs_plot_their_own_metrics(tmp_path):
 def test_saving_token_scores_is_refused_not_ignored():
     with pytest.raises(ConfigError, match="save_scores: model=positional_semantic keeps no"):
         simulate(SMALL, save_scores=True)
+
+
+def test_its_saved_config_runs_again_from_a_toml_file(tmp_path):
+    res = simulate({**SMALL, "alpha": 0.75, "n": 30})
+    body = "".join(f"{k} = {json.dumps(v)}\n" for k, v in res.config.items() if v is not None)
+    (tmp_path / "c.toml").write_text(body)
+    again = simulate(tmp_path / "c.toml")
+    assert json.dumps(again.final) == json.dumps(res.final)
