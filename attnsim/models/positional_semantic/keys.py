@@ -15,6 +15,7 @@ from ..._meta import ConfigError
 
 TEACHER_A = ((0.6, 0.4), (0.4, 0.6))  # the published runs' A (their which_A = "standard")
 INITS = ("semantic", "positional", "random")
+MAX_ENTRY = 1e100  # teacher_A's entries: as the common keys' MAX_NORM (squares and products stay finite)
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,18 @@ def check(cfg: Any) -> None:
         raise ConfigError(f"omega: must be in [0, 1], got {cfg.omega}")
     A = cfg.teacher_A
     if len(A) != cfg.T or any(len(row) != cfg.T for row in A):
-        shape = f"{len(A)} x {', '.join(str(len(r)) for r in A)}"
-        raise ConfigError(f"teacher_A: must be a T x T matrix (T = {cfg.T}), got {shape}")
+        widths = {len(r) for r in A}
+        shape = f"{len(A)} x {widths.pop()}" if len(widths) == 1 else f"rows of lengths {[len(r) for r in A]}"
+        raise ConfigError(
+            f"teacher_A: must be a T x T matrix (T = {cfg.T}), got {shape}; give one for this T "
+            "(its default is the published 2 x 2 [[0.6, 0.4], [0.4, 0.6]])"
+        )
+    big = max(abs(v) for row in A for v in row)
+    if big > MAX_ENTRY:
+        raise ConfigError(
+            f"teacher_A: an entry of size {big:.3g} makes the targets' squares overflow float64; "
+            f"keep every entry within {MAX_ENTRY:.0e} (a mixing matrix's are at most about 1)"
+        )
     if cfg.init not in INITS:
         raise ConfigError(f"init: {cfg.init!r} is not one of {', '.join(INITS)}")
 
