@@ -25,8 +25,8 @@ def plot_result(res: Result, kind: str, path: Path) -> None:
     from . import plotting  # lazy: as matplotlib
 
     c = res.config
-    model = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
-    if model is not None and not model.classifier:  # no scores or gaps: its own metrics
+    model = _own_metrics(c)
+    if model is not None:  # no scores or gaps: its own metrics
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
         plotting.plot_groups(axes, [res], model.plot_groups)
         fig.suptitle(_setting(c), fontsize=10)
@@ -143,8 +143,8 @@ def _data_line(res) -> str:
 def format_summary(res: Result) -> str:
     """What ``attnsim run`` prints of a run (a model that is not a classifier says it itself)."""
     c, f, th, e = res.config, res.final, res.theory, res.engine
-    spec = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
-    if spec is not None and not spec.classifier:
+    spec = _own_metrics(c)
+    if spec is not None:
         version = res.versions.get("attnsim", "")
         head = f"attnsim {version}: {c['steps']} steps of {_method(c)} in {res.elapsed_s:.2f} s"
         return "\n".join([f"{head} (start-up {res.startup_s:.2f} s)", *spec.summary(res),
@@ -411,8 +411,8 @@ def plot_folder(
     if kind != "sweep":
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
         c, f = runs[0].config, runs[0].final
-        model = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
-        if model is not None and not model.classifier:  # its own metrics, one panel per group
+        model = _own_metrics(c)
+        if model is not None:  # its own metrics, one panel per group
             plotting.plot_groups(axes, runs, model.plot_groups)
         elif kind == "run":
             plotting.plot_run(axes, runs[0])
@@ -451,9 +451,16 @@ def plot_folder(
     return path, notes
 
 
+def _own_metrics(c: dict):
+    """The spec of a run's model when it is not a classifier (it prints and plots its own
+    metrics); None for a classifier or a config naming no registered model."""
+    spec = registry.spec(c["model"]) if c.get("model") in registry.MODELS else None
+    return None if spec is None or spec.classifier else spec
+
+
 def _setting(c: dict) -> str:
     """A run's setting in the paper's symbols, for a title (keys a damaged file lacks left out)."""
-    if c.get("model") in registry.MODELS and not registry.spec(c["model"]).classifier:
+    if _own_metrics(c) is not None:
         return f"model={c['model']}, n={c.get('n')}, d={c.get('d')}, T={c.get('T')}"
     parts = [
         ("n", "n", "{}"),

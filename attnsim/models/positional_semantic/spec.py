@@ -38,8 +38,11 @@ class Problem:
     engine = "dense"
     reason = REASON
 
-    def __init__(self, cfg: Config, train: Any, test: Any, Q_star: np.ndarray, Q0: np.ndarray) -> None:
+    def __init__(
+        self, cfg: Config, train: Any, test: Any, Q_star: np.ndarray, Q0: np.ndarray, init_stream: Any
+    ) -> None:
         self.train, self.test, self.Q_star, self.Q0 = train, test, Q_star, Q0
+        self.init_stream = init_stream  # the linear baseline's B(0) is drawn from it, after Q(0)
         self.T, self.y = cfg.T, None
         self.info = {"test_n": cfg.test_n}
         self.linear: dict = {}
@@ -123,8 +126,7 @@ class PositionalSemanticSpec(ModelSpec):
         train = draw(cfg.n, cfg, Q_star, streams.data)
         test = draw(cfg.test_n, cfg, Q_star, streams.test) if cfg.test_n else None
         Q0 = initial_Q(cfg, Q_star, streams.init)
-        problem = Problem(cfg, train, test, Q_star, Q0)
-        problem.init_stream = streams.init  # the linear baseline's B(0) is drawn after Q(0)
+        problem = Problem(cfg, train, test, Q_star, Q0, streams.init)
         source = f"generated: Cui et al. (2024), {cfg.n} samples of T = {cfg.T} tokens in d = {cfg.d}"
         return problem, Data(train.X, Q_star, source)
 
