@@ -123,6 +123,8 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
             return cmd_real(args)
         if args.command == "plot":
             return cmd_plot(args)
+        if args.command == "theory":
+            return cmd_theory(args)
         if args.command == "keys":
             from .keys import describe_keys  # lazy
 
@@ -449,6 +451,59 @@ def cmd_check_grad(args: argparse.Namespace) -> int:
     errors = {**{f"reference {k}": v for k, v in reference.errors.items()}, **applied.errors}
     width = max(len(block) for errs in errors.values() for block in errs)
     return grad_verdict(errors, args.tol, width=width)
+
+
+THEORY_KEYS = ("alpha", "omega", "sigma", "weight_decay", "teacher_A")
+
+
+def cmd_theory(args: argparse.Namespace) -> int:
+    import json  # lazy
+
+    from .config import parse_set  # lazy
+
+    if not (math.isfinite(args.int_tol) and 0 < args.int_tol < 1):
+        raise UsageError(f"theory --int-tol: must be in (0, 1), got {args.int_tol}")
+    values = parse_set(args.sets)
+    other = sorted(set(values) - set(THEORY_KEYS))
+    if other:
+        raise UsageError(
+            f"theory --set {other[0]}: the theory (d -> infinity, T = 2, rank 1) takes only "
+            f"{', '.join(THEORY_KEYS)}"
+        )
+    from .models.positional_semantic import replica  # lazy
+
+    try:
+        settings = replica.Settings(**values)
+    except replica.ReplicaError as exc:
+        raise UsageError(f"theory --set {exc}") from None
+
+    def progress(msg: str) -> None:
+        print(f"attnsim theory: {msg}", file=sys.stderr, flush=True)
+
+    sol = replica.solve(settings, args.branch, args.rule, int_tol=args.int_tol, progress=progress)
+    if args.json:
+        print(json.dumps(sol.as_dict()))
+    elif sol.converged:
+        accuracy = (
+            f"integration: Gauss-Hermite order {sol.order}, moved {sol.integration_error:.2g} relative "
+            "from the order before"
+            if sol.integration_error is not None
+            else "integration: the published notebook's fixed rules (no accuracy claim)"
+        )
+        emp = sol.empirical()
+        print(
+            f"{args.branch} branch at alpha = {settings.alpha:g}, omega = {settings.omega:g}, sigma = "
+            f"{settings.sigma:g}, lambda = {settings.weight_decay:g} ({sol.iterations} iterations)\n"
+            f"q = {sol.q:.6g}, m = {sol.m:.6g}, V = {sol.V:.6g}, theta = {sol.theta:.6g}, "
+            f"mse = {sol.mse:.6g}, Phi = {sol.Phi:.6g}\n"
+            f"empirical units: gen error {emp['gen_error']:.6g}, theta / sigma^2 {emp['theta']:.6g}, "
+            f"magnetization {emp['magnetization']:.6g}, train objective / d {emp['train_objective_per_d']:.6g}\n"
+            f"{accuracy}"
+        )
+    if not sol.converged:
+        print(f"attnsim theory: not converged: {sol.message}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def entry() -> None:

@@ -106,6 +106,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="the figure to write, .png, .pdf or .svg (default: FOLDER/plot.png, or "
         "FOLDER/<metric>-vs-<key>[-logy].png)",
     )
+    th = sub.add_parser(
+        "theory",
+        help="a model's replica theory at d -> infinity: the fixed point of one branch",
+        description="Solve the replica fixed-point equations of a model that has them (Cui et al.'s "
+        "Result 4.2 for positional_semantic) and print q, m, V, theta, mse and Phi in the published "
+        "theory's units (empirical gen error = mse / 2, theta / sigma^2, train objective / d = -Phi). "
+        "Exit 1, with no numbers, when the iteration or the integration does not converge.",
+    )
+    th.add_argument("model", choices=["positional_semantic"], help="the model whose theory to solve")
+    th.add_argument("--branch", choices=["semantic", "positional", "agnostic"], default="semantic")
+    th.add_argument(
+        "--rule",
+        choices=["gauss-hermite", "published"],
+        default="gauss-hermite",
+        help="gauss-hermite: raise the order until the answer stops moving (default); published: the "
+        "published notebook's fixed rules, start and stop (reproduces its rows, no accuracy claim)",
+    )
+    th.add_argument(
+        "--int-tol",
+        type=float,
+        default=1e-3,
+        help="gauss-hermite: the relative move between two orders that counts as converged (default 1e-3)",
+    )
+    th.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="alpha, omega, sigma, weight_decay or teacher_A (a 2 x 2 matrix)",
+    )
+    th.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sub.add_parser("keys", help="list every config key with its default and allowed values")
     sub.add_parser("presets", help="list the presets (sister papers' settings) with their sources")
     g = sub.add_parser("check-grad", help="compare analytic gradients with finite differences")

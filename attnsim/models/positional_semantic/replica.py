@@ -1,0 +1,619 @@
+"""The replica theory of positional and semantic attention (Cui, Behrens, Krzakala and Zdeborová,
+NeurIPS 2024, Result 4.2): the empirical-risk minimizer's test error, magnetization m, overlap
+theta with the teacher, self-overlap q and variance V at d -> infinity, as the fixed point of a few
+scalar equations, one per branch (semantic, positional, agnostic), and the free energy Phi whose
+crossing between branches is the first-order transition.
+
+Units are the published theory's (their ``theory/theory.ipynb``): empirical gen error = mse / 2,
+empirical theta = theta / sigma^2, magnetization = m, train objective / d = -Phi. T = L = 2 tokens,
+rank 1.
+
+The equations, with rho = sigma^2, a student local field h = (sqrt(q) xi_1 + m, sqrt(q) xi_2 - m),
+a teacher field t = V* y + (theta / sqrt q) xi (V*^2 = rho - theta^2 / q; xi, y standard 2-D
+normals), the teacher's mixing M(t) = (1 - omega) softmax(t t^T) + omega A and the student's
+S(z) = softmax(z z^T):
+
+    z*(h, t) = argmin_z |z - h|^2 / V + sigma^2 |S(z) - M(t)|_F^2              (the proximal map)
+    r = z* - h
+    m^ = alpha E[(r_1 - r_2) / V],  q^ = alpha E[|r|^2 / V^2],
+    theta^ = alpha E[r . y / (V V*)],  V^ = -alpha E[r . xi / (V sqrt q)] + theta theta^ / q,
+    D = lambda + sigma^2 V^:  V = sigma^2 / D,  m = m^ / D,  theta = sigma^2 rho theta^ / D,
+    q = sigma^2 (sigma^2 q^ + m^2 + sigma^2 rho theta^2) / D^2                (hats in the last two)
+    mse = sigma^2 E|S(h) - M(t)|_F^2
+    Phi = (V^ q - q^ V) / 2 - m m^ - theta theta^ + (sigma^2 q^ + m^^2 + rho sigma^2 theta^^2) / (2 D)
+          - alpha / 2 E[min_z |z - h|^2 / V + sigma^2 |S(z) - M(t)|_F^2]
+
+The expectations are over xi and y. attnsim computes them with a tensor Gauss-Hermite rule whose
+order it raises until the answer stops moving (``solve``), and the minimum with a vectorized
+Newton method from several starts (the map is not convex: its global minimum is what the theory
+asks for). ``rule="published"`` instead uses the published notebook's fixed rules (quadpy's
+Stroud-Secrest VI of degree 7 for the equations, Rabinowitz-Richter 2 of degree 11 for mse and
+Phi), its start, damping and stopping rule, to reproduce its rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .keys import TEACHER_A
+
+BRANCHES = ("semantic", "positional", "agnostic")
+RULES = ("gauss-hermite", "published")
+ORDERS = (8, 12, 16, 24)  # the Gauss-Hermite orders ``solve`` tries, per axis (order^4 proximal maps)
+# The published notebook's starts (q, m, V, theta), one per branch; the agnostic branch starts from
+# the positional start with m = theta = 0 and holds them there.
+STARTS = {
+    "semantic": (0.906838209589, 0.0002, 14.575, 0.3472),
+    "positional": (0.0206838209589, 0.2, 14.575, 0.0),
+    "agnostic": (0.0206838209589, 0.0, 14.575, 0.0),
+}
+
+
+class ReplicaError(ValueError):
+    """Settings the theory cannot take (the message names the key)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One point of the theory: samples per dimension alpha, the teacher's positional weight omega,
+    the token scale sigma, the weight decay lambda and the teacher's 2 x 2 positional matrix A."""
+
+    alpha: float = 2.0
+    omega: float = 0.3
+    sigma: float = 0.5
+    weight_decay: float = 0.01
+    teacher_A: tuple = TEACHER_A
+
+    def __post_init__(self):
+        for key in ("alpha", "sigma"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ReplicaError(f"{key}: must be a finite number > 0, got {v!r}")
+        if not (isinstance(self.omega, (int, float)) and 0.0 <= self.omega <= 1.0):
+            raise ReplicaError(f"omega: must be in [0, 1], got {self.omega!r}")
+        lam = self.weight_decay
+        if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam > 0):
+            raise ReplicaError(f"weight_decay: must be a finite number > 0 (the theory needs lambda > 0), got {lam!r}")
+        try:
+            A = np.asarray(self.teacher_A, dtype=float)
+        except (TypeError, ValueError):
+            A = np.zeros(0)
+        if A.shape != (2, 2) or not np.all(np.isfinite(A)):
+            raise ReplicaError(
+                "teacher_A: the theory has T = 2 tokens: give a finite 2 x 2 matrix such as "
+                f"[[0.6, 0.4], [0.4, 0.6]], got {self.teacher_A!r}"
+            )
+        object.__setattr__(self, "teacher_A", tuple(tuple(float(v) for v in row) for row in A))
+
+
+# ------------------------------------------------------------------ quadrature rules
+# Each rule: points (N, 2) and weights (N,) summing to 1, for the expectation over a standard 2-D
+# normal. quadpy's rules integrate against exp(-|u|^2); a standard normal is u sqrt(2).
+
+
+def _d4(a: float, b: float | None = None) -> list:
+    if b is None:  # (+-a, 0), (0, +-a)
+        return [(a, 0.0), (-a, 0.0), (0.0, a), (0.0, -a)]
+    if a == b:  # (+-a, +-a)
+        return [(a, a), (a, -a), (-a, a), (-a, -a)]
+    return [(sa * a, sb * b) for sa in (1, -1) for sb in (1, -1)] + [
+        (sb * b, sa * a) for sa in (1, -1) for sb in (1, -1)
+    ]
+
+
+def _normal_rule(groups: list, total: float) -> tuple[np.ndarray, np.ndarray]:
+    pts, wts = [], []
+    for w, points in groups:
+        pts += points
+        wts += [w] * len(points)
+    return np.sqrt(2.0) * np.array(pts), np.array(wts) / total
+
+
+def stroud_secrest_6() -> tuple[np.ndarray, np.ndarray]:
+    """Stroud and Secrest's formula VI for exp(-|u|^2) on the plane (degree 7, 12 points; Math.
+    Comp. 17, 1963): the published notebook's rule for the saddle-point equations."""
+    s5 = math.sqrt(5.0)
+    xi, eta = math.sqrt((9 - 3 * s5) / 8), math.sqrt((9 + 3 * s5) / 8)
+    B, C = (5 + 2 * s5) / 45, (5 - 2 * s5) / 45
+    return _normal_rule([(1 / 36, _d4(math.sqrt(3.0))), (B, _d4(xi, xi)), (C, _d4(eta, eta))], 1.0)
+
+
+def rabinowitz_richter_2() -> tuple[np.ndarray, np.ndarray]:
+    """Rabinowitz and Richter's formula 2 for exp(-|u|^2) (degree 11, 28 points; Math. Comp. 23,
+    1969): the published notebook's rule for mse and Phi."""
+    groups = [
+        (0.8176645817675417e-3, _d4(2.757816396257008)),
+        (0.4363323129985824e-1, _d4(1.732050807568877)),
+        (0.5373255214498174e0, _d4(0.6280515301597559)),
+        (0.3636102608321520e-2, _d4(1.224744871391589, 2.121320343559643)),
+        (0.9817477042468103e-1, _d4(0.7071067811865475, 1.224744871391589)),
+    ]
+    return _normal_rule(groups, math.pi)
+
+
+def gauss_hermite(order: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tensor product of the ``order``-point Gauss-Hermite rule (probabilists'): exact for
+    polynomials of degree <= 2 order - 1 in each coordinate, order^2 points."""
+    x, w = np.polynomial.hermite_e.hermegauss(order)
+    w = w / w.sum()
+    X, Y = np.meshgrid(x, x, indexing="ij")
+    return np.column_stack([X.ravel(), Y.ravel()]), np.outer(w, w).ravel()
+
+
+# ------------------------------------------------------------------ the proximal map
+
+
+def _softmax2(z1: np.ndarray, z2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(z z^T) of z = (z1, z2) as its diagonal: row 1 is (a, 1 - a), row 2 (1 - b, b)."""
+    u, v = z1 * (z1 - z2), z2 * (z2 - z1)
+    return _sigmoid(u), _sigmoid(v)
+
+
+def _sigmoid(u: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(u))
+    return np.where(u >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _frob(a, b, M):
+    """|S - M|_F^2 for S = [[a, 1 - a], [1 - b, b]] and M (..., 2, 2)."""
+    return (
+        (a - M[..., 0, 0]) ** 2 + (1 - a - M[..., 0, 1]) ** 2 + (1 - b - M[..., 1, 0]) ** 2 + (b - M[..., 1, 1]) ** 2
+    )
+
+
+def _attention_energy(x, y, h1, h2, M, V, s2, order: int = 2):
+    """E(z) = |z - h|^2 / V + s2 |S(z) - M|_F^2 elementwise, with its gradient and Hessian when
+    ``order`` is 2 (value only for 0). Returns (E, gx, gy, hxx, hxy, hyy)."""
+    a, b = _softmax2(x, y)
+    E = ((x - h1) ** 2 + (y - h2) ** 2) / V + s2 * _frob(a, b, M)
+    if order == 0:
+        return E
+    Fa = 2 * (2 * a - 1 - M[..., 0, 0] + M[..., 0, 1])  # dF/da, F'' = 4
+    Gb = 2 * (2 * b - 1 - M[..., 1, 1] + M[..., 1, 0])
+    a1, b1 = a * (1 - a), b * (1 - b)
+    a2, b2 = a1 * (1 - 2 * a), b1 * (1 - 2 * b)
+    ux, uy = 2 * x - y, -x  # u = x (x - y): u_xx = 2, u_xy = -1, u_yy = 0
+    vx, vy = -y, 2 * y - x  # v = y (y - x): v_xx = 0, v_xy = -1, v_yy = 2
+    gx = 2 * (x - h1) / V + s2 * (Fa * a1 * ux + Gb * b1 * vx)
+    gy = 2 * (y - h2) / V + s2 * (Fa * a1 * uy + Gb * b1 * vy)
+
+    def second(p, q, upq, vpq):
+        ta = 4 * (a1 * p[0]) * (a1 * q[0]) + Fa * (a2 * p[0] * q[0] + a1 * upq)
+        tb = 4 * (b1 * p[1]) * (b1 * q[1]) + Gb * (b2 * p[1] * q[1] + b1 * vpq)
+        return s2 * (ta + tb)
+
+    hxx = 2 / V + second((ux, vx), (ux, vx), 2.0, 0.0)
+    hxy = second((ux, vx), (uy, vy), -1.0, -1.0)
+    hyy = 2 / V + second((uy, vy), (uy, vy), 0.0, 2.0)
+    return E, gx, gy, hxx, hxy, hyy
+
+
+def _newton(x, y, h1, h2, M, V, s2, max_iter: int = 100):
+    """Newton's method with a positive-definite shift and Armijo backtracking, elementwise from
+    (x, y); returns (x, y, E, converged)."""
+    x, y = x.copy(), y.copy()
+    done = np.zeros(x.shape, dtype=bool)
+    stuck = np.zeros(x.shape, dtype=bool)  # a line search that found no decrease: given up
+    floor = 1e-8 / V
+    for _ in range(max_iter):
+        E, gx, gy, hxx, hxy, hyy = _attention_energy(x, y, h1, h2, M, V, s2)
+        half_tr, det_part = (hxx + hyy) / 2, np.sqrt(((hxx - hyy) / 2) ** 2 + hxy**2)
+        lmin = half_tr - det_part
+        shift = np.where(lmin <= floor, floor - lmin + 1e-3 / V, 0.0)
+        hxx, hyy = hxx + shift, hyy + shift
+        det = hxx * hyy - hxy**2
+        dx, dy = -(hyy * gx - hxy * gy) / det, -(hxx * gy - hxy * gx) / det
+        slope = gx * dx + gy * dy
+        # converged: a Newton step below 1e-10 relative at a positive-definite Hessian
+        small = np.hypot(dx, dy) < 1e-10 * (1 + np.abs(x) + np.abs(y))
+        done |= small & (shift == 0.0)
+        stuck |= small & (shift > 0.0)  # a saddle or a maximum: another start finds the minimum
+        active = ~(done | stuck)
+        if not active.any():
+            break
+        t = np.where(active, 1.0, 0.0)
+        for _ in range(40):
+            En = _attention_energy(x + t * dx, y + t * dy, h1, h2, M, V, s2, order=0)
+            bad = active & (En > E + 1e-4 * t * slope + 1e-13 * np.abs(E))  # E's rounding allowed
+            if not bad.any():
+                break
+            t = np.where(bad, t / 2, t)
+        else:
+            stuck |= bad
+            t = np.where(bad, 0.0, t)
+        x, y = x + t * dx, y + t * dy
+    E = _attention_energy(x, y, h1, h2, M, V, s2, order=0)
+    return x, y, E, done
+
+
+LOCAL = False
+
+
+def prox(h1, h2, M, V, s2, warm: tuple | None = None):
+    """The global minimizer z* of |z - h|^2 / V + s2 |S(z) - M|_F^2, elementwise over h (...,) and
+    M (..., 2, 2): Newton from the origin, from h, from h swapped, from (h1, -h1), (-h2, h2) and
+    from ``warm`` (a previous answer), keeping the lowest minimum. Returns (x, y, E, converged)."""
+    h1, h2 = np.broadcast_arrays(h1, h2, M[..., 0, 0])[:2]
+    zero = np.zeros_like(h1)
+    starts = [(zero, zero), (h1, h2), (h2, h1), (h1, -h1), (-h2, h2)]
+    if LOCAL:
+        starts = starts[:1]
+    elif warm is not None:
+        starts.append(warm)
+    best = None
+    for x0, y0 in starts:
+        x, y, E, ok = _newton(np.array(x0, dtype=float), np.array(y0, dtype=float), h1, h2, M, V, s2)
+        if best is None:
+            best = [x, y, E, ok]
+            continue
+        better = ok & (~best[3] | (E < best[2]))
+        for i, v in enumerate((x, y, E, ok)):
+            best[i] = np.where(better, v, best[i])
+    return tuple(best)
+
+
+# ------------------------------------------------------------------ the equations
+
+
+def _mixing(t1, t2, omega, A):
+    """M(t) = (1 - omega) softmax(t t^T) + omega A, shape (..., 2, 2)."""
+    a, b = _softmax2(t1, t2)
+    M = np.empty(a.shape + (2, 2))
+    M[..., 0, 0], M[..., 0, 1] = a, 1 - a
+    M[..., 1, 0], M[..., 1, 1] = 1 - b, b
+    return (1 - omega) * M + omega * np.asarray(A)
+
+
+@dataclass
+class _Rules:
+    name: str
+    order: int | None
+    eqs: tuple  # (points, weights) for the saddle-point equations (both xi and y)
+    outer: tuple  # for mse's and Phi's xi (and Phi's y)
+    inner: tuple  # for mse's y
+
+
+def _rules(rule: str, order: int | None) -> _Rules:
+    if rule == "published":
+        ss, rr = stroud_secrest_6(), rabinowitz_richter_2()
+        return _Rules(rule, None, ss, rr, ss)
+    if rule != "gauss-hermite":
+        raise ReplicaError(f"rule: {rule!r} is not one of {', '.join(RULES)}")
+    if not (isinstance(order, int) and order >= 2):
+        raise ReplicaError(f"order: the Gauss-Hermite order must be an integer >= 2, got {order!r}")
+    gh = gauss_hermite(order)
+    return _Rules(rule, order, gh, gh, gh)
+
+
+def _fields(state, s: Settings, xi_rule, y_rule):
+    """Student fields h (Nxi, 1), teacher mixing M (Nxi, Ny, 2, 2), xi, y and the weights."""
+    q, m, V, theta = state
+    rho = s.sigma**2
+    vstar2 = rho - theta**2 / q
+    if not vstar2 > 0:
+        raise FloatingPointError(f"theta^2 / q = {theta**2 / q:.6g} reached rho = {rho:.6g}")
+    (xi, wx), (yy, wy) = xi_rule, y_rule
+    sq = math.sqrt(q)
+    h1, h2 = (sq * xi[:, 0] + m)[:, None], (sq * xi[:, 1] - m)[:, None]
+    vs, c = math.sqrt(vstar2), theta / sq
+    t1 = vs * yy[None, :, 0] + c * xi[:, None, 0]
+    t2 = vs * yy[None, :, 1] + c * xi[:, None, 1]
+    M = _mixing(t1, t2, s.omega, s.teacher_A)
+    return h1, h2, M, xi, yy, wx, wy, vs
+
+
+def conjugates(state, s: Settings, rules: _Rules, warm=None):
+    """(q^, m^, V^, theta^) at ``state`` = (q, m, V, theta), the proximal maps' answer (to start
+    the next call from) and the count of maps that did not converge."""
+    h1, h2, M, *_ = _fields(state, s, rules.eqs, rules.eqs)
+    x, y, _, ok = prox(h1, h2, M, state[2], s.sigma**2, warm)
+    return hats_at(state, s, rules, x, y), (x, y), int((~ok).sum())
+
+
+def hats_at(state, s: Settings, rules: _Rules, x, y) -> tuple:
+    """The conjugates given the proximal maps' answers (x, y) at the rule's points."""
+    q, m, V, theta = state
+    h1, h2, M, xi, yy, wx, wy, vs = _fields(state, s, rules.eqs, rules.eqs)
+    r1, r2 = x - h1, y - h2
+    W = wx[:, None] * wy[None, :]
+    E = lambda f: float((W * f).sum())  # noqa: E731
+    a = s.alpha
+    mh = a * E((r1 - r2) / V)
+    qh = a * E((r1**2 + r2**2) / V**2)
+    th = a * E((r1 * yy[None, :, 0] + r2 * yy[None, :, 1]) / (V * vs))
+    Vh = -a * E((r1 * xi[:, None, 0] + r2 * xi[:, None, 1]) / (V * math.sqrt(q))) + theta * th / q
+    return (qh, mh, Vh, th)
+
+
+def overlaps(hats, s: Settings):
+    """(q, m, V, theta) from the conjugates (the regularizer's side of the equations)."""
+    qh, mh, Vh, th = hats
+    s2, rho = s.sigma**2, s.sigma**2
+    D = s.weight_decay + Vh * s2
+    if D == 0:
+        raise FloatingPointError("lambda + sigma^2 V^ = 0")
+    q = (qh * s2 + mh**2 + th**2 * s2 * rho) / D**2 * s2
+    return (q, mh / D, s2 / D, s2 * th * rho / D)
+
+
+def mse(state, s: Settings, rules: _Rules) -> float:
+    """The test error sigma^2 E|S(h) - M(t)|_F^2 (empirical gen error = mse / 2). The published
+    rule splits it into teacher, student and cross terms with the notebook's rules."""
+    q, m, V, theta = state
+    s2 = s.sigma**2
+    if rules.name == "published":
+        # teacher term: t = sqrt(rho) u; student term: h = (sqrt q u1 + m, sqrt q u2 - m)
+        (u, w), rho = rules.outer, s.sigma**2
+        Mt = _mixing(math.sqrt(rho) * u[:, 0], math.sqrt(rho) * u[:, 1], s.omega, s.teacher_A)
+        teacher = s2 * float(w @ (Mt**2).sum(axis=(-1, -2)))
+        a, b = _softmax2(math.sqrt(q) * u[:, 0] + m, math.sqrt(q) * u[:, 1] - m)
+        student = s2 * float(w @ (a**2 + (1 - a) ** 2 + (1 - b) ** 2 + b**2))
+        h1, h2, M, *_ = _fields(state, s, rules.outer, rules.inner)
+        a, b = _softmax2(h1, h2)
+        cross = a * M[..., 0, 0] + (1 - a) * M[..., 0, 1] + (1 - b) * M[..., 1, 0] + b * M[..., 1, 1]
+        W = rules.outer[1][:, None] * rules.inner[1][None, :]
+        return teacher + student - 2 * s2 * float((W * cross).sum())
+    h1, h2, M, xi, yy, wx, wy, _ = _fields(state, s, rules.outer, rules.inner)
+    a, b = _softmax2(h1, h2)
+    W = wx[:, None] * wy[None, :]
+    return s2 * float((W * _frob(a, b, M)).sum())
+
+
+def free_energy(state, hats, s: Settings, rules: _Rules) -> tuple[float, int]:
+    """Phi (train objective / d = -Phi) and the count of proximal maps that did not converge."""
+    q, m, V, theta = state
+    qh, mh, Vh, th = hats
+    s2 = rho = s.sigma**2
+    h1, h2, M, *_ , wx, wy, _ = _fields(state, s, rules.outer, rules.outer)
+    _, _, E, ok = prox(h1, h2, M, V, s2)
+    W = wx[:, None] * wy[None, :]
+    envelope = float((W * E).sum())
+    trace = 0.5 * (Vh * q - qh * V) - m * mh - theta * th
+    entropy = 0.5 * (qh * s2 + mh**2 + th**2 * rho * s2) / (s.weight_decay + Vh * s2)
+    return float(trace + entropy - s.alpha / 2 * envelope), int((~ok).sum())
+
+
+# ------------------------------------------------------------------ solving
+
+
+@dataclass
+class Solution:
+    """One branch's fixed point (published units) and how it was reached."""
+
+    q: float | None
+    m: float | None
+    V: float | None
+    theta: float | None
+    mse: float | None
+    Phi: float | None
+    converged: bool
+    iterations: int
+    branch: str
+    rule: str
+    order: int | None
+    settings: Settings
+    hats: tuple | None = None
+    integration_error: float | None = None  # the largest relative move at the last order raised
+    message: str = ""
+    history: list = field(default_factory=list)  # (order, q, m, V, theta, mse, Phi) per order tried
+
+    def state(self) -> tuple:
+        return (self.q, self.m, self.V, self.theta)
+
+    def empirical(self) -> dict:
+        """The finite-d GD metrics' units: gen error = mse / 2, theta / sigma^2, magnetization = m,
+        train objective / d = -Phi."""
+        s2 = self.settings.sigma**2
+        if not self.converged:
+            return {"gen_error": None, "theta": None, "magnetization": None, "train_objective_per_d": None}
+        return {
+            "gen_error": self.mse / 2,
+            "theta": self.theta / s2,
+            "magnetization": self.m,
+            "train_objective_per_d": -self.Phi,
+        }
+
+    def as_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("q", "m", "V", "theta", "mse", "Phi", "converged", "iterations")}
+        out |= {
+            "branch": self.branch,
+            "rule": self.rule,
+            "order": self.order,
+            "integration_error": self.integration_error,
+            "message": self.message,
+            "settings": asdict(self.settings),
+        }
+        return out
+
+
+def iterate(
+    s: Settings,
+    branch: str = "semantic",
+    rule: str = "gauss-hermite",
+    order: int | None = 16,
+    tol: float = 1e-8,
+    damping: float = 0.8,
+    max_iter: int = 1000,
+    start: tuple | None = None,
+    published_stop: bool | None = None,
+    anderson: int | None = None,
+) -> Solution:
+    """The damped fixed-point iteration x <- damping x + (1 - damping) F(x) from ``start`` (the
+    branch's published start by default) until the undamped update F(x) - x is below ``tol``
+    relative in every overlap (m and theta relative to at least 0.1: they are 0 on some branches); Solution.converged False
+    (numbers None, a message) when it does not within ``max_iter``, leaves the region where the
+    equations are defined, or a proximal map does not converge.
+
+    ``anderson`` (default 4 for Gauss-Hermite, 0 for the published rule) mixes in that many past
+    updates (Anderson acceleration of the damped map; a step that would leave the domain falls
+    back to the damped one). ``published_stop`` (default: on for the published rule) is the
+    notebook's stop: absolute moves of q, m and theta below 1e-4, answering the state before that
+    update. The agnostic branch holds m = theta = 0."""
+    if branch not in BRANCHES:
+        raise ReplicaError(f"branch: {branch!r} is not one of {', '.join(BRANCHES)}")
+    if not 0.0 <= damping < 1.0:
+        raise ReplicaError(f"damping: must be in [0, 1), got {damping}")
+    rules = _rules(rule, order if rule == "gauss-hermite" else None)
+    if published_stop is None:
+        published_stop = rule == "published"
+    if anderson is None:
+        anderson = 0 if rule == "published" else 4
+    state = np.array([float(v) for v in (start or STARTS[branch])])
+    agnostic = branch == "agnostic"
+    if agnostic:
+        state[[1, 3]] = 0.0
+    scale = np.maximum(np.abs(state), 1e-2)  # the iteration's coordinates: overlaps over their size
+    warm, k = None, 0
+    past_x, past_f = [], []
+
+    def failed(msg):
+        return Solution(None, None, None, None, None, None, False, k, branch, rules.name, rules.order, s,
+                        message=msg)
+
+    def valid(x):
+        return x[0] > 0 and x[2] > 0 and x[3] ** 2 / x[0] < s.sigma**2
+
+    try:
+        for k in range(1, max_iter + 1):
+            hats, warm, bad = conjugates(tuple(state), s, rules, warm)
+            if bad:
+                return failed(f"{bad} proximal maps did not converge at iteration {k}")
+            new = np.array(overlaps(hats, s))
+            if agnostic:
+                new[[1, 3]] = 0.0
+                hats = (hats[0], 0.0, hats[2], 0.0)
+            if not (np.all(np.isfinite(new)) and all(math.isfinite(v) for v in hats)):
+                return failed(f"the overlaps became non-finite at iteration {k}")
+            if published_stop:
+                if np.max(np.abs(new - state)[[0, 1, 3]]) < 1e-4:
+                    break
+            elif np.all(np.abs(new - state) <= tol * np.maximum(np.abs(new), [0.0, 0.1, 0.0, 0.1])):
+                state = new
+                hats, warm, bad = conjugates(tuple(state), s, rules, warm)
+                break
+            f = (new - state) / scale
+            damped = state + (1 - damping) * (new - state)
+            step = damped
+            if anderson:
+                past_x.append(state / scale)
+                past_f.append(f)
+                del past_x[: -anderson - 1], past_f[: -anderson - 1]
+                if len(past_f) > 1:
+                    dF = np.diff(np.array(past_f), axis=0).T
+                    dX = np.diff(np.array(past_x), axis=0).T
+                    gamma = np.linalg.lstsq(dF, f, rcond=None)[0]
+                    x = state / scale + (1 - damping) * f - (dX + (1 - damping) * dF) @ gamma
+                    step = x * scale
+                    if not (np.all(np.isfinite(step)) and valid(step)):
+                        step, past_x[:], past_f[:] = damped, [], []
+            if agnostic:
+                step[[1, 3]] = 0.0
+            state = step
+            if not (state[0] > 0 and state[2] > 0):  # an undamped update may leave it, the state not
+                return failed(f"q or V fell to <= 0 at iteration {k}")
+        else:
+            return failed(f"the iteration did not converge in {max_iter} iterations")
+        state = tuple(float(v) for v in state)
+        error = mse(state, s, rules)
+        phi, bad = free_energy(state, hats, s, rules)
+        if bad:
+            return failed(f"{bad} proximal maps of the free energy did not converge")
+    except FloatingPointError as exc:
+        return failed(f"the iteration left the equations' domain at iteration {k}: {exc}")
+    return Solution(*state, error, phi, True, k, branch, rules.name, rules.order, s, hats=hats)
+
+
+def solve(
+    s: Settings,
+    branch: str = "semantic",
+    rule: str = "gauss-hermite",
+    int_tol: float = 1e-3,
+    orders: tuple | None = None,
+    progress: Callable[[str], None] | None = None,
+    **kw,
+) -> Solution:
+    """The branch's fixed point with an integration accuracy it checks: with the Gauss-Hermite
+    rule, solve at successive orders (``ORDERS``) until q, m, V, theta, mse and Phi move by less
+    than ``int_tol`` relative between two orders (``integration_error`` says by how much; not
+    converged when the last order still moves more). The published rule is fixed: its answer
+    reproduces the published rows, with no accuracy claim (integration_error None)."""
+    if rule == "published":
+        return iterate(s, branch, "published", None, **kw)
+    prev, history = None, []
+    for order in orders or ORDERS:
+        start = kw.pop("start", None) if prev is None else prev.state()
+        sol = iterate(s, branch, rule, order, start=start or None, **kw)
+        if progress:
+            progress(f"{branch}: order {order}: " + (f"q {sol.q:.6g}, mse {sol.mse:.6g}" if sol.converged
+                                                       else sol.message))
+        if not sol.converged:
+            sol.history = history
+            return sol
+        history.append((order, sol.q, sol.m, sol.V, sol.theta, sol.mse, sol.Phi))
+        if prev is not None:
+            sol.integration_error = max(
+                abs(a - b) / max(abs(a), 1e-8)
+                for a, b in zip((sol.q, sol.V, sol.mse, sol.Phi) + _signal(sol),
+                                (prev.q, prev.V, prev.mse, prev.Phi) + _signal(prev))
+            )
+            sol.history = history
+            if sol.integration_error < int_tol:
+                return sol
+        prev = sol
+    message = (f"the answer still moves by {sol.integration_error:.2g} relative between orders "
+               f"{history[-2][0]} and {history[-1][0]} (int_tol {int_tol:g}); history has each order's numbers")
+    return Solution(None, None, None, None, None, None, False, sol.iterations, branch, sol.rule, sol.order, s,
+                    integration_error=sol.integration_error, message=message, history=history)
+
+
+def _signal(sol: Solution) -> tuple:
+    """m and theta when they are not held at 0 (relative moves of a zero are meaningless)."""
+    return tuple(v for v in (sol.m, sol.theta) if abs(v) > 1e-6)
+
+
+def classify(sem: Solution, pos: Solution) -> str:
+    """The branch the empirical-risk minimizer follows: the larger Phi (smaller train objective)."""
+    if sem.converged and pos.converged:
+        return "semantic" if sem.Phi > pos.Phi else "positional"
+    return "semantic" if sem.converged else "positional" if pos.converged else "none"
+
+
+def transition(omega: float, lo: float, hi: float, xtol: float = 1e-3, **kw) -> float | None:
+    """alpha_c(omega): where the semantic and positional branches' Phi cross, by Brent's method
+    on [lo, hi] (None when both do not exist at both ends or the sign does not change)."""
+    from scipy.optimize import brentq  # lazy: only the phase boundaries need it
+
+    def gap(alpha):
+        s = Settings(alpha=alpha, omega=omega, **kw.pop("settings", {}))
+        sem, pos = (iterate(s, b, **kw) for b in ("semantic", "positional"))
+        if not (sem.converged and pos.converged):
+            raise ValueError(alpha)
+        return sem.Phi - pos.Phi
+
+    try:
+        g_lo, g_hi = gap(lo), gap(hi)
+    except ValueError:
+        return None
+    if g_lo * g_hi > 0:
+        return None
+    return brentq(gap, lo, hi, xtol=xtol)
+
+
+def spinodal(omega: float, branch: str, alphas, **kw) -> float | None:
+    """The first alpha in ``alphas`` (ordered from where the branch exists) at which ``branch``
+    stops existing: its fixed point falls to another branch (semantic: theta / sqrt(q rho) below
+    0.05; positional: m below 0.01 of its start) or the iteration does not converge."""
+    last = None
+    for alpha in alphas:
+        sol = iterate(Settings(alpha=alpha, omega=omega), branch, **kw)
+        alive = sol.converged and (
+            sol.theta / math.sqrt(sol.q * sol.settings.sigma**2) > 0.05 if branch == "semantic" else sol.m > 2e-3
+        )
+        if not alive:
+            return last
+        last = alpha
+    return last

@@ -1,0 +1,236 @@
+"""The replica theory of positional and semantic attention (attnsim.models.positional_semantic.replica):
+its quadrature rules, its proximal map, its fixed points against the published rows (Cui et al.,
+theory/theory.ipynb, shipped in the package's published/ folder), the transition and the command line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import numpy as np
+import pytest
+
+from attnsim.cli import main
+from attnsim.models.positional_semantic import replica as R
+from attnsim.models.positional_semantic.published_data import DATA
+
+ROWS_TOL = 3e-3  # the published rule against every omega = 0.3 row (measured worst 1.8e-3, theta)
+ROW2_TOL = 2.5e-4  # ... against the alpha = 2 row (measured worst 1.9e-4, V)
+
+
+def rows(omega: float, suffix: str) -> list[dict]:
+    with open(DATA / f"repl_softmax_Mixed_sig0.5_lamb0.01_omega{omega:g}{suffix}.csv") as fh:
+        return [{k: float(v) for k, v in r.items() if k} for r in csv.DictReader(fh)]
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b)
+
+
+def moments(rule, a: int, b: int) -> float:
+    p, w = rule
+    return float(w @ (p[:, 0] ** a * p[:, 1] ** b))
+
+
+def normal_moment(k: int) -> float:
+    return 0.0 if k % 2 else float(math.prod(range(k - 1, 0, -2)))
+
+
+@pytest.mark.parametrize(
+    "rule, degree",
+    [(R.stroud_secrest_6(), 7), (R.rabinowitz_richter_2(), 11), (R.gauss_hermite(5), 9)],
+    ids=["stroud-secrest-6", "rabinowitz-richter-2", "gauss-hermite-5"],
+)
+def test_rules_integrate_gaussian_moments_up_to_their_degree(rule, degree):
+    for a in range(degree + 1):
+        for b in range(degree + 1 - a):
+            exact = normal_moment(a) * normal_moment(b)
+            assert moments(rule, a, b) == pytest.approx(exact, rel=1e-12, abs=1e-12), (a, b)
+    # and not beyond it (a rule that integrated everything would make the check above empty)
+    top = degree + 1
+    misses = [abs(moments(rule, a, top - a) - normal_moment(a) * normal_moment(top - a)) for a in range(top + 1)]
+    assert max(misses) > 1e-6
+
+
+def test_energy_gradient_and_hessian_against_central_differences():
+    rng = np.random.default_rng(0)
+    x, y, h1, h2 = 1.5 * rng.normal(size=(4, 200))
+    M = R._mixing(rng.normal(size=200), rng.normal(size=200), 0.3, R.TEACHER_A)
+    V, s2, e = 12.0, 0.25, 1e-5
+    E, gx, gy, hxx, hxy, hyy = R._attention_energy(x, y, h1, h2, M, V, s2)
+
+    def f(a, b, i=0):
+        return R._attention_energy(a, b, h1, h2, M, V, s2)[i]
+
+    fd = {
+        "gx": ((f(x + e, y) - f(x - e, y)) / (2 * e), gx),
+        "gy": ((f(x, y + e) - f(x, y - e)) / (2 * e), gy),
+        "hxx": ((f(x + e, y, 1) - f(x - e, y, 1)) / (2 * e), hxx),
+        "hxy": ((f(x, y + e, 1) - f(x, y - e, 1)) / (2 * e), hxy),
+        "hyy": ((f(x, y + e, 2) - f(x, y - e, 2)) / (2 * e), hyy),
+    }
+    for name, (num, ana) in fd.items():
+        err = np.abs(num - ana)
+        assert err.max() < 1e-8 and err.mean() < 1e-9, name
+
+
+def test_prox_finds_the_global_minimum_of_a_grid_search():
+    rng = np.random.default_rng(1)
+    n = 40
+    h1, h2 = 1.5 * rng.normal(size=(2, n))
+    M = R._mixing(rng.normal(size=n), rng.normal(size=n), 0.3, R.TEACHER_A)
+    V, s2 = 14.0, 0.25
+    x, y, E, ok = R.prox(h1, h2, M, V, s2)
+    assert ok.all()
+    grid = np.linspace(-8, 8, 801)
+    GX, GY = np.meshgrid(grid, grid, indexing="ij")
+    for i in range(n):
+        Eg = R._attention_energy(GX, GY, h1[i], h2[i], M[i], V, s2, order=0)
+        assert E[i] <= Eg.min() + 1e-12  # no grid point lower than the answer
+        assert np.hypot(x[i] - GX.flat[Eg.argmin()], y[i] - GY.flat[Eg.argmin()]) < 0.1
+
+
+def check_row(sol: R.Solution, row: dict, tol: float) -> dict:
+    assert sol.converged, sol.message
+    errors = {k: rel(getattr(sol, k), row[k]) for k in ("q", "V", "theta", "mse", "Phi") if abs(row[k]) > 1e-6}
+    errors["m"] = abs(sol.m - row["m"])  # 0 on the semantic branch: absolute
+    assert max(errors.values()) < tol, errors
+    return errors
+
+
+def test_published_rule_reproduces_the_alpha_2_semantic_row():
+    row = rows(0.3, "")[0]
+    assert row["alpha"] == 2.0
+    check_row(R.iterate(R.Settings(alpha=2.0), "semantic", rule="published"), row, ROW2_TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("branch, suffix", [("semantic", ""), ("positional", "_para")])
+def test_published_rule_reproduces_every_omega_03_row(branch, suffix):
+    worst = {}
+    for row in rows(0.3, suffix):
+        sol = R.iterate(R.Settings(alpha=row["alpha"], omega=0.3), branch, rule="published")
+        for k, v in check_row(sol, row, ROWS_TOL).items():
+            worst[k] = max(worst.get(k, 0.0), v)
+    print(branch, worst)
+
+
+def test_the_published_rows_carry_noise_of_their_optimizer_above_1e4():
+    """Why 1e-4 relative cannot be met: the notebook's proximal map is scipy's BFGS from the origin
+    (gradient tolerance 1e-5); its minima sit about 4e-5 from the exact ones, which moves one
+    update of q by more than 1e-4 relative at the published alpha = 2 row."""
+    from scipy.optimize import minimize
+
+    s, row = R.Settings(alpha=2.0), rows(0.3, "")[0]
+    state = (row["q"], row["m"], row["V"], row["theta"])
+    rules = R._rules("published", None)
+    exact, (x, y), _ = R.conjugates(state, s, rules)
+    h1, h2, M, *_ = R._fields(state, s, rules.eqs, rules.eqs)
+    h1, h2 = np.broadcast_arrays(h1, h2, M[..., 0, 0])[:2]
+    bx, by = np.empty_like(x), np.empty_like(y)
+    for i in np.ndindex(x.shape):
+
+        def energy(z, i=i):
+            return float(R._attention_energy(z[0], z[1], h1[i], h2[i], M[i], state[2], 0.25, order=0))
+
+        bx[i], by[i] = minimize(energy, [0.0, 0.0]).x
+    gap = max(np.abs(bx - x).max(), np.abs(by - y).max())
+    assert 1e-5 < gap < 1e-4
+    moved = np.array(R.overlaps(R.hats_at(state, s, rules, bx, by), s))
+    exact = np.array(R.overlaps(exact, s))
+    q_exact, q_bfgs = exact[0], moved[0]
+    assert rel(q_bfgs, q_exact) > 1e-4
+
+
+def test_omega_05_rows_omit_the_teachers_constant_from_phi():
+    """The omega = 0.5 files' Phi leaves out alpha/2 sigma^2 E|M|^2 (a constant of the teacher):
+    adding it brings them within 0.4 % of the published rule's Phi."""
+    row = rows(0.5, "")[0]
+    s = R.Settings(alpha=row["alpha"], omega=0.5)
+    sol = R.iterate(s, "semantic", rule="published")
+    rules = R._rules("published", None)
+    *_, M, _, _, wx, wy, _ = R._fields(sol.state(), s, rules.outer, rules.outer)
+    W = wx[:, None] * wy[None, :]
+    constant = s.alpha / 2 * s.sigma**2 * float((W * (M**2).sum(axis=(-1, -2))).sum())
+    assert rel(sol.Phi, row["Phi"]) > 0.5
+    assert rel(sol.Phi + constant, row["Phi"]) < 5e-3
+
+
+def test_anderson_and_the_plain_damped_iteration_reach_one_fixed_point():
+    s = R.Settings(alpha=2.0)
+    fast = R.iterate(s, "semantic", order=6)
+    slow = R.iterate(s, "semantic", order=6, anderson=0)
+    assert fast.converged and slow.converged and fast.iterations < slow.iterations
+    for k in ("q", "V", "theta", "mse", "Phi"):
+        assert rel(getattr(fast, k), getattr(slow, k)) < 1e-6, k
+
+
+def test_agnostic_branch_holds_m_and_theta_at_zero_and_loses_to_both():
+    s = R.Settings(alpha=2.0)
+    sols = {b: R.iterate(s, b, order=6) for b in R.BRANCHES}
+    assert sols["agnostic"].m == 0.0 and sols["agnostic"].theta == 0.0
+    assert sols["positional"].m > 0.2 and sols["semantic"].theta > 0.1
+    assert sols["agnostic"].Phi < min(sols["semantic"].Phi, sols["positional"].Phi)
+    assert R.classify(sols["semantic"], sols["positional"]) == "semantic"  # alpha = 2 > alpha_c(0.3)
+
+
+def test_non_convergence_is_reported_not_a_number():
+    sol = R.iterate(R.Settings(alpha=2.0), "semantic", order=6, max_iter=2)
+    assert not sol.converged and sol.q is None and sol.mse is None and "did not converge" in sol.message
+    assert sol.empirical()["gen_error"] is None
+    coarse = R.solve(R.Settings(alpha=2.0), "positional", int_tol=1e-9, orders=(5, 6))
+    assert not coarse.converged and "still moves" in coarse.message and coarse.integration_error > 1e-9
+
+
+@pytest.mark.parametrize(
+    "kw, key",
+    [
+        ({"alpha": 0}, "alpha"),
+        ({"omega": 1.5}, "omega"),
+        ({"sigma": float("nan")}, "sigma"),
+        ({"weight_decay": 0.0}, "weight_decay"),
+        ({"teacher_A": [[1.0, 0.0, 0.0]] * 3}, "teacher_A"),
+    ],
+)
+def test_bad_settings_name_their_key(kw, key):
+    with pytest.raises(R.ReplicaError, match=key):
+        R.Settings(**kw)
+    with pytest.raises(R.ReplicaError, match="branch"):
+        R.iterate(R.Settings(), "both")
+
+
+@pytest.mark.slow
+def test_transition_at_omega_03_is_where_the_published_rows_cross():
+    """alpha_c(0.3) with the published rule against the crossing of the published rows' own Phi
+    (linear interpolation between their alpha grid points)."""
+    sem, pos = rows(0.3, ""), rows(0.3, "_para")
+    alphas = sorted({r["alpha"] for r in sem} & {r["alpha"] for r in pos})
+    gap = {a: next(r["Phi"] for r in sem if r["alpha"] == a) - next(r["Phi"] for r in pos if r["alpha"] == a)
+           for a in alphas}
+    lo = max(a for a in alphas if gap[a] < 0)
+    hi = min(a for a in alphas if a > lo)
+    crossing = lo + (hi - lo) * (-gap[lo]) / (gap[hi] - gap[lo])
+    alpha_c = R.transition(0.3, 1.1, 1.4, rule="published")
+    assert abs(alpha_c - crossing) < 5e-3, (alpha_c, crossing)
+
+
+def test_cli_prints_the_published_rule_as_json(capsys):
+    code = main(["theory", "positional_semantic", "--rule", "published", "--set", "alpha=2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["converged"] and out["branch"] == "semantic"
+    assert rel(out["q"], rows(0.3, "")[0]["q"]) < ROW2_TOL
+    assert set(out) >= {"q", "m", "V", "theta", "mse", "Phi", "converged", "settings"}
+
+
+def test_cli_text_and_refusals(capsys, monkeypatch):
+    monkeypatch.setattr(R, "ORDERS", (5, 6))
+    assert main(["theory", "positional_semantic", "--set", "alpha=1", "--int-tol", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "semantic branch at alpha = 1" in out and "order 6" in out and "gen error" in out
+    assert main(["theory", "positional_semantic", "--set", "d=100"]) == 2
+    assert "takes only" in capsys.readouterr().err
+    assert main(["theory", "positional_semantic", "--set", "omega=2"]) == 2
+    assert "omega" in capsys.readouterr().err
+    code = main(["theory", "positional_semantic", "--branch", "positional", "--int-tol", "1e-9", "--json"])
+    captured = capsys.readouterr()
+    assert code == 1 and json.loads(captured.out)["q"] is None and "not converged" in captured.err
