@@ -485,8 +485,8 @@ def cmd_theory(args: argparse.Namespace) -> int:
         print(json.dumps(sol.as_dict()))
     elif sol.converged:
         accuracy = (
-            f"integration: Gauss-Hermite order {sol.order}, moved {sol.integration_error:.2g} relative "
-            "from the order before"
+            f"integration: Gauss-Hermite order {sol.order}, the answer moved {sol.integration_error:.2g} "
+            "relative from the order before (its accuracy at best; --int-tol asks for less)"
             if sol.integration_error is not None
             else "integration: the published notebook's fixed rules (no accuracy claim)"
         )
@@ -497,7 +497,8 @@ def cmd_theory(args: argparse.Namespace) -> int:
             f"q = {sol.q:.6g}, m = {sol.m:.6g}, V = {sol.V:.6g}, theta = {sol.theta:.6g}, "
             f"mse = {sol.mse:.6g}, Phi = {sol.Phi:.6g}\n"
             f"empirical units: gen error {emp['gen_error']:.6g}, theta / sigma^2 {emp['theta']:.6g}, "
-            f"magnetization {emp['magnetization']:.6g}, train objective / d {emp['train_objective_per_d']:.6g}\n"
+            f"magnetization {emp['magnetization']:.6g}, "
+            f"train objective / d {emp['train_objective_per_d']:.6g}\n"
             f"{accuracy}"
         )
     if not sol.converged:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+
 import numpy as np
 import pytest
 
@@ -48,7 +49,9 @@ def test_rules_integrate_gaussian_moments_up_to_their_degree(rule, degree):
             assert moments(rule, a, b) == pytest.approx(exact, rel=1e-12, abs=1e-12), (a, b)
     # and not beyond it (a rule that integrated everything would make the check above empty)
     top = degree + 1
-    misses = [abs(moments(rule, a, top - a) - normal_moment(a) * normal_moment(top - a)) for a in range(top + 1)]
+    misses = [
+        abs(moments(rule, a, top - a) - normal_moment(a) * normal_moment(top - a)) for a in range(top + 1)
+    ]
     assert max(misses) > 1e-6
 
 
@@ -92,7 +95,9 @@ def test_prox_finds_the_global_minimum_of_a_grid_search():
 
 def check_row(sol: R.Solution, row: dict, tol: float) -> dict:
     assert sol.converged, sol.message
-    errors = {k: rel(getattr(sol, k), row[k]) for k in ("q", "V", "theta", "mse", "Phi") if abs(row[k]) > 1e-6}
+    errors = {
+        k: rel(getattr(sol, k), row[k]) for k in ("q", "V", "theta", "mse", "Phi") if abs(row[k]) > 1e-6
+    }
     errors["m"] = abs(sol.m - row["m"])  # 0 on the semantic branch: absolute
     assert max(errors.values()) < tol, errors
     return errors
@@ -205,8 +210,10 @@ def test_transition_at_omega_03_is_where_the_published_rows_cross():
     (linear interpolation between their alpha grid points)."""
     sem, pos = rows(0.3, ""), rows(0.3, "_para")
     alphas = sorted({r["alpha"] for r in sem} & {r["alpha"] for r in pos})
-    gap = {a: next(r["Phi"] for r in sem if r["alpha"] == a) - next(r["Phi"] for r in pos if r["alpha"] == a)
-           for a in alphas}
+    gap = {
+        a: next(r["Phi"] for r in sem if r["alpha"] == a) - next(r["Phi"] for r in pos if r["alpha"] == a)
+        for a in alphas
+    }
     lo = max(a for a in alphas if gap[a] < 0)
     hi = min(a for a in alphas if a > lo)
     crossing = lo + (hi - lo) * (-gap[lo]) / (gap[hi] - gap[lo])

@@ -41,6 +41,7 @@ NAMES = {
     "precision": "fig17_precision",
     "many_samples": "fig18_many_samples",
     "positional_semantic": "fig19_positional_semantic",
+    "phase_diagram": "fig20_phase_diagram",
     "neighbours": "fig13_neighbours",  # last: it reads figures 6, 15 and 16's sweeps
 }
 

@@ -1,0 +1,248 @@
+"""Figure 20: the phase diagram of positional and semantic attention (Cui, Behrens, Krzakala and
+Zdeborová, NeurIPS 2024) at sigma = 0.5, lambda = 0.01, from attnsim's replica solver
+(attnsim.models.positional_semantic.replica). (a) The (alpha, omega) plane: alpha_c(omega), where
+the semantic and positional branches' free energies cross, from the published notebook's rules
+and, at omega = 0.3, from Gauss-Hermite rules of two orders; the published transition line (their
+02-toy_model_plots.ipynb, cell 5); and attnsim's gradient descent at finite d, both
+initializations, each cell marked by the one that ends at the lower training objective. (b) The
+d -> infinity check: GD from the semantic initialization at omega = 0.3, alpha = 2 at d = 250 to
+2000 against the theory's gen error, the excess fitted as a power of d with its error."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..models.positional_semantic import replica
+from ..results import atomic_write
+from .common import records_of, save, sweep_mapping, write_numbers
+
+# the published transition line at sigma = 0.5 (their "spinodal" list: alpha_c per omega)
+PUBLISHED = {
+    0.0: 0.5480511155124588,
+    0.1: 0.7071599112677189,
+    0.15: 0.8180015676221762,
+    0.2: 0.9277860822926854,
+    0.25: 1.06,
+    0.3: 1.2410177405149914,
+    0.35: 1.4541109691229464,
+    0.4: 1.7505718608649372,
+    0.425: 1.93929723421423,
+}
+SCALING = {"omega": 0.3, "alpha": 2.0}
+
+
+def _plan(quick: bool) -> dict:
+    if quick:
+        return {
+            "cells": {"d": 40, "alpha": [1.0, 1.8], "omega": [0.1, 0.4], "seeds": [0], "test_n": 500},
+            "scaling": {40: [0, 1], 80: [0, 1]},
+            "omegas": [0.3],
+            "xtol": 2e-2,
+            "gh_orders": (5, 6),
+            "gh_alpha_c": (),
+        }
+    return {
+        "cells": {
+            "d": 250,
+            "alpha": [0.6, 1.0, 1.4, 1.8],
+            "omega": [0.1, 0.2, 0.3, 0.4],
+            "seeds": [0, 1],
+            "test_n": 5000,
+        },
+        "scaling": {250: list(range(8)), 500: list(range(6)), 1000: list(range(3)), 2000: list(range(2))},
+        "omegas": [0.0, 0.1, 0.2, 0.3, 0.4],
+        "xtol": 2e-3,
+        "gh_orders": (12, 16),
+        "gh_alpha_c": (8, 12),
+    }
+
+
+def sweeps(quick: bool) -> list[dict]:
+    plan = _plan(quick)
+    c = plan["cells"]
+    base = {"model": "positional_semantic", "d": c["d"], "log_every": 500, "test_n": c["test_n"]}
+    grid = {"alpha": c["alpha"], "omega": c["omega"], "init": ["semantic", "positional"]}
+    out = [sweep_mapping("fig20_cells", base, grid, c["seeds"])]
+    for d, seeds in plan["scaling"].items():
+        base = {
+            "model": "positional_semantic",
+            "d": d,
+            "log_every": 500,
+            "test_n": 5000 if not quick else 500,
+            "init": "semantic",
+            **SCALING,
+        }
+        out.append(sweep_mapping(f"fig20_scaling_d{d}", base, {}, seeds))
+    return out
+
+
+def theory(quick: bool, cache: Path) -> dict:
+    """alpha_c per omega (published rules; Gauss-Hermite at omega = 0.3), the branches' state at
+    the scaling point; cached as JSON beside the sweeps (minutes to compute)."""
+    path = Path(cache) / f"fig20_theory{'_quick' if quick else ''}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    plan = _plan(quick)
+    out: dict = {"alpha_c": {}, "alpha_c_gh": {}}
+    for omega in plan["omegas"]:
+        guess = float(np.interp(omega, sorted(PUBLISHED), [PUBLISHED[o] for o in sorted(PUBLISHED)]))
+        lo, hi = 0.8 * guess, 1.25 * guess
+        out["alpha_c"][str(omega)] = replica.transition(omega, lo, hi, xtol=plan["xtol"], rule="published")
+    for order in plan["gh_alpha_c"]:
+        out["alpha_c_gh"][str(order)] = replica.transition(0.3, 1.1, 1.5, xtol=plan["xtol"], order=order)
+    s = replica.Settings(**SCALING)
+    sol = replica.solve(s, "semantic", int_tol=0.5 if quick else 3e-2, orders=plan["gh_orders"])
+    pub = replica.iterate(s, "semantic", rule="published")
+    out["scaling_theory"] = {
+        "gen_error": sol.mse / 2 if sol.converged else None,
+        "theta": sol.theta / s.sigma**2 if sol.converged else None,
+        "order": sol.order,
+        "integration_error": sol.integration_error,
+        "history": sol.history,
+        "published_rule_gen_error": pub.mse / 2,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda fh: fh.write(json.dumps(out).encode()))
+    return out
+
+
+def cells(recs: list[dict]) -> dict:
+    """(alpha, omega) -> (winning init, mean objective gap positional - semantic per d)."""
+    by: dict = {}
+    for r in recs:
+        c = r["config"]
+        by.setdefault((c["alpha"], c["omega"]), {}).setdefault(c["init"], []).append(
+            r["final"]["train_objective"]
+        )
+    out = {}
+    for key, inits in sorted(by.items()):
+        gap = np.mean(inits["positional"]) - np.mean(inits["semantic"])
+        out[key] = ("semantic" if gap > 0 else "positional", gap)
+    return out
+
+
+def fit(ds, excess, se) -> tuple[float, float, float]:
+    """log excess = c - gamma log d by weighted least squares (weights from se / excess):
+    (gamma, its standard error, c)."""
+    x, y = np.log(ds), np.log(excess)
+    w = (excess / np.maximum(se, 1e-300)) ** 2
+    A = np.column_stack([np.ones_like(x), -x])
+    cov = np.linalg.inv(A.T @ (A * w[:, None]))
+    coef = cov @ (A.T @ (w * y))
+    chi2 = float(w @ (y - A @ coef) ** 2)
+    scale = max(1.0, chi2 / max(len(x) - 2, 1))  # a poor fit widens the error
+    return float(coef[1]), float(math.sqrt(cov[1, 1] * scale)), float(coef[0])
+
+
+def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
+    mappings = sweeps(quick)
+    cell_recs = records_of(cache, mappings[0])
+    scale_recs = records_of(cache, *mappings[1:])
+    th = theory(quick, cache)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
+
+    om = sorted(PUBLISHED)
+    ax.plot([PUBLISHED[o] for o in om], om, "--", color="0.4", lw=1.5, label="Cui et al.'s transition line")
+    ac = {float(o): a for o, a in th["alpha_c"].items() if a is not None}
+    ax.plot(
+        list(ac.values()),
+        list(ac.keys()),
+        "o-",
+        color="k",
+        ms=5,
+        label=r"attnsim $\alpha_c(\omega)$, published rules",
+    )
+    for order, a in th["alpha_c_gh"].items():
+        if a is not None:
+            ax.plot(
+                a, 0.3, "D", mfc="none", ms=8, label=rf"attnsim $\alpha_c(0.3)$, Gauss-Hermite order {order}"
+            )
+    won = cells(cell_recs)
+    d_cells = cell_recs[0]["config"]["d"]
+    for init, color in (("semantic", "C0"), ("positional", "C3")):
+        pts = [k for k, v in won.items() if v[0] == init]
+        if pts:
+            ax.scatter(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                s=90,
+                color=color,
+                alpha=0.5,
+                label=f"GD at d = {d_cells}: {init} init ends lower",
+            )
+    ax.set_xlabel(r"$\alpha = n / d$")
+    ax.set_ylabel(r"$\omega$ (the teacher's positional weight)")
+    ax.set_title("(a) semantic right of the line, positional left")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(lw=0.3)
+
+    ref = th["scaling_theory"]["gen_error"]
+    by_d: dict = {}
+    for r in scale_recs:
+        by_d.setdefault(r["config"]["d"], []).append(r["final"]["gen_error"])
+    ds = np.array(sorted(by_d))
+    mean = np.array([np.mean(by_d[d]) for d in ds])
+    se = np.array(
+        [np.std(by_d[d], ddof=1) / math.sqrt(len(by_d[d])) if len(by_d[d]) > 1 else np.nan for d in ds]
+    )
+    excess = mean - ref
+    bx.errorbar(ds, excess, 2 * se, fmt="o", color="C0", capsize=3, label="GD mean - theory, $\\pm$ 2 se")
+    usable = (excess > 0) & np.isfinite(se)
+    gamma = gamma_se = None
+    if usable.sum() >= 2:
+        gamma, gamma_se, c = fit(ds[usable], excess[usable], se[usable])
+        xx = np.geomspace(ds.min(), ds.max(), 50)
+        bx.plot(
+            xx,
+            np.exp(c) * xx**-gamma,
+            "-",
+            color="C0",
+            lw=1,
+            label=rf"fit $\propto d^{{-\gamma}}$, $\gamma$ = {gamma:.2f} $\pm$ {gamma_se:.2f}",
+        )
+    bx.set_xscale("log")
+    if (excess > 0).all():
+        bx.set_yscale("log")
+    bx.set_xlabel("d")
+    bx.set_ylabel("gen error - replica gen error")
+    bx.set_title(rf"(b) semantic init, $\omega$ = 0.3, $\alpha$ = 2: theory gen error {ref:.5g}")
+    bx.legend(fontsize=8)
+    bx.grid(lw=0.3, which="both")
+    fig.suptitle(
+        r"positional and semantic attention, $\sigma$ = 0.5, $\lambda$ = 0.01: replica theory and GD "
+        "(lr 0.15, 5000 steps)",
+        fontsize=11,
+    )
+
+    lines = [
+        f"alpha_c(omega), published rules: attnsim {ac.get(o)} | published {PUBLISHED.get(o)}"
+        for o in sorted(ac)
+    ]
+    lines += [f"alpha_c(0.3), Gauss-Hermite order {o}: {a}" for o, a in th["alpha_c_gh"].items()]
+    for key, (init, gap) in won.items():
+        lines.append(
+            f"GD d = {d_cells}, alpha {key[0]:g}, omega {key[1]:g}: {init} init ends lower "
+            f"(objective gap positional - semantic {gap:+.4g})"
+        )
+    st = th["scaling_theory"]
+    lines.append(
+        f"theory at omega 0.3, alpha 2, semantic: gen error {ref} (Gauss-Hermite order {st['order']}, "
+        f"moved {st['integration_error']} relative from the order before; history {st['history']}); "
+        f"the published rules give {st['published_rule_gen_error']}"
+    )
+    for d, m, s_, e in zip(ds, mean, se, excess):
+        lines.append(f"d = {d}: {len(by_d[d])} seeds, gen error {m:.6g} +- {s_:.2g} (se), excess {e:.4g}")
+    lines.append(
+        f"fit excess ~ d^-gamma: gamma = {gamma} +- {gamma_se}"
+        if gamma is not None
+        else "fit: fewer than two d with a positive excess and an se; no exponent"
+    )
+    return [
+        save(fig, outdir / "fig20_phase_diagram.png"),
+        write_numbers(outdir, "fig20_phase_diagram", lines),
+    ]
