@@ -43,8 +43,9 @@ def _plan(quick: bool) -> dict:
             "scaling": {40: [0, 1], 80: [0, 1]},
             "omegas": [0.3],
             "xtol": 2e-2,
-            "gh_orders": (5, 6),
+            "gh_orders": (6, 8),
             "gh_alpha_c": (),
+            "spin_step": 0.5,
         }
     return {
         "cells": {
@@ -59,6 +60,7 @@ def _plan(quick: bool) -> dict:
         "xtol": 2e-3,
         "gh_orders": (12, 16),
         "gh_alpha_c": (8, 12),
+        "spin_step": 0.1,
     }
 
 
@@ -85,9 +87,13 @@ def theory(quick: bool, cache: Path) -> dict:
     """alpha_c per omega (published rules; Gauss-Hermite at omega = 0.3), the branches' state at
     the scaling point; cached as JSON beside the sweeps (minutes to compute)."""
     path = Path(cache) / f"fig20_theory{'_quick' if quick else ''}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
     plan = _plan(quick)
+    if path.is_file():
+        out = json.loads(path.read_text())
+        if "spinodal" not in out:
+            out["spinodal"] = spinodals(out["alpha_c"], plan)
+            atomic_write(path, lambda fh: fh.write(json.dumps(out).encode()))
+        return out
     out: dict = {"alpha_c": {}, "alpha_c_gh": {}}
     for omega in plan["omegas"]:
         guess = float(np.interp(omega, sorted(PUBLISHED), [PUBLISHED[o] for o in sorted(PUBLISHED)]))
@@ -106,8 +112,27 @@ def theory(quick: bool, cache: Path) -> dict:
         "history": sol.history,
         "published_rule_gen_error": pub.mse / 2,
     }
+    out["spinodal"] = spinodals(out["alpha_c"], plan)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda fh: fh.write(json.dumps(out).encode()))
+    return out
+
+
+def spinodals(alpha_c: dict, plan: dict) -> dict:
+    """Per omega, where each branch stops existing (published rules), scanning away from alpha_c
+    in steps of ``plan["spin_step"]``: the semantic branch downwards to 0.05, the positional
+    upwards to 3; [last alive, first dead] (None: not reached within the scan)."""
+    out = {}
+    step = plan["spin_step"]
+    for omega, a_c in alpha_c.items():
+        if a_c is None:
+            continue
+        down = np.arange(a_c, 0.05 - 1e-9, -step)
+        up = np.arange(a_c, 3.0 + 1e-9, step)
+        out[omega] = {
+            "semantic": replica.spinodal(float(omega), "semantic", down, rule="published"),
+            "positional": replica.spinodal(float(omega), "positional", up, rule="published"),
+        }
     return out
 
 
@@ -161,6 +186,17 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         if a is not None:
             ax.plot(
                 a, 0.3, "D", mfc="none", ms=8, label=rf"attnsim $\alpha_c(0.3)$, Gauss-Hermite order {order}"
+            )
+    for branch, marker in (("semantic", "<"), ("positional", ">")):
+        pts = [(v[branch][0], float(o)) for o, v in th["spinodal"].items() if v[branch][1] is not None]
+        if pts:
+            ax.plot(
+                *zip(*pts),
+                marker,
+                ls=":",
+                color="C0" if branch == "semantic" else "C3",
+                ms=6,
+                label=f"{branch} branch's last alpha (spinodal, published rules)",
             )
     won = cells(cell_recs)
     d_cells = cell_recs[0]["config"]["d"]
@@ -224,6 +260,11 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         for o in sorted(ac)
     ]
     lines += [f"alpha_c(0.3), Gauss-Hermite order {o}: {a}" for o, a in th["alpha_c_gh"].items()]
+    for o, v in th["spinodal"].items():
+        lines.append(
+            f"omega {o}: semantic alive down to alpha {v['semantic'][0]} (gone at {v['semantic'][1]}); "
+            f"positional alive up to {v['positional'][0]} (gone at {v['positional'][1]}; None: not within 3)"
+        )
     for key, (init, gap) in won.items():
         lines.append(
             f"GD d = {d_cells}, alpha {key[0]:g}, omega {key[1]:g}: {init} init ends lower "

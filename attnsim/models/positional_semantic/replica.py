@@ -628,19 +628,25 @@ def transition(omega: float, lo: float, hi: float, xtol: float = 1e-3, **kw) -> 
         return None
 
 
-def spinodal(omega: float, branch: str, alphas, **kw) -> float | None:
-    """The first alpha in ``alphas`` (ordered from where the branch exists) at which ``branch``
-    stops existing: its fixed point falls to another branch (semantic: theta / sqrt(q rho) below
-    0.05; positional: m below 0.01 of its start) or the iteration does not converge."""
+def alive(sol: Solution) -> bool:
+    """Whether a branch's answer is still that branch: semantic with theta / sqrt(q sigma^2) above
+    0.05, positional with m above 0.01 (else it fell onto another branch)."""
+    if not sol.converged:
+        return False
+    if sol.branch == "semantic":
+        return sol.theta / math.sqrt(sol.q * sol.settings.sigma**2) > 0.05
+    if sol.branch == "positional":
+        return sol.m > 0.01
+    return True
+
+
+def spinodal(omega: float, branch: str, alphas, **kw) -> tuple[float | None, float | None]:
+    """Where ``branch`` stops existing along ``alphas`` (ordered away from where it exists):
+    (the last alpha at which it is :func:`alive`, the first at which it is not); (last, None)
+    when it lives through the whole scan, (None, first) when it is dead at the start."""
     last = None
     for alpha in alphas:
-        sol = iterate(Settings(alpha=alpha, omega=omega), branch, **kw)
-        alive = sol.converged and (
-            sol.theta / math.sqrt(sol.q * sol.settings.sigma**2) > 0.05
-            if branch == "semantic"
-            else sol.m > 2e-3
-        )
-        if not alive:
-            return last
-        last = alpha
-    return last
+        if not alive(iterate(Settings(alpha=float(alpha), omega=omega), branch, **kw)):
+            return last, float(alpha)
+        last = float(alpha)
+    return last, None
