@@ -193,6 +193,16 @@ class Recorder:
         cold = np.flatnonzero(~hot)
         return self.rows[cold[-1] + 1 if cold.size else 0]["step"]
 
+    @property
+    def first_saturated_at(self) -> int | None:
+        """First log step at which at least half the training samples had one-hot scores (None
+        if none did): where saturation began, which :attr:`saturated_at` (the start of the last
+        saturated stretch) may follow after the scores came back."""
+        self._flush()
+        hot = np.concatenate(self.hot) if self.hot else np.zeros(0, dtype=bool)
+        first = np.flatnonzero(hot)
+        return self.rows[first[0]]["step"] if first.size else None
+
     def arrays(self) -> dict[str, np.ndarray]:
         self._flush()
         keys: dict[str, None] = {}
@@ -244,9 +254,15 @@ class Recorder:
                 warnings.warn(SINGLE_TOKEN, stacklevel=3)
         elif self._frozen_at is None and self.saturated_at is not None:
             n_hot = int(np.sum(_one_hot(self.last.s, self.normalized)))
+            first, last = self.first_saturated_at, self.saturated_at
+            since = (
+                f"since step {last}"
+                if first == last
+                else f"since step {last} (half of them first saturated at step {first}, then recovered)"
+            )
             head = (
                 f"attention saturated: {n_hot} of {y.size} training samples have one-hot scores "
-                f"in float64 by step {self.saturated_at}"
+                f"in float64 at the end, half or more of them {since}"
             )
             if self.normalized:  # the steps keep their length: what is lost is the gradient's direction
                 msg = (

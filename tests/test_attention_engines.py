@@ -257,6 +257,8 @@ def test_implicit_runs_at_huge_d_reports_population_and_warns():
         r = attnsim.simulate(cfg)
     assert r.engine["used"] == "implicit" and np.isfinite(r.final["pop_error"])
     assert any("reduce lr" in w for w in r.warnings)
+    sat = next(w for w in r.warnings if w.startswith("attention saturated"))
+    assert "at the end, half or more of them since step 10" in sat and "by step" not in sat
 
 
 def test_a_cached_setup_does_not_carry_one_runs_engine_facts_into_the_next():
