@@ -74,6 +74,7 @@ class CommonKeys:
     log_points: int = 100
     pop_log_points: int = 50
     pop_points: int = 4096
+    pop_seed: int | None = None  # None: the population's points follow seed
     benign_error: float = 0.05
     gen_score: float = 0.5
     clean_twin: bool = True
@@ -222,6 +223,7 @@ LATER_KEYS = {
     "refine_times": "auto",
     "batch": 0,
     "precision_twin": "none",
+    "pop_seed": None,
 }
 
 

@@ -42,6 +42,7 @@ def validate(c: Any) -> None:
     _require(c.log_every >= 1, f"log_every: must be an integer >= 1, got {c.log_every}")
     for key in ("log_points", "pop_log_points"):
         _require(getattr(c, key) >= 2, f"{key}: must be an integer >= 2, got {getattr(c, key)}")
+    _require(c.pop_seed is None or c.pop_seed >= 0, f"pop_seed: must be an integer >= 0, got {c.pop_seed}")
     pp = c.pop_points
     _require(pp >= 16 and pp & (pp - 1) == 0, f"pop_points: must be a power of two >= 16, got {pp}")
     for key in ("benign_error", "gen_score"):

@@ -67,6 +67,11 @@ KEY_HELP = {
     "log_points": ("integer >= 2", "log points (log)"),
     "pop_log_points": ("integer >= 2", "log points that also get population metrics"),
     "pop_points": ("power of two >= 16", "quasi-random points of the population metrics"),
+    "pop_seed": (
+        "integer >= 0, or unset",
+        "redraws the population estimator's points alone (unset: they follow seed); "
+        "the spread over pop_seeds is the estimator's own",
+    ),
     "benign_error": ("(0, 1)", "excess error up to which overfitting is benign"),
     "gen_score": ("(0, 1)", "fresh relevant score that counts as generalizing"),
     "clean_twin": ("true, false", "train the clean-label twin"),

@@ -178,7 +178,7 @@ def _open(config, data) -> tuple[Config, Dataset | None, Any]:
             f"data: expected a path to an .npz file, a built-in dataset name or a Dataset, "
             f"got {type(data).__name__}"
         )
-    streams = make_streams(cfg.seed)
+    streams = make_streams(cfg.seed, cfg.pop_seed)
     if data is None:
         return cfg, None, streams
     from .data.files import changed_keys, config_for_data  # lazy: start-up of runs without a data file

@@ -390,3 +390,29 @@ def test_an_evaluation_gives_the_same_bits_whatever_was_evaluated_before(attenti
         assert got.keys() == want.keys()
         for k in want:
             assert got[k] == want[k] or (np.isnan(got[k]) and np.isnan(want[k])), k
+
+
+def test_pop_seed_redraws_the_population_estimate_and_nothing_else(small_cfg):
+    """pop_seed (unset: the points follow seed) changes the population metrics and what is made
+    of them, and no other number of the record: the trajectory of the training state, the test
+    set and the config but for pop_seed itself."""
+    import math
+
+    import attnsim
+
+    a = attnsim.simulate(small_cfg)
+    b = attnsim.simulate({**small_cfg, "pop_seed": 3})
+    again = attnsim.simulate({**small_cfg, "pop_seed": 3})
+
+    def same(x, y):
+        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+
+    derived = {"excess_error", "excess_error_se", "error_clean_twin", "error_clean_twin_se"}
+    derived |= {"label_noise_cost", "label_noise_cost_se"}
+    moved = {k for k in a.final if not same(a.final[k], b.final[k])}
+    assert "pop_error" in moved and moved <= {k for k in a.final if k.startswith("pop_")} | derived
+    assert all(same(b.final[k], again.final[k]) for k in b.final)  # reproducible
+    assert {k for k in a.config if a.config[k] != b.config[k]} == {"pop_seed"}
+    for k, v in a.trajectory.items():
+        if not k.startswith(("pop_", "excess", "error_clean", "label_noise")):
+            assert np.array_equal(np.asarray(v), np.asarray(b.trajectory[k]), equal_nan=True), k

@@ -22,10 +22,15 @@ class Streams:
     population: np.random.Generator
 
 
-def make_streams(seed: int) -> Streams:
-    """The run's Generator and its four child streams (see module docstring)."""
+def make_streams(seed: int, pop_seed: int | None = None) -> Streams:
+    """The run's Generator and its four child streams (see module docstring). ``pop_seed``
+    (None: the population stream is the seed's fourth child) redraws the population
+    estimator's points alone: a stream of its own, apart from every seed's children."""
     root = np.random.default_rng(seed)
-    return Streams(*root.spawn(4))
+    streams = Streams(*root.spawn(4))
+    if pop_seed is not None:
+        streams.population = np.random.default_rng(np.random.SeedSequence(pop_seed, spawn_key=(1 << 20,)))
+    return streams
 
 
 @dataclass

@@ -142,7 +142,7 @@ class AttentionSpec(ModelSpec):
         roles = np.repeat(np.arange(4), ds.role_counts)
         rho = ds.rho if ds.rho is not None else cfg.rho
         return cached_population(
-            ws, cfg.seed, roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng, cfg.attention
+            ws, (cfg.seed, cfg.pop_seed), roles, rho, ds.sigma, cfg.pop_points, cfg.loss, rng, cfg.attention
         )
 
     def limit_watch(self, problem: Any) -> Any:

@@ -69,9 +69,9 @@ def population_points(T: int, points: int, rng: np.random.Generator) -> tuple:
     return (zeta, *tail_points(T, tail_count(points), rng))
 
 
-def cached_points(ws: Workspace, seed: int, T: int, points: int, rng: np.random.Generator) -> tuple:
+def cached_points(ws: Workspace, seed: Any, T: int, points: int, rng: np.random.Generator) -> tuple:
     """:func:`population_points` for a run whose population stream comes from
-    ``seed`` (the stream is used for nothing else, so the points depend only
+    ``seed`` (the run's seed and pop_seed; the stream is used for nothing else, so the points depend only
     on seed, T and points); sweeps reuse them across runs."""
     key = (seed, T, points)
     if key not in ws.points:
@@ -334,7 +334,7 @@ class Population:
 
 def cached_population(
     ws: Workspace,
-    seed: int,
+    seed: Any,
     roles: np.ndarray,
     rho: float,
     sigma: float,
