@@ -114,3 +114,25 @@ def test_finite_n_runs_tend_to_the_population_flow():
         gaps[n] = {k: abs(fin[k] - pop[k]) for k in ("pop_error", "pop_score_relevant")}
     for k in ("pop_error", "pop_score_relevant"):
         assert gaps[2000][k] < 0.5 * gaps[50][k], gaps
+
+
+def test_figure_18_exponent_errors_come_from_resampling_the_seeds():
+    """The bootstrap over seeds gives no error when every seed scales exactly as d^-1/2 (a
+    seed's factor common to all d), and one near the scatter of the group slopes when the
+    seeds' deviations are independent across d."""
+    from attnsim.figures.fig18_many_samples import seed_errors
+
+    ds = (1000, 3000, 10_000, 30_000, 100_000)
+    rng = np.random.default_rng(0)
+    factor = rng.uniform(0.5, 2.0, (32, 1))
+    ex = np.array([[1.07 * d] * 32 for d in ds])
+    exact = seed_errors([factor * d**-0.5 * np.ones((32, 60)) for d in ds], ex, ds)
+    assert np.all(exact["boot_sd"] < 1e-9)
+    noisy = [rng.lognormal(0.0, 1.0, (32, 60)) * d**-0.5 for d in ds]
+    ex = np.array([1.07 * d * rng.lognormal(0.0, 0.03, 32) for d in ds])
+    err = seed_errors(noisy, ex, ds)
+    groups = err["groups"]
+    assert groups.shape == (8, 2)
+    # 8 groups of 4 seeds scatter about sqrt(8) times the 32-seed error
+    ratio = groups.std(axis=0, ddof=1) / err["boot_sd"]
+    assert np.all((ratio > 1.0) & (ratio < 6.0)), ratio

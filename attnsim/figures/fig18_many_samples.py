@@ -33,6 +33,9 @@ DS = (1000, 3000, 10_000, 30_000, 100_000)
 D_ODE = 10**9  # the ODE: the population flow at this d (its variance rate c (1 - 4/d) / B)
 LOGS = 60
 EXIT = 0.3  # the fresh relevant score that ends the plateau at uniform attention (1/T = 0.125)
+SEEDS = 32  # online runs per d: the exponents' errors come from resampling them
+GROUP = 4  # seeds per disjoint group, whose exponents show the scatter a few seeds give
+BOOT = 2000  # bootstrap resamples of the seeds
 
 
 def exit_step(tr: dict) -> float:
@@ -57,7 +60,7 @@ def _online(d: int, tau: float) -> dict:
 def _sizes(quick: bool) -> tuple[tuple, tuple, range, float]:
     """(finite n, online d, seeds, tau) of the figure."""
     tau = 1.2 if quick else TAU  # the exit (score 0.3) comes at 1.07 d steps
-    return ((20, 200), DS[:2], range(2), tau) if quick else (NS, DS, range(4), tau)
+    return ((20, 200), DS[:2], range(2), tau) if quick else (NS, DS, range(SEEDS), tau)
 
 
 def sweeps(quick: bool) -> list[dict]:
@@ -84,6 +87,26 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     dof = max(len(X) - 2, 1)
     s2 = float(np.sum((Y - A @ coef) ** 2)) / dof
     return float(coef[0]), float(np.sqrt(s2 / np.sum((X - X.mean()) ** 2))), float(coef[1])
+
+
+def seed_errors(dev: list[np.ndarray], ex: np.ndarray, ds, seed: int = 0) -> dict:
+    """The exponents' uncertainty from the seeds themselves: ``dev`` (per d, (seeds, log points)
+    deviations of |q| from the ODE) and ``ex`` ((d, seeds) exit steps). The seeds are resampled
+    with replacement (the same resample at every d: a seed's runs share nothing across d, so
+    this is a plain bootstrap of independent runs) and both fits redone: the sd of the
+    resampled slopes is each exponent's error. Also the slopes of disjoint groups of GROUP
+    seeds: what a figure made from that many would have shown."""
+    rng = np.random.default_rng(seed)
+    S = ex.shape[1]
+    x = np.array(ds, float)
+
+    def slopes(idx):
+        rms = [float(np.sqrt(np.mean(v[idx, 1:] ** 2))) for v in dev]
+        return _fit(x, np.array(rms))[0], _fit(x, np.nanmean(ex[:, idx], axis=1))[0]
+
+    boot = np.array([slopes(rng.integers(0, S, S)) for _ in range(BOOT)])
+    groups = np.array([slopes(np.arange(g, g + GROUP)) for g in range(0, S - GROUP + 1, GROUP)])
+    return {"boot_sd": boot.std(axis=0, ddof=1), "groups": groups}
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
@@ -115,7 +138,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     t_ode = np.asarray(ode_tr["step"]) / D_ODE  # time in units of d steps
     ode_norm = np.asarray(ode_tr["p_norm"])
     runs = {(r["config"]["d"], r["config"]["seed"]): arrays(r["trajectory"]) for r in online}
-    rms, exits = [], []
+    rms, exits, devs = [], [], []
     for j, d in enumerate(ds):
         dev, ex = [], []
         for seed in seeds:
@@ -127,21 +150,26 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             if seed == 0:
                 axes[2].plot(t, x, color=f"C{j}", lw=0.9, label=f"online, d = {d:g}")
         dev = np.array(dev)
+        devs.append(dev)
         rms.append(float(np.sqrt(np.mean(dev[:, 1:] ** 2))))
         exits.append(ex)
+        sd = float(np.nanstd(ex, ddof=1)) if len(ex) > 1 else float("nan")
         lines.append(
             f"(b) d = {d}: rms deviation of |q| from the ODE {rms[-1]:.3g} over {len(seeds)} seeds and "
-            f"{LOGS} log points; (c) exit steps {', '.join(f'{e:.5g}' for e in exits[-1])}"
+            f"{LOGS} log points; (c) exit step {np.nanmean(ex):.5g} +- {sd / np.sqrt(len(ex)):.2g} "
+            f"(sd {sd:.3g})"
         )
     axes[2].plot(t_ode, ode_norm, "k--", lw=1.6, label="ODE (d -> inf)")
-    slope, se, icpt = _fit(np.array(ds, float), np.array(rms))
+    slope, _, icpt = _fit(np.array(ds, float), np.array(rms))
+    ex = np.array(exits, float)
+    err = seed_errors(devs, ex, ds)
+    se, ese = err["boot_sd"]
     axes[3].loglog(ds, rms, "o", color="C3", label=f"rms $|q|$ - ODE: slope {slope:.2f} ± {se:.2f}")
     dd = np.array([ds[0], ds[-1]], float)
     axes[3].loglog(dd, np.exp(icpt) * dd**slope, "-", color="C3", lw=0.8)
     axes[3].loglog(dd, rms[0] * (dd / dd[0]) ** -0.5, ":", color="C3", lw=1.0, label=r"$1/\sqrt{d}$")
-    ex = np.array(exits, float)
     mean_ex = np.nanmean(ex, axis=1)
-    eslope, ese, eicpt = _fit(np.array(ds, float), mean_ex)
+    eslope, _, eicpt = _fit(np.array(ds, float), mean_ex)
     t_star = exit_step(ode_tr)
     ax2 = axes[3].twinx()
     ax2.loglog(np.repeat(ds, ex.shape[1]), ex.ravel(), "s", color="C0", ms=3, alpha=0.6)
@@ -157,17 +185,27 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax2.loglog(dd, t_star / D_ODE * dd, "--", color="C0", lw=1.0, label="ODE: O(d), (t*/d) d")
     ax2.set_ylabel(f"exit step (score reaches {EXIT})", color="C0")
     ax2.legend(fontsize=7, loc="upper center")
-    lines.append(f"(b) deviation rate: rms ~ d^{slope:.3f} +- {se:.3f} (1/sqrt(d): -0.5)")
+    n_seeds, g = len(seeds), err["groups"]
+    spread = (
+        f"; {len(g)} disjoint groups of {GROUP} seeds give {g[:, 0].min():.3f} to {g[:, 0].max():.3f} "
+        f"(sd {g[:, 0].std(ddof=1):.3f})"
+        if len(g) > 1
+        else ""
+    )
     lines.append(
-        f"(c) exit step (score {EXIT}) ~ d^{eslope:.4f} +- {ese:.4f}; the ODE's exit {t_star / D_ODE:.4f} d "
-        "steps (information exponent 1: O(d)); measured mean exit / d "
-        + ", ".join(f"{m / d:.4f}" for m, d in zip(mean_ex, ds))
+        f"(b) deviation rate over {n_seeds} seeds: rms ~ d^{slope:.3f} +- {se:.3f} (bootstrap over seeds; "
+        f"1/sqrt(d): -0.5){spread}"
+    )
+    lines.append(
+        f"(c) exit step (score {EXIT}) over {n_seeds} seeds ~ d^{eslope:.4f} +- {ese:.4f} (bootstrap over "
+        f"seeds); the ODE's exit {t_star / D_ODE:.4f} d steps (information exponent 1: O(d)); measured mean "
+        "exit / d " + ", ".join(f"{m / d:.4f}" for m, d in zip(mean_ex, ds))
     )
     titles = (
         "(a) population error: finite n against the population flow",
         "(a) fresh relevant score",
         f"(b) |q| against time (steps / d), lr = {C:g}/d, batch {BATCH}",
-        "(b) deviation from the ODE; (c) exit time against d",
+        f"(b) deviation from the ODE; (c) exit time against d ({len(seeds)} seeds, errors: bootstrap)",
     )
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
