@@ -1,17 +1,25 @@
 """How often the +-2 se intervals attnsim prints cover the truth, over independent redraws.
 
-    python scripts/coverage.py                  # every state below, 300 redraws each
-    python scripts/coverage.py default T32 -r 100
+    python scripts/coverage.py                  # every state below, 1000 redraws each
+    python scripts/coverage.py T16_mu24 T32_mu24 -r 1000 --independent 100000000
 
 For each state (a run's final parameters) the population error is estimated with fresh
-random points, again and again; the reference is the precision-weighted mean of 8 estimates
-with 16 times the points. Prints, per state, the share of resolved redraws whose interval
-covers the reference and the spread of (estimate - reference) / se (1 for an honest se).
-The same for the Bayes error at shuffled positions (``bayes``), against its estimate with
-16 times the points. docs/population.md quotes these numbers.
+random points, again and again. The reference is the plain mean of ``--ref-draws``
+estimates with 16 times the points (unbiased: each estimate is; a precision-weighted mean
+is not, since a low draw of skewed weights also reports a small se), printed with its
+standard error; with ``--independent N`` also an independent importance sampler
+(``tests/naive.py``: Gaussian components at BFGS optima of every token pair's plane and
+two defensive ones, N points per class), and coverage is then measured against it.
+Prints, per state, the share of resolved redraws whose interval covers the reference, how
+many missed low and high, and the spread of (estimate - reference) / se (1 for an honest
+se). The same for the Bayes error at shuffled positions (``bayes``), against its estimate
+with 16 times the points. docs/population.md quotes these numbers.
 """
 
 import argparse
+import math
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +36,13 @@ STATES = {
     "d4500_mu5": {"d": 4500, "signal_norm": 5},
     "p_nu_mu12": {"train": "p,nu", "signal_norm": 12},
     "mu30": {"signal_norm": 30},
+    # the deep tail at T = 16 and 32 (the paper's roles: one token of each relevant role)
+    "T16_mu16": {"T": 16, "d": 3000, "signal_norm": 16, "n": 20, "lr": 0.1},
+    "T32_mu16": {"T": 32, "d": 3000, "signal_norm": 16, "n": 20, "lr": 0.1},
+    "T16_mu24": {"T": 16, "d": 3000, "signal_norm": 24, "n": 20, "lr": 0.1},
+    "T16_mu26": {"T": 16, "d": 3000, "signal_norm": 26, "n": 20, "lr": 0.1},
+    "T32_mu24": {"T": 32, "d": 3000, "signal_norm": 24, "n": 20, "lr": 0.1},
+    "T32_mu25": {"T": 32, "d": 3000, "signal_norm": 25, "n": 20, "lr": 0.1},
     "T32": {
         "T": 32,
         "n_relevant": 2,
@@ -43,7 +58,40 @@ STATES = {
 }
 
 
-def population_coverage(name: str, redraws: int) -> str:
+def independent_reference(args: tuple, points: int, chunk: int = 20_000) -> tuple[float, float]:
+    """(error, se) by an importance sampler independent of attnsim's (that of
+    ``tests/naive.py``: a quarter of the points from N(0, I), a quarter from N(0, 2.5^2 I), the
+    rest from N(c, I) at BFGS optima c of every token pair's plane), ``points`` per class."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import naive
+
+    aq, anu, kappa, b, sdc = args
+    total, var = 0.0, 0.0
+    for c, y in enumerate((1.0, -1.0)):
+        rng = np.random.default_rng(77 + c)
+        cls = (aq[c], anu[c], kappa, b, sdc, y)
+        T = aq.shape[1]
+        centres = naive.design_points(cls, T, 0)
+        means = np.array([np.zeros(T), np.zeros(T), *centres])
+        scales = np.array([1.0, 2.5] + [1.0] * len(centres))
+        shares = np.array([0.25, 0.25] + [0.5 / len(centres)] * len(centres))
+        s1 = s2 = 0.0
+        for start in range(0, points, chunk):
+            m = min(chunk, points - start)
+            k = rng.choice(means.shape[0], size=m, p=shares)
+            z = means[k] + scales[k, None] * rng.standard_normal((m, T))
+            d2 = (z * z).sum(1)[:, None] - 2.0 * z @ means.T + (means * means).sum(1)[None]
+            log_q = np.logaddexp.reduce(np.log(shares) - 0.5 * d2 / scales**2 - T * np.log(scales), axis=1)
+            w = np.exp(-0.5 * (z * z).sum(1) - log_q + naive.log_error_integrand(z, *cls))
+            s1 += float(w.sum())
+            s2 += float((w * w).sum())
+        mean = s1 / points
+        total += 0.5 * mean
+        var += 0.25 * (s2 / points - mean * mean) / (points - 1)
+    return total, math.sqrt(var)
+
+
+def population_coverage(name: str, redraws: int, ref_draws: int, independent: int) -> str:
     res = attnsim.simulate({"pop_log_points": 2, "log_every": 500, **STATES[name]})
     c = res.config
     st = res.state
@@ -51,21 +99,43 @@ def population_coverage(name: str, redraws: int) -> str:
     counts = (c["n_relevant"], c["n_weak_aligned"], c["n_weak_opposite"])
     roles = np.repeat(np.arange(4), (*counts, c["T"] - sum(counts)))
 
-    def estimate(seed: int, points: int) -> dict:
-        pts = population_points(roles.size, points, np.random.default_rng(seed))
-        return Population(roles, c["rho"], c["sigma"], pts).evaluate(*scalars)
+    def population(seed: int, points: int) -> Population:
+        return Population(
+            roles, c["rho"], c["sigma"], population_points(roles.size, points, np.random.default_rng(seed))
+        )
 
-    ref = [estimate(10**6 + i, 16 * c["pop_points"]) for i in range(8)]
-    v, s = np.array([r["pop_error"] for r in ref]), np.array([r["pop_error_se"] for r in ref])
-    truth = float(np.sum(v / s**2) / np.sum(1 / s**2))
+    ref = np.array(
+        [
+            population(10**6 + i, 16 * c["pop_points"]).evaluate(*scalars)["pop_error"]
+            for i in range(ref_draws)
+        ]
+    )
+    truth, truth_se = float(ref.mean()), float(ref.std(ddof=1) / math.sqrt(ref.size))
+    how = f"mean of {ref_draws} at 16x points {truth:.5g} +- {truth_se:.2g}"
+    if independent:
+        pop = population(0, 64)
+        aq, anu = pop.class_means(scalars[0], scalars[1], scalars[4], scalars[5])
+        qn = math.sqrt(scalars[3])
+        b = scalars[2] / qn
+        args = (
+            aq,
+            anu,
+            c["sigma"] * qn,
+            c["sigma"] * b,
+            c["sigma"] * math.sqrt(max(scalars[6] - b * b, 0.0)),
+        )
+        truth, ind_se = independent_reference(args, independent)
+        how += f"; independent sampler ({independent:.0e} points per class) {truth:.5g} +- {ind_se:.2g}"
     z = []
     for i in range(redraws):
-        r = estimate(i, c["pop_points"])
+        r = population(i, c["pop_points"]).evaluate(*scalars)
         if r["pop_error_resolved"] == 1.0:
             z.append((r["pop_error"] - truth) / r["pop_error_se"])
     z = np.array(z)
     return (
-        f"{name}: error {truth:.4g}; resolved {z.size}/{redraws}; +-2 se covers {np.mean(abs(z) <= 2):.3f}; "
+        f"{name}: T = {c['T']}, reference {how}; resolved {z.size}/{redraws}; "
+        f"+-2 se covers {np.mean(abs(z) <= 2):.3f} "
+        f"(missed low {int(np.sum(z < -2))}, high {int(np.sum(z > 2))}); "
         f"z mean {z.mean():.2f}, sd {z.std():.2f}, beyond 3 se {int(np.sum(abs(z) > 3))}"
     )
 
@@ -91,13 +161,17 @@ def bayes_coverage(redraws: int) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("states", nargs="*", help=f"states: {', '.join(STATES)}, bayes (default: all)")
-    ap.add_argument("-r", "--redraws", type=int, default=300)
+    ap.add_argument("-r", "--redraws", type=int, default=1000)
+    ap.add_argument("--ref-draws", type=int, default=32, help="estimates at 16x the points in the reference")
+    ap.add_argument(
+        "--independent", type=float, default=0, help="points per class of the independent sampler"
+    )
     args = ap.parse_args()
     for name in args.states or [*STATES, "bayes"]:
         if name == "bayes":
             print("\n".join(bayes_coverage(args.redraws)), flush=True)
         else:
-            print(population_coverage(name, args.redraws), flush=True)
+            print(population_coverage(name, args.redraws, args.ref_draws, int(args.independent)), flush=True)
 
 
 if __name__ == "__main__":

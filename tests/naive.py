@@ -113,11 +113,11 @@ def design_points(args, T: int, anchor: int = 0) -> list[np.ndarray]:
     return out
 
 
-def error_by_importance_sampling(aq, an, kappa, b, sdc, y, n: int, rng, anchor: int = 0):
+def error_by_importance_sampling(aq, an, kappa, b, sdc, y, n: int, rng, anchor: int = 0, chunk: int = 20_000):
     """One class's error by plain importance sampling, independent of the
     package's estimator: a mixture of N(0, I) (a quarter), N(0, 2.5^2 I) (a
     quarter) and N(c, I) at every centre c of :func:`design_points` (the rest,
-    equally), n points drawn at random from it: (value, standard error)."""
+    equally), n points drawn at random from it, ``chunk`` at a time: (value, standard error)."""
     aq, an = np.asarray(aq, float), np.asarray(an, float)
     T = aq.size
     args = (aq, an, kappa, b, sdc, y)
@@ -125,16 +125,22 @@ def error_by_importance_sampling(aq, an, kappa, b, sdc, y, n: int, rng, anchor: 
     means = np.array([np.zeros(T), np.zeros(T), *centres])
     scales = np.array([1.0, 2.5] + [1.0] * len(centres))
     weights = np.array([0.25, 0.25] + [0.5 / len(centres)] * len(centres))
-    k = rng.choice(means.shape[0], size=n, p=weights)
-    z = means[k] + scales[k, None] * rng.standard_normal((n, T))
-    log_comp = (
-        np.log(weights)
-        - 0.5 * np.sum((z[:, None, :] - means[None]) ** 2, axis=2) / scales**2
-        - T * np.log(scales)
-    )
-    log_q = np.logaddexp.reduce(log_comp, axis=1)
-    w = np.exp(-0.5 * np.sum(z * z, axis=1) - log_q + log_error_integrand(z, *args))
-    return float(w.mean()), float(w.std(ddof=1) / math.sqrt(n))
+    s1 = s2 = 0.0
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        k = rng.choice(means.shape[0], size=m, p=weights)
+        z = means[k] + scales[k, None] * rng.standard_normal((m, T))
+        log_comp = (
+            np.log(weights)
+            - 0.5 * np.sum((z[:, None, :] - means[None]) ** 2, axis=2) / scales**2
+            - T * np.log(scales)
+        )
+        log_q = np.logaddexp.reduce(log_comp, axis=1)
+        w = np.exp(-0.5 * np.sum(z * z, axis=1) - log_q + log_error_integrand(z, *args))
+        s1 += float(w.sum())
+        s2 += float((w * w).sum())
+    mean = s1 / n
+    return mean, math.sqrt(max(s2 / n - mean * mean, 0.0) / (n - 1))
 
 
 # -- the Bayes error of the data model (attnsim.data.bayes) -------------------------

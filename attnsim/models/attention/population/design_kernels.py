@@ -343,6 +343,31 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
             t0[K + h] = _t_grad(Z[K + h], aq, an, kappa, b, sdc, y, s, G[K + h])
             rep[K + h] = g if offsets[g + 1] - offsets[g] > 1 else -1
         K += 2
+    # every member of a group of two or more rising together: one member's rise shares the
+    # margin's lost weight with its exchangeable twins, and the failure where they rise at
+    # once lies between the single-member points above (symmetric within groups)
+    for g in range(n_groups):
+        size = offsets[g + 1] - offsets[g]
+        if g == anchor or size < 2:
+            continue
+        for m in range(offsets[g], offsets[g + 1]):
+            ej[members[m]] = 1.0
+        _centered(ej, dj)
+        for m in range(offsets[g], offsets[g + 1]):
+            ej[members[m]] = 0.0
+        j = members[offsets[g]]
+        a = (aq[r] - aq[j] + 2.0) / (2.0 * kappa) if kappa > 0.0 else 12.0
+        a = min(max(a, 0.3), 12.0)
+        u, w, _ = _plane_optimum(dg, dj, True, -a, a, aq, an, kappa, b, sdc, y, zeta, s)
+        for i in range(T):
+            Z[K, i] = u * dg[i] + w * dj[i]
+        w, _, _ = _plane_optimum(dj, dj, False, 2.0 * a, 0.0, aq, an, kappa, b, sdc, y, zeta, s)
+        for i in range(T):
+            Z[K + 1, i] = w * dj[i]
+        for h in range(2):
+            t0[K + h] = _t_grad(Z[K + h], aq, an, kappa, b, sdc, y, s, G[K + h])
+            rep[K + h] = -1
+        K += 2
     return K
 
 

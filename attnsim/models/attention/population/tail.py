@@ -21,8 +21,10 @@ importance sampling.
    direction (the group of the token carrying the margin, falling against
    all others); and for the first member j of every other group the maximum
    of psi over the plane of the anchor's and j's directions, and along j's
-   direction alone. The failure boundary is curved; these points span its arc.
-   Newton's method with the exact Hessian in the plane.
+   direction alone; the same for every group of two or more rising together
+   (two weak-opposite tokens that share the margin's lost weight fail the
+   sample more easily than one). The failure boundary is curved; these points
+   span its arc. Newton's method with the exact Hessian in the plane.
 3. At each design point z_k, t is linearized, t ~ c_k + g_k . zeta, and the
    component's density is the skew normal that linearization makes exact,
    q_k(zeta) = phi(zeta) Phi(-c_k - g_k . zeta) / Phi(-beta_k),
@@ -44,6 +46,20 @@ importance sampling.
    standard error is the stratified one, from the spread within each
    component's points (plain Monte Carlo: +-2 se is a 95 % interval).
 
+5. Shares from a pilot. The FORM masses can be far off: where t is far from
+   linear the origin's linearization may claim most of the points and carry
+   1 % of the error (figure 14's state: 80 % of them, its true failures near
+   another design point left to the floor share, the weights heavy-tailed and
+   the se too small in most draws). So the first eighth of the points
+   (:func:`pilot_count`) is spent on the FORM shares, and the estimate comes
+   from the rest, shared in proportion to each component's part of the pilot's
+   estimate, sum_n h_n r_nk with r_nk = its term of the mixture density at
+   point n over the whole (the mixture-weight update of population Monte Carlo,
+   Douc, Guillin, Marin & Robert 2007), the defensive share and the floor kept.
+   Given the pilot the shares are fixed, so the estimate and its standard error
+   are those of item 4; the pilot's own estimate is not used (at the states
+   where FORM misplaces the points its variance would dominate).
+
 The design points only shape the proposal: a poor one costs variance, not
 bias. What the estimator cannot see is mass far from every design point and
 from the origin; the structure of the integrand (a softmax over tokens whose
@@ -60,6 +76,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.special import log_ndtr
 
 from . import design_kernels, pop_kernels, sample_kernels
 
@@ -70,6 +87,13 @@ MAX_BETA = 36.0  # a design point beyond this (FORM mass below 1e-284) carries n
 PRUNE = 1e-8  # design points of FORM mass below this share of the largest are dropped
 FLOOR_BOUND = 1e-250  # the error of a class whose design points are all beyond MAX_BETA is below this
 RESOLVED_REL = 0.2  # a standard error above this share of the estimate: unresolved
+PILOT_MIN = 32  # least points per class of the pilot stage
+
+
+def pilot_count(n: int) -> int:
+    """Points per class of the pilot stage of n (step 5 of the module's docstring): an
+    eighth, at least 32 (or half of n when that is fewer)."""
+    return max(n // 8, min(PILOT_MIN, n // 2))
 
 
 def tail_points(T: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -111,44 +135,61 @@ class TailError:
     Parameters
     ----------
     X : (2, T + 1, N) standard normals and u : (2, N) uniforms in (0, 1] per
-        class (:func:`tail_points`).
+        class (:func:`tail_points`). The first :func:`pilot_count` points of each
+        class are the pilot's (step 5 of the module's docstring), the rest the estimate's.
     """
 
     def __init__(self, X: np.ndarray, u: np.ndarray):
         self.X, self.u = X, u
-        self.log_u = np.log(u)
         T, N = X.shape[1] - 1, X.shape[2]
         self.N, self.T = N, T
+        n1 = pilot_count(N)
+        # each stage's points contiguous: the kernels take whole arrays
+        self._stages = [
+            (np.ascontiguousarray(X[:, :, cols]), np.ascontiguousarray(u[:, cols]))
+            for cols in (slice(0, n1), slice(n1, N))
+        ]
+        self._log_u = [np.log(su) for _, su in self._stages]
         self._work_arrays()
         self._components = design_kernels._tail_components
         self._sample = sample_kernels._tail_sample
         self._finish = pop_kernels._tail_finish
 
     def _work_arrays(self) -> None:
-        """The work arrays the kernels fill, reused: at most K = 2 T components per class."""
-        T, N = self.T, self.N
+        """The work arrays the kernels fill, reused: at most K = 2 T components per class;
+        the two stages share the components and have their own strata and points."""
+        T = self.T
         K = 2 * T
-        self._w = TailWork(
-            Z=np.empty((K, T)),
-            G=np.empty((K, T)),
-            t0=np.empty(K),
-            rep=np.empty(K, dtype=np.int64),
-            members=np.empty(T, dtype=np.int64),
-            offsets=np.empty(T + 1, dtype=np.int64),
-            off=np.empty(K),
-            beta=np.empty(K),
-            log_mass=np.empty(K),
-            A=np.zeros((K + 1, T + 1)),
-            counts=np.zeros(K + 1, dtype=np.int64),
-            starts=np.zeros(K + 2, dtype=np.int64),
-            s=np.zeros(N),
-            zeta=np.empty((T, N)),
-            E=np.empty((T, N)),
-            U=np.empty((K, N)),
-            GU=np.empty((K, N)),
-            factor=np.ones(K),
-        )
-        self._vectors = np.empty((6, N))
+        shared = {
+            "Z": np.empty((K, T)),
+            "G": np.empty((K, T)),
+            "t0": np.empty(K),
+            "rep": np.empty(K, dtype=np.int64),
+            "members": np.empty(T, dtype=np.int64),
+            "offsets": np.empty(T + 1, dtype=np.int64),
+            "off": np.empty(K),
+            "beta": np.empty(K),
+            "log_mass": np.empty(K),
+            "A": np.zeros((K + 1, T + 1)),
+            "factor": np.ones(K),
+        }
+        self._work, self._vecs = [], []
+        for X, _ in self._stages:
+            N = X.shape[2]
+            self._work.append(
+                TailWork(
+                    counts=np.zeros(K + 1, dtype=np.int64),
+                    starts=np.zeros(K + 2, dtype=np.int64),
+                    s=np.zeros(N),
+                    zeta=np.empty((T, N)),
+                    E=np.empty((T, N)),
+                    U=np.empty((K, N)),
+                    GU=np.empty((K, N)),
+                    **shared,
+                )
+            )
+            self._vecs.append(np.empty((6, N)))
+        self._w = self._work[0]  # the components (and the pilot's strata)
 
     def estimate(self, aq: np.ndarray, anu: np.ndarray, kappa: float, b: float, sdc: float) -> dict:
         """The error of the state with mean logits aq (2, T) and mean values
@@ -187,27 +228,27 @@ class TailError:
         # a design needs a smooth integrand: with sdc = 0 (nu along q) Phi(-t) is a step,
         # so the proposal is built for a slightly noisy value (the estimate stays exact)
         sdc_design = sdc if sdc > 0.0 else 1e-3 * (float(np.abs(anu).max()) + abs(b)) + 1e-300
-        t, g, h, den, tail, keep = self._vectors
-        K, n_groups = self._components(
-            aq,
-            anu,
-            kappa,
-            b,
-            sdc_design,
-            y,
-            self.X[c].shape[1],
-            (DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE),
-            w,
-        )
+        settings = (DEFENSIVE, FLOOR, MERGE, MAX_BETA, PRUNE)
+        K, n_groups = self._components(aq, anu, kappa, b, sdc_design, y, self._w.s.size, settings, w)
         if K == 0:  # every design point beyond MAX_BETA
             return 0.0, 0.0, FLOOR_BOUND
-        self._sample(K, n_groups, aq, kappa, self.u[c], self.log_u[c], self.X[c], w, keep, g, h)
-        E, U, GU = w.E, w.U[:K], w.GU[:K]
+        args = (K, n_groups, c, y, aq, anu, kappa, b, sdc)
+        self._stage(0, *args)  # the pilot: FORM shares
+        self._pilot_shares(K)
+        p, se = self._stage(1, *args)
+        return p, se, 0.0
+
+    def _stage(self, i: int, K, n_groups, c, y, aq, anu, kappa, b, sdc) -> tuple[float, float]:
+        """Sample stage ``i``'s points in its strata and estimate (value, standard error)."""
+        w, (X, u), log_u = self._work[i], self._stages[i], self._log_u[i]
+        t, g, h, den, tail, keep = self._vecs[i]
+        self._sample(K, n_groups, aq, kappa, u[c], log_u[c], X[c], w, keep, g, h)
+        E, GU = w.E, w.GU[:K]
         np.exp(E, out=E)
         np.exp(GU, out=GU)
-        p, se = self._finish(
+        return self._finish(
             E,
-            U,
+            w.U[:K],
             GU,
             w.zeta,
             anu,
@@ -226,4 +267,27 @@ class TailError:
             den,
             tail,
         )
-        return p, se, 0.0
+
+    def _pilot_shares(self, K: int) -> None:
+        """The estimate's strata from the pilot's terms: each component's share of the
+        error, sum_n h_n r_nk with r_nk its responsibility for point n (its term in the
+        mixture density over the whole), the defensive share kept and every component at
+        least FLOOR of the rest (the FORM shares if the pilot saw no error)."""
+        w1, w2 = self._work
+        _, _, h, den, _, _ = self._vecs[0]
+        n1 = h.size
+        with np.errstate(over="ignore", invalid="ignore"):
+            log_r = log_ndtr(-w1.U[:K]) - w1.log_mass[:K, None]
+            r = np.exp(log_r) * (w1.factor[:K] * w1.counts[1 : K + 1] / n1)[:, None] / den
+            mass = r @ h
+        total = mass.sum()
+        if not (np.isfinite(total) and total > 0.0):
+            mass = w1.counts[1 : K + 1].astype(np.float64)
+            total = mass.sum()
+        share = np.maximum(mass / total, FLOOR)
+        n2 = w2.s.size
+        counts = w2.counts
+        counts[1 : K + 1] = np.floor((1.0 - DEFENSIVE) * share / share.sum() * n2)
+        counts[0] = n2 - counts[1 : K + 1].sum()
+        w2.starts[0] = 0
+        np.cumsum(counts[: K + 1], out=w2.starts[1 : K + 2])
