@@ -199,8 +199,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     res = runs(quick, by)
     fig, axes = plt.subplots(2, len(SETTINGS), figsize=(4.0 * len(SETTINGS), 7.6))
     lines = [
-        "float64 (the exact run), float32 and bfloat16 (precision twins as torch computes on CPU); dotted: "
-        "the first step a score rounds to 1; x: the bfloat16 twin stops moving"
+        "float64 (the exact run), float32 and bfloat16 (precision twins as torch computes on CPU, matrix "
+        "products summed in NumPy's BLAS order: bfloat16 parts from torch's loop by one unit in a few "
+        "entries, docs/precision.md); dotted: the first step a score rounds to 1; x: the bfloat16 twin "
+        "stops moving"
     ]
     for ax, (title, r) in zip([*axes[0], *axes[1][: len(STABLE)]], res):
         lines += draw(ax, title, r)
