@@ -221,6 +221,23 @@ def test_transition_at_omega_03_is_where_the_published_rows_cross():
     assert abs(alpha_c - crossing) < 5e-3, (alpha_c, crossing)
 
 
+@pytest.mark.slow
+def test_at_omega_0_the_published_rules_phi_error_exceeds_the_branches_gap():
+    """Why the published line cannot be matched at small omega: the branches' Phi cross at a
+    shallow angle there. At omega = 0 Gauss-Hermite (order 12) puts alpha_c between 0.55 and
+    0.65 (the published line: 0.548); at alpha = 0.55 the published rule's own Phi error
+    (against order 12) is larger than the gap between the branches, so with that rule the
+    crossing can sit anywhere the gap is smaller than its error."""
+    s55, s65 = R.Settings(alpha=0.55, omega=0.0), R.Settings(alpha=0.65, omega=0.0)
+    gh = {b: R.iterate(s55, b, order=12).Phi for b in ("semantic", "positional")}
+    pub = {b: R.iterate(s55, b, rule="published").Phi for b in ("semantic", "positional")}
+    gap55 = gh["semantic"] - gh["positional"]
+    gap65 = R.iterate(s65, "semantic", order=12).Phi - R.iterate(s65, "positional", order=12).Phi
+    assert gap55 < 0.0 < gap65  # alpha_c in (0.55, 0.65), right of the published 0.548
+    rule_error = max(abs(pub[b] - gh[b]) for b in gh)
+    assert rule_error > abs(gap55), (rule_error, gap55)
+
+
 def test_cli_prints_the_published_rule_as_json(capsys):
     code = main(["theory", "positional_semantic", "--rule", "published", "--set", "alpha=2", "--json"])
     out = json.loads(capsys.readouterr().out)
