@@ -58,37 +58,21 @@ STATES = {
 }
 
 
-def independent_reference(args: tuple, points: int, chunk: int = 20_000) -> tuple[float, float]:
-    """(error, se) by an importance sampler independent of attnsim's (that of
-    ``tests/naive.py``: a quarter of the points from N(0, I), a quarter from N(0, 2.5^2 I), the
-    rest from N(c, I) at BFGS optima c of every token pair's plane), ``points`` per class."""
+def independent_reference(args: tuple, points: int) -> tuple[float, float]:
+    """(error, se) by an importance sampler independent of attnsim's (``tests/naive.py``: a
+    quarter of the points from N(0, I), a quarter from N(0, 2.5^2 I), the rest from N(c, I) at
+    BFGS optima c of every token pair's plane), ``points`` per class."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import naive
 
     aq, anu, kappa, b, sdc = args
-    total, var = 0.0, 0.0
-    for c, y in enumerate((1.0, -1.0)):
-        rng = np.random.default_rng(77 + c)
-        cls = (aq[c], anu[c], kappa, b, sdc, y)
-        T = aq.shape[1]
-        centres = naive.design_points(cls, T, 0)
-        means = np.array([np.zeros(T), np.zeros(T), *centres])
-        scales = np.array([1.0, 2.5] + [1.0] * len(centres))
-        shares = np.array([0.25, 0.25] + [0.5 / len(centres)] * len(centres))
-        s1 = s2 = 0.0
-        for start in range(0, points, chunk):
-            m = min(chunk, points - start)
-            k = rng.choice(means.shape[0], size=m, p=shares)
-            z = means[k] + scales[k, None] * rng.standard_normal((m, T))
-            d2 = (z * z).sum(1)[:, None] - 2.0 * z @ means.T + (means * means).sum(1)[None]
-            log_q = np.logaddexp.reduce(np.log(shares) - 0.5 * d2 / scales**2 - T * np.log(scales), axis=1)
-            w = np.exp(-0.5 * (z * z).sum(1) - log_q + naive.log_error_integrand(z, *cls))
-            s1 += float(w.sum())
-            s2 += float((w * w).sum())
-        mean = s1 / points
-        total += 0.5 * mean
-        var += 0.25 * (s2 / points - mean * mean) / (points - 1)
-    return total, math.sqrt(var)
+    per_class = [
+        naive.error_by_importance_sampling(
+            aq[c], anu[c], kappa, b, sdc, y, points, np.random.default_rng(77 + c)
+        )
+        for c, y in enumerate((1.0, -1.0))
+    ]
+    return 0.5 * (per_class[0][0] + per_class[1][0]), 0.5 * math.hypot(per_class[0][1], per_class[1][1])
 
 
 def population_coverage(name: str, redraws: int, ref_draws: int, independent: int) -> str:

@@ -276,6 +276,24 @@ def _token_groups(aq, an, members, offsets):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
+def _arc_points(dg, dj, lead, aq, an, kappa, b, sdc, y, zeta, s, Z, G, t0, K):
+    """Rows K and K + 1 of Z, G, t0: the maximum of psi over the plane of the anchor's
+    direction dg and a rising direction dj, and on dj's line alone, from starts set by the
+    anchor's lead ``lead`` in mean logit over the rising token."""
+    T = aq.size
+    a = (lead + 2.0) / (2.0 * kappa) if kappa > 0.0 else 12.0
+    a = min(max(a, 0.3), 12.0)
+    u, w, _ = _plane_optimum(dg, dj, True, -a, a, aq, an, kappa, b, sdc, y, zeta, s)
+    for i in range(T):
+        Z[K, i] = u * dg[i] + w * dj[i]
+    w, _, _ = _plane_optimum(dj, dj, False, 2.0 * a, 0.0, aq, an, kappa, b, sdc, y, zeta, s)
+    for i in range(T):
+        Z[K + 1, i] = w * dj[i]
+    for h in range(2):
+        t0[K + h] = _t_grad(Z[K + h], aq, an, kappa, b, sdc, y, s, G[K + h])
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t0, rep):
     """Design points of one class's error integrand phi(zeta) Phi(-t(zeta)):
     the origin; the maximum of psi = -|zeta|^2/2 + log Phi(-t) on the line of
@@ -330,18 +348,9 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
         ej[j] = 1.0
         _centered(ej, dj)  # token j rising against all the others
         ej[j] = 0.0
-        a = (aq[r] - aq[j] + 2.0) / (2.0 * kappa) if kappa > 0.0 else 12.0
-        a = min(max(a, 0.3), 12.0)
-        u, w, _ = _plane_optimum(dg, dj, True, -a, a, aq, an, kappa, b, sdc, y, zeta, s)
-        for i in range(T):
-            Z[K, i] = u * dg[i] + w * dj[i]
-        # token j rising alone: the other end of the failure boundary's arc
-        w, _, _ = _plane_optimum(dj, dj, False, 2.0 * a, 0.0, aq, an, kappa, b, sdc, y, zeta, s)
-        for i in range(T):
-            Z[K + 1, i] = w * dj[i]
-        for h in range(2):
-            t0[K + h] = _t_grad(Z[K + h], aq, an, kappa, b, sdc, y, s, G[K + h])
-            rep[K + h] = g if offsets[g + 1] - offsets[g] > 1 else -1
+        # token j rising with the anchor falling, and alone: the two ends of the boundary's arc
+        _arc_points(dg, dj, aq[r] - aq[j], aq, an, kappa, b, sdc, y, zeta, s, Z, G, t0, K)
+        rep[K] = rep[K + 1] = g if offsets[g + 1] - offsets[g] > 1 else -1
         K += 2
     # every member of a group of two or more rising together: one member's rise shares the
     # margin's lost weight with its exchangeable twins, and the failure where they rise at
@@ -355,18 +364,8 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
         _centered(ej, dj)
         for m in range(offsets[g], offsets[g + 1]):
             ej[members[m]] = 0.0
-        j = members[offsets[g]]
-        a = (aq[r] - aq[j] + 2.0) / (2.0 * kappa) if kappa > 0.0 else 12.0
-        a = min(max(a, 0.3), 12.0)
-        u, w, _ = _plane_optimum(dg, dj, True, -a, a, aq, an, kappa, b, sdc, y, zeta, s)
-        for i in range(T):
-            Z[K, i] = u * dg[i] + w * dj[i]
-        w, _, _ = _plane_optimum(dj, dj, False, 2.0 * a, 0.0, aq, an, kappa, b, sdc, y, zeta, s)
-        for i in range(T):
-            Z[K + 1, i] = w * dj[i]
-        for h in range(2):
-            t0[K + h] = _t_grad(Z[K + h], aq, an, kappa, b, sdc, y, s, G[K + h])
-            rep[K + h] = -1
+        _arc_points(dg, dj, aq[r] - aq[members[offsets[g]]], aq, an, kappa, b, sdc, y, zeta, s, Z, G, t0, K)
+        rep[K] = rep[K + 1] = -1
         K += 2
     return K
 
