@@ -97,17 +97,7 @@ def population_coverage(name: str, redraws: int, ref_draws: int, independent: in
     truth, truth_se = float(ref.mean()), float(ref.std(ddof=1) / math.sqrt(ref.size))
     how = f"mean of {ref_draws} at 16x points {truth:.5g} +- {truth_se:.2g}"
     if independent:
-        pop = population(0, 64)
-        aq, anu = pop.class_means(scalars[0], scalars[1], scalars[4], scalars[5])
-        qn = math.sqrt(scalars[3])
-        b = scalars[2] / qn
-        args = (
-            aq,
-            anu,
-            c["sigma"] * qn,
-            c["sigma"] * b,
-            c["sigma"] * math.sqrt(max(scalars[6] - b * b, 0.0)),
-        )
+        args = population(0, 64).error_arguments(*scalars)
         truth, ind_se = independent_reference(args, independent)
         how += f"; independent sampler ({independent:.0e} points per class) {truth:.5g} +- {ind_se:.2g}"
     z = []

@@ -88,10 +88,7 @@ ROLES_8 = np.array([0, 1, 2, 3, 3, 3, 3, 3])
 
 def _args_8(sc):
     pop = Population(ROLES_8, 0.1, 1.0, population_points(8, 16, np.random.default_rng(0)))
-    aq, anu = pop.class_means(sc[0], sc[1], sc[4], sc[5])
-    qn = math.sqrt(sc[3])
-    b = sc[2] / qn
-    return aq, anu, qn, b, math.sqrt(sc[6] - b * b)
+    return pop.error_arguments(*sc)
 
 
 @pytest.mark.slow
@@ -251,10 +248,7 @@ def test_tail_error_with_groups_rising_together_covers_an_independent_reference(
     45 % with FORM shares alone, every interval too narrow) and +-2 se covers an independent
     importance sampler's value in at least 88."""
     pop = Population(ROLES_32, 0.1, 1.0, population_points(32, 16, np.random.default_rng(0)))
-    aq, anu = pop.class_means(STATE_32[0], STATE_32[1], STATE_32[4], STATE_32[5])
-    kappa = math.sqrt(STATE_32[3])
-    b = STATE_32[2] / kappa
-    sdc = math.sqrt(STATE_32[6] - b * b)
+    aq, anu, kappa, b, sdc = pop.error_arguments(*STATE_32)
     ref = [
         naive.error_by_importance_sampling(aq[c], anu[c], kappa, b, sdc, y, 500_000, np.random.default_rng(c))
         for c, y in enumerate((1.0, -1.0))

@@ -371,6 +371,30 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
+def stratum_counts(mass, N, defensive, floor, counts, starts):
+    """The strata of N points for components of (relative) masses ``mass`` (K,): ``defensive``
+    of them for N(0, I) (stratum 0), the rest in proportion to the masses, each component's
+    share at least ``floor``; writes counts (K + 1) and their first points starts (K + 2)."""
+    K = mass.size
+    tot = 0.0
+    for m in range(K):
+        tot += mass[m]
+    tot_share = 0.0
+    share = np.empty(K)
+    for m in range(K):
+        share[m] = max(mass[m] / tot, floor)
+        tot_share += share[m]
+    used = 0
+    for m in range(K):
+        counts[m + 1] = int(math.floor((1.0 - defensive) * share[m] / tot_share * N))
+        used += counts[m + 1]
+    counts[0] = N - used
+    starts[0] = 0
+    for m in range(K + 1):
+        starts[m + 1] = starts[m] + counts[m]
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_components(aq, an, kappa, b, sdc, y, N, settings, w):
     """The importance components of one class (:mod:`.tail`): the
     design points (:func:`_design_points`), their linearizations t ~ off_k +
@@ -431,22 +455,10 @@ def _tail_components(aq, an, kappa, b, sdc, y, N, settings, w):
         if log_mass[m] < cut:
             K = m
             break
-    tot = 0.0
+    mass = np.empty(K)
     for m in range(K):
-        tot += math.exp(log_mass[m] - top)
-    tot_share = 0.0
-    share = np.empty(K)
-    for m in range(K):
-        share[m] = max(math.exp(log_mass[m] - top) / tot, floor)
-        tot_share += share[m]
-    used = 0
-    for m in range(K):
-        counts[m + 1] = int(math.floor((1.0 - defensive) * share[m] / tot_share * N))
-        used += counts[m + 1]
-    counts[0] = N - used
-    starts[0] = 0
-    for m in range(K + 1):
-        starts[m + 1] = starts[m] + counts[m]
+        mass[m] = math.exp(log_mass[m] - top)
+    stratum_counts(mass, N, defensive, floor, counts, starts)
     for m in range(K):
         gg = 0.0
         for i in range(T):

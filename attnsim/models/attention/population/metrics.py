@@ -161,6 +161,25 @@ class Population:
         both = self._coef @ np.array([[q_mu_pos, nu_mu_pos], [q_mu_neg, nu_mu_neg]])  # (2, T, 2)
         return both[:, :, 0], both[:, :, 1]
 
+    def error_arguments(
+        self,
+        q_mu_pos: float,
+        q_mu_neg: float,
+        q_nu: float,
+        qq: float,
+        nu_mu_pos: float,
+        nu_mu_neg: float,
+        nunu: float,
+    ) -> tuple:
+        """(aq, anu, kappa, b, sdc) of a state with |q| > 0, what :class:`.tail.TailError` takes:
+        the (2, T) mean logits and values per class, the logit noise scale sigma |q|, the
+        value-logit coupling sigma q^.nu and the conditional value sd."""
+        aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
+        qn = math.sqrt(qq)
+        qhat_nu = q_nu / qn
+        sig = self.sigma
+        return aq, anu, sig * qn, sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0))
+
     def evaluate(
         self,
         q_mu_pos: float,
@@ -185,8 +204,7 @@ class Population:
         aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
         qn = math.sqrt(max(qq, 0.0))
         if qn > 0.0:
-            qhat_nu = q_nu / qn
-            args = (aq, anu, sig * qn, sig * qhat_nu, sig * math.sqrt(max(nunu - qhat_nu**2, 0.0)))
+            args = self.error_arguments(q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu)
             err_r, loss_r, score = self._scrambles(0, self.R, *args, error=self.stable)
             score /= self.R
             out = self._stable_error(err_r) if self.stable else self.tail.estimate(*args)

@@ -280,14 +280,6 @@ class TailError:
             log_r = log_ndtr(-w1.U[:K]) - w1.log_mass[:K, None]
             r = np.exp(log_r) * (w1.factor[:K] * w1.counts[1 : K + 1] / n1)[:, None] / den
             mass = r @ h
-        total = mass.sum()
-        if not (np.isfinite(total) and total > 0.0):
+        if not (np.isfinite(mass.sum()) and mass.sum() > 0.0):
             mass = w1.counts[1 : K + 1].astype(np.float64)
-            total = mass.sum()
-        share = np.maximum(mass / total, FLOOR)
-        n2 = w2.s.size
-        counts = w2.counts
-        counts[1 : K + 1] = np.floor((1.0 - DEFENSIVE) * share / share.sum() * n2)
-        counts[0] = n2 - counts[1 : K + 1].sum()
-        w2.starts[0] = 0
-        np.cumsum(counts[: K + 1], out=w2.starts[1 : K + 2])
+        design_kernels.stratum_counts(mass, w2.s.size, DEFENSIVE, FLOOR, w2.counts, w2.starts)
