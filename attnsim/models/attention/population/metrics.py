@@ -201,7 +201,6 @@ class Population:
     def _evaluate(self, q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu) -> dict:
         self._points()
         sig = self.sigma
-        aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
         qn = math.sqrt(max(qq, 0.0))
         if qn > 0.0:
             args = self.error_arguments(q_mu_pos, q_mu_neg, q_nu, qq, nu_mu_pos, nu_mu_neg, nunu)
@@ -209,6 +208,7 @@ class Population:
             score /= self.R
             out = self._stable_error(err_r) if self.stable else self.tail.estimate(*args)
         else:  # uniform attention: the integrand does not depend on zeta; one point, exact
+            aq, anu = self.class_means(q_mu_pos, q_mu_neg, nu_mu_pos, nu_mu_neg)
             args = (aq, anu, 0.0, 0.0, sig * math.sqrt(max(nunu, 0.0)))
             err_r, loss_r, score = self._scrambles(0, 1, *args, points=1)
             loss_r = np.repeat(loss_r, self.R)
