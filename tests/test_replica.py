@@ -93,6 +93,24 @@ def test_prox_finds_the_global_minimum_of_a_grid_search():
         assert np.hypot(x[i] - GX.flat[Eg.argmin()], y[i] - GY.flat[Eg.argmin()]) < 0.1
 
 
+def test_the_notebooks_proximal_map_stops_at_a_minimum_never_below_the_global_one():
+    """prox_from_origin (BFGS from the origin, the published notebook's map): a stationary point
+    (gradient below 1e-5, its tolerance), never lower than attnsim's global minimum, and at an
+    agnostic-like state (small fields, V = 30) sometimes a local minimum above it."""
+    rng = np.random.default_rng(2)
+    n = 40
+    for V, local in ((14.0, 0), (30.0, 2)):
+        h1, h2 = 0.3 * rng.normal(size=(2, n))
+        M = R._mixing(0.5 * rng.normal(size=n), 0.5 * rng.normal(size=n), 0.3, R.TEACHER_A)
+        x, y, E, ok = R.prox_from_origin(h1, h2, M, V, 0.25)
+        _, _, E_global, _ = R.prox(h1, h2, M, V, 0.25)
+        _, gx, gy, *_ = R._attention_energy(x, y, h1, h2, M, V, 0.25)
+        assert ok.all() and max(np.abs(gx).max(), np.abs(gy).max()) < 1e-5
+        assert (E >= E_global - 1e-12).all() and (E > E_global + 1e-6).sum() == local
+    with pytest.raises(R.ReplicaError, match="proximal"):
+        R.iterate(R.Settings(), proximal="newton")
+
+
 def check_row(sol: R.Solution, row: dict, tol: float) -> dict:
     assert sol.converged, sol.message
     errors = {
@@ -147,18 +165,97 @@ def test_the_published_rows_carry_noise_of_their_optimizer_above_1e4():
     assert rel(q_bfgs, q_exact) > 1e-4
 
 
-def test_omega_05_rows_omit_the_teachers_constant_from_phi():
-    """The omega = 0.5 files' Phi leaves out alpha/2 sigma^2 E|M|^2 (a constant of the teacher):
-    adding it brings them within 0.4 % of the published rule's Phi."""
-    row = rows(0.5, "")[0]
-    s = R.Settings(alpha=row["alpha"], omega=0.5)
-    sol = R.iterate(s, "semantic", rule="published")
-    rules = R._rules("published", None)
-    *_, M, _, _, wx, wy, _ = R._fields(sol.state(), s, rules.outer, rules.outer)
+def teacher_constant(state, s: R.Settings, rules) -> float:
+    """alpha/2 sigma^2 E|M|^2, the part of Phi that depends on the teacher only."""
+    *_, M, _, _, wx, wy, _ = R._fields(state, s, rules.outer, rules.outer)
     W = wx[:, None] * wy[None, :]
-    constant = s.alpha / 2 * s.sigma**2 * float((W * (M**2).sum(axis=(-1, -2))).sum())
-    assert rel(sol.Phi, row["Phi"]) > 0.5
-    assert rel(sol.Phi + constant, row["Phi"]) < 5e-3
+    return s.alpha / 2 * s.sigma**2 * float((W * (M**2).sum(axis=(-1, -2))).sum())
+
+
+def test_omega_05_rows_omit_a_constant_of_the_teacher_from_phi():
+    """At each omega = 0.5 row's own state and conjugates, the published rule's Phi falls short of
+    the file's by alpha/2 sigma^2 E|M|^2 plus 4.686e-4 alpha, the same on both branches: a
+    constant of the teacher (a little more than E|M|^2), so it moves no crossing. The omega = 0.3
+    files keep it (their Phi agrees within 1e-6 alpha)."""
+    rules = R._rules("published", None)
+
+    def shortfall(row, omega):
+        s = R.Settings(alpha=row["alpha"], omega=omega)
+        state = (row["q"], row["m"], row["V"], row["theta"])
+        hats, _, _ = R.conjugates(state, s, rules)
+        phi, _ = R.free_energy(state, hats, s, rules)
+        return (row["Phi"] - phi) / s.alpha, teacher_constant(state, s, rules) / s.alpha
+
+    for suffix in ("", "_para"):
+        for row in rows(0.5, suffix)[::4]:
+            per_alpha, constant = shortfall(row, 0.5)
+            assert abs(per_alpha - constant - 4.686e-4) < 1e-6, (suffix, row["alpha"], per_alpha - constant)
+        for row in rows(0.3, suffix)[::6]:
+            assert abs(shortfall(row, 0.3)[0]) < 1e-6
+
+
+def stop_residual(row: dict, omega: float, rules, agnostic: bool = False) -> float:
+    """The largest move of q, m and theta an undamped update makes from the row's own state: the
+    notebook stopped when it fell below its tolerance."""
+    s = R.Settings(alpha=row["alpha"], omega=omega)
+    state = (row["q"], 0.0 if agnostic else row["m"], row["V"], 0.0 if agnostic else row["theta"])
+    hats, _, _ = R.conjugates(state, s, rules)
+    move = np.abs(np.array(R.overlaps(hats, s)) - state)[[0, 1, 3]]
+    return float(move[0] if agnostic else move.max())
+
+
+def test_each_published_file_stopped_at_its_own_tolerance():
+    """Why the omega = 0.5 and agnostic files are not reproduced from the notebook's stop: they
+    were made with a ten times looser one. From every omega = 0.3 row an update moves q, m and
+    theta by about 1e-4 (the published stop; the rows' own BFGS noise lifts the largest to
+    1.02e-4); from every omega = 0.5 row by 1.6e-4 to 9.4e-4: the rows stopped at 1e-3. The
+    agnostic rows are stop points (q moves 6.2e-4 to 8.1e-4) only with the notebook's proximal
+    map, BFGS from the origin, which there answers a local minimum: with the global one q moves
+    up to 1.7e-2 (ERM's agnostic fixed point is 10-20 % away)."""
+    rules = R._rules("published", None)
+    at_03 = [stop_residual(row, 0.3, rules) for row in rows(0.3, "")]
+    assert max(at_03) < 1.1e-4
+    at_05 = [stop_residual(row, 0.5, rules) for sfx in ("", "_para") for row in rows(0.5, sfx)]
+    assert max(at_05) < 1e-3 and min(at_05) > 1.5e-4, (min(at_05), max(at_05))
+    agno = rows(0.3, "_agno")
+    notebook = R._rules("published", None, proximal="notebook")
+    local = [stop_residual(row, 0.3, notebook, agnostic=True) for row in agno]
+    assert 1e-4 < min(local) and max(local) < 1e-3, local
+    exact = [stop_residual(row, 0.3, rules, agnostic=True) for row in agno]
+    assert max(exact) > 1e-2 and sum(r > 1e-3 for r in exact) >= 9, exact
+
+
+@pytest.mark.slow
+def test_continuation_with_the_loose_stop_reproduces_the_omega_05_semantic_file():
+    """The omega = 0.5 semantic file is the published rule's curve by continuation (each alpha
+    from the previous answer, descending) with a 1e-3 stop: every row within the stop's own
+    resolution (measured worst q 2.1e-3, V 4.3e-3, theta 1.2e-2 at alpha 0.26, mse 2.7e-3), where
+    the notebook's own recipe (every alpha from the start, 1e-4 stop) misses the smallest alpha by
+    5 % in q and 16 % in theta."""
+    file = rows(0.5, "")
+    sols = R.curve([r["alpha"] for r in file], "semantic", omega=0.5, rule="published", published_stop=1e-3)
+    worst = {}
+    for sol, row in zip(sols, file):
+        assert sol.converged, sol.message
+        for k in ("q", "V", "theta", "mse"):
+            worst[k] = max(worst.get(k, 0.0), rel(getattr(sol, k), row[k]))
+        assert abs(sol.m - row["m"]) < 1e-4
+    assert worst["q"] < 3e-3 and worst["V"] < 6e-3 and worst["theta"] < 1.5e-2 and worst["mse"] < 4e-3, worst
+    cold = R.iterate(R.Settings(alpha=file[-1]["alpha"], omega=0.5), "semantic", rule="published")
+    assert rel(cold.q, file[-1]["q"]) > 0.04 and rel(cold.theta, file[-1]["theta"]) > 0.1
+
+
+@pytest.mark.slow
+def test_the_agnostic_file_is_the_notebooks_local_proximal_branch():
+    """With the notebook's proximal map (BFGS from the origin) the agnostic fixed point lies within
+    1.3 % (q) and 2.3 % (V) of the file's first row; with the global minimum, 12 % and 11 %."""
+    row = rows(0.3, "_agno")[0]
+    s, start = R.Settings(alpha=row["alpha"], omega=0.3), (0.1, 0.0, 26.0, 0.0)
+    local = R.iterate(s, "agnostic", rule="published", proximal="notebook", start=start)
+    exact = R.iterate(s, "agnostic", rule="published", start=start)
+    assert local.converged and exact.converged
+    assert rel(local.q, row["q"]) < 0.02 and rel(local.V, row["V"]) < 0.03
+    assert rel(exact.q, row["q"]) > 0.1 and rel(exact.V, row["V"]) > 0.08
 
 
 def test_anderson_and_the_plain_damped_iteration_reach_one_fixed_point():

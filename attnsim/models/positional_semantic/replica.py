@@ -28,7 +28,9 @@ order it raises until the answer stops moving (``solve``), and the minimum with 
 Newton method from several starts (the map is not convex: its global minimum is what the theory
 asks for). ``rule="published"`` instead uses the published notebook's fixed rules (quadpy's
 Stroud-Secrest VI of degree 7 for the equations, Rabinowitz-Richter 2 of degree 11 for mse and
-Phi), its start, damping and stopping rule, to reproduce its rows.
+Phi), its start, damping and stopping rule, to reproduce its rows; ``published_stop``, ``curve``
+(continuation in alpha) and ``proximal="notebook"`` (its local proximal map) reproduce the files
+that were made with a looser stop, by continuation or on a local minimum (docs/positional-semantic.md).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ STARTS = {
     "positional": (0.0206838209589, 0.2, 14.575, 0.0),
     "agnostic": (0.0206838209589, 0.0, 14.575, 0.0),
 }
+
+
+# The notebook's stop: the iteration ends when an undamped update moves q, m and theta by less than
+# this, absolute (its ``tol``; the omega = 0.3 files were made with it, the omega = 0.5 files with 1e-3).
+PUBLISHED_STOP = 1e-4
 
 
 class ReplicaError(ValueError):
@@ -256,6 +263,30 @@ def prox(h1, h2, M, V, s2, warm: tuple | None = None):
     return tuple(best)
 
 
+def prox_from_origin(h1, h2, M, V, s2, warm: tuple | None = None):
+    """The published notebook's proximal map: scipy's BFGS from the origin (finite-difference
+    gradient, its default gradient tolerance 1e-5), point by point. It answers a local minimum
+    when the origin's basin is not the global one, as it is on the agnostic branch's states
+    (m = 0, V about 30): kept to reproduce the published rows, not to solve the theory. ``warm``
+    is ignored (the notebook starts every point at the origin). Returns (x, y, E, converged)."""
+    from scipy.optimize import minimize  # lazy: only this reproduction needs it
+
+    h1, h2 = np.broadcast_arrays(h1, h2, M[..., 0, 0])[:2]
+    x, y = np.empty(h1.shape), np.empty(h1.shape)
+    ok = np.empty(h1.shape, dtype=bool)
+    for i in np.ndindex(h1.shape):
+
+        def energy(z, i=i):
+            return float(_attention_energy(z[0], z[1], h1[i], h2[i], M[i], V, s2, order=0))
+
+        res = minimize(energy, [0.0, 0.0])
+        (x[i], y[i]), ok[i] = res.x, res.success or res.status == 2  # 2: precision loss near the minimum
+    return x, y, _attention_energy(x, y, h1, h2, M, V, s2, order=0), ok
+
+
+PROXIMAL = {"global": prox, "notebook": prox_from_origin}
+
+
 # ------------------------------------------------------------------ the equations
 
 
@@ -275,18 +306,21 @@ class _Rules:
     eqs: tuple  # (points, weights) for the saddle-point equations (both xi and y)
     outer: tuple  # for mse's and Phi's xi (and Phi's y)
     inner: tuple  # for mse's y
+    prox: Callable = prox  # the proximal map (``PROXIMAL``)
 
 
-def _rules(rule: str, order: int | None) -> _Rules:
+def _rules(rule: str, order: int | None, proximal: str = "global") -> _Rules:
+    if proximal not in PROXIMAL:
+        raise ReplicaError(f"proximal: {proximal!r} is not one of {', '.join(PROXIMAL)}")
     if rule == "published":
         ss, rr = stroud_secrest_6(), rabinowitz_richter_2()
-        return _Rules(rule, None, ss, rr, ss)
+        return _Rules(rule, None, ss, rr, ss, PROXIMAL[proximal])
     if rule != "gauss-hermite":
         raise ReplicaError(f"rule: {rule!r} is not one of {', '.join(RULES)}")
     if not (isinstance(order, int) and order >= 2):
         raise ReplicaError(f"order: the Gauss-Hermite order must be an integer >= 2, got {order!r}")
     gh = gauss_hermite(order)
-    return _Rules(rule, order, gh, gh, gh)
+    return _Rules(rule, order, gh, gh, gh, PROXIMAL[proximal])
 
 
 def _fields(state, s: Settings, xi_rule, y_rule):
@@ -310,7 +344,7 @@ def conjugates(state, s: Settings, rules: _Rules, warm=None):
     """(q^, m^, V^, theta^) at ``state`` = (q, m, V, theta), the proximal maps' answer (to start
     the next call from) and the count of maps that did not converge."""
     h1, h2, M, *_ = _fields(state, s, rules.eqs, rules.eqs)
-    x, y, _, ok = prox(h1, h2, M, state[2], s.sigma**2, warm)
+    x, y, _, ok = rules.prox(h1, h2, M, state[2], s.sigma**2, warm)
     return hats_at(state, s, rules, x, y), (x, y), int((~ok).sum())
 
 
@@ -369,7 +403,7 @@ def free_energy(state, hats, s: Settings, rules: _Rules) -> tuple[float, int]:
     qh, mh, Vh, th = hats
     s2 = rho = s.sigma**2
     h1, h2, M, *_, wx, wy, _ = _fields(state, s, rules.outer, rules.outer)
-    _, _, E, ok = prox(h1, h2, M, V, s2)
+    _, _, E, ok = rules.prox(h1, h2, M, V, s2)
     W = wx[:, None] * wy[None, :]
     envelope = float((W * E).sum())
     trace = 0.5 * (Vh * q - qh * V) - m * mh - theta * th
@@ -439,8 +473,9 @@ def iterate(
     damping: float = 0.8,
     max_iter: int = 1000,
     start: tuple | None = None,
-    published_stop: bool | None = None,
+    published_stop: float | None = None,
     anderson: int | None = None,
+    proximal: str = "global",
 ) -> Solution:
     """The damped fixed-point iteration x <- damping x + (1 - damping) F(x) from ``start`` (the
     branch's published start by default) until the undamped update F(x) - x is below ``tol``
@@ -451,16 +486,18 @@ def iterate(
 
     ``anderson`` (default 4 for Gauss-Hermite, 0 for the published rule) mixes in that many past
     updates (Anderson acceleration of the damped map; a step that would leave the domain falls
-    back to the damped one). ``published_stop`` (default: on for the published rule) is the
-    notebook's stop: absolute moves of q, m and theta below 1e-4, answering the state before that
-    update. The agnostic branch holds m = theta = 0."""
+    back to the damped one). ``published_stop`` (default: ``PUBLISHED_STOP`` for the published
+    rule, off (0) otherwise) is the notebook's stop: absolute moves of q, m and theta below it,
+    answering the state before that update. ``proximal`` "notebook" swaps attnsim's global
+    proximal map for the notebook's local one (``prox_from_origin``; seconds per iteration instead
+    of milliseconds). The agnostic branch holds m = theta = 0."""
     if branch not in BRANCHES:
         raise ReplicaError(f"branch: {branch!r} is not one of {', '.join(BRANCHES)}")
     if not 0.0 <= damping < 1.0:
         raise ReplicaError(f"damping: must be in [0, 1), got {damping}")
-    rules = _rules(rule, order if rule == "gauss-hermite" else None)
+    rules = _rules(rule, order if rule == "gauss-hermite" else None, proximal)
     if published_stop is None:
-        published_stop = rule == "published"
+        published_stop = PUBLISHED_STOP if rule == "published" else 0.0
     if anderson is None:
         anderson = 0 if rule == "published" else 4
     state = np.array([float(v) for v in (start or STARTS[branch])])
@@ -491,7 +528,7 @@ def iterate(
             if not (np.all(np.isfinite(new)) and all(math.isfinite(v) for v in hats)):
                 return failed(f"the overlaps became non-finite at iteration {k}")
             if published_stop:
-                if np.max(np.abs(new - state)[[0, 1, 3]]) < 1e-4:
+                if np.max(np.abs(new - state)[[0, 1, 3]]) < published_stop:
                     break
             elif np.all(np.abs(new - state) <= tol * np.maximum(np.abs(new), [0.0, 0.1, 0.0, 0.1])):
                 state = new
@@ -591,6 +628,19 @@ def solve(
         message=message,
         history=history,
     )
+
+
+def curve(alphas, branch: str, omega: float = 0.3, start: tuple | None = None, **kw) -> list[Solution]:
+    """The branch along ``alphas`` by continuation: each alpha starts from the previous answer
+    (the first from ``start``, the branch's published start by default), the way the published
+    omega = 0.5 and agnostic files were made (with ``rule="published", published_stop=1e-3``;
+    the omega = 0.3 files start every alpha afresh). A failed alpha restarts the next afresh."""
+    out = []
+    for alpha in alphas:
+        sol = iterate(Settings(alpha=float(alpha), omega=omega), branch, start=start, **kw)
+        out.append(sol)
+        start = sol.state() if sol.converged else None
+    return out
 
 
 def _signal(sol: Solution) -> tuple:
