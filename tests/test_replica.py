@@ -127,6 +127,21 @@ def test_published_rule_reproduces_the_alpha_2_semantic_row():
     check_row(R.iterate(R.Settings(alpha=2.0), "semantic", rule="published"), row, ROW2_TOL)
 
 
+def test_the_rows_sit_1e3_from_their_rules_fixed_point():
+    """Why 1e-4 relative is below what the rows resolve: the notebook stops when an update moves q,
+    m and theta by less than 1e-4 absolute, short of its rule's fixed point; at alpha = 2 the
+    fixed point (iterated to 1e-8) lies 1.3e-3 (V), 7e-4 (theta) and 3e-3 (mse) from the row,
+    and only the stopped path reaches the row within 2.5e-4."""
+    row = rows(0.3, "")[0]
+    s = R.Settings(alpha=2.0)
+    fixed = R.iterate(s, "semantic", rule="published", published_stop=0.0, anderson=4)
+    stopped = R.iterate(s, "semantic", rule="published")
+    assert fixed.converged and stopped.converged
+    assert rel(fixed.V, row["V"]) > 1e-3 and rel(fixed.theta, row["theta"]) > 5e-4
+    assert rel(fixed.mse, row["mse"]) > 2e-3
+    assert max(rel(getattr(stopped, k), row[k]) for k in ("q", "V", "theta")) < 2.5e-4
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("branch, suffix", [("semantic", ""), ("positional", "_para")])
 def test_published_rule_reproduces_every_omega_03_row(branch, suffix):
