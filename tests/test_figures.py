@@ -286,3 +286,30 @@ def test_interpolated_edges_and_power_law_fits_recover_a_known_boundary():
         ns, snr, np.where(snr[None, :] < 0.3, 1.0, -1.0) * np.ones((5, 1)), "upper"
     )
     np.testing.assert_allclose(upper[1], np.sqrt(snr[snr < 0.3][-1] * snr[snr >= 0.3][0]))  # half-way
+
+
+def test_phase_diagram_cache_from_before_the_gauss_hermite_line_gains_it(tmp_path, monkeypatch):
+    """A cached fig20 theory whose Gauss-Hermite alpha_c is the old single point at omega = 0.3
+    gets the whole line (one per order and omega) and is rewritten; a complete one is kept."""
+    import json
+
+    from attnsim.figures import fig20_phase_diagram as F
+
+    calls = []
+
+    def fake(omega, lo, hi, xtol=1e-3, **kw):
+        calls.append((omega, kw.get("order")))
+        return 0.5 + omega + kw["order"] / 1000
+
+    monkeypatch.setattr(F.replica, "transition", fake)
+    plan = F._plan(False)
+    old = {"alpha_c": {str(o): 1.0 for o in plan["omegas"]}, "alpha_c_gh": {"8": 1.25, "12": 1.26}}
+    old["spinodal"] = {}
+    path = tmp_path / "fig20_theory.json"
+    path.write_text(json.dumps(old))
+    th = F.theory(False, tmp_path)
+    assert len(calls) == len(plan["omegas"]) * len(plan["gh_alpha_c"])
+    assert th["alpha_c_gh"]["12"]["0.3"] == 0.5 + 0.3 + 0.012
+    assert F._gh_complete(json.loads(path.read_text())["alpha_c_gh"], plan)
+    calls.clear()
+    assert F.theory(False, tmp_path) == th and not calls

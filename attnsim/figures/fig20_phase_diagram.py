@@ -1,8 +1,9 @@
 """Figure 20: the phase diagram of positional and semantic attention (Cui, Behrens, Krzakala and
 Zdeborová, NeurIPS 2024) at sigma = 0.5, lambda = 0.01, from attnsim's replica solver
 (attnsim.models.positional_semantic.replica). (a) The (alpha, omega) plane: alpha_c(omega), where
-the semantic and positional branches' free energies cross, from the published notebook's rules
-and, at omega = 0.3, from Gauss-Hermite rules of two orders; the published transition line (their
+the semantic and positional branches' free energies cross, from Gauss-Hermite rules (order 12,
+the distance to order 8 as its error bar) and from the published notebook's rules; the published
+transition line (their
 02-toy_model_plots.ipynb, cell 5); and attnsim's gradient descent at finite d, both
 initializations, each cell marked by the one that ends at the lower training objective. (b) The
 d -> infinity check: GD from the semantic initialization at omega = 0.3, alpha = 2 at d = 250 to
@@ -44,7 +45,8 @@ def _plan(quick: bool) -> dict:
             "omegas": [0.3],
             "xtol": 2e-2,
             "gh_orders": (6, 8),
-            "gh_alpha_c": (),
+            "gh_alpha_c": (4, 6),
+            "gh_bracket": (0.95, 1.1),
             "spin_step": 0.5,
         }
     return {
@@ -60,6 +62,7 @@ def _plan(quick: bool) -> dict:
         "xtol": 2e-3,
         "gh_orders": (12, 16),
         "gh_alpha_c": (8, 12),
+        "gh_bracket": (0.8, 1.15),
         "spin_step": 0.1,
     }
 
@@ -84,23 +87,27 @@ def sweeps(quick: bool) -> list[dict]:
 
 
 def theory(quick: bool, cache: Path) -> dict:
-    """alpha_c per omega (published rules; Gauss-Hermite at omega = 0.3), the branches' state at
-    the scaling point; cached as JSON beside the sweeps (minutes to compute)."""
+    """alpha_c per omega (published rules, and Gauss-Hermite rules of two orders), the branches'
+    state at the scaling point; cached as JSON beside the sweeps (an hour to compute, most of it
+    the Gauss-Hermite line)."""
     path = Path(cache) / f"fig20_theory{'_quick' if quick else ''}.json"
     plan = _plan(quick)
     if path.is_file():
         out = json.loads(path.read_text())
+        stale = "spinodal" not in out or not _gh_complete(out.get("alpha_c_gh"), plan)
         if "spinodal" not in out:
             out["spinodal"] = spinodals(out["alpha_c"], plan)
+        if not _gh_complete(out.get("alpha_c_gh"), plan):  # a cache from before the full line
+            out["alpha_c_gh"] = gh_line(out["alpha_c"], plan)
+        if stale:
             atomic_write(path, lambda fh: fh.write(json.dumps(out).encode()))
         return out
-    out: dict = {"alpha_c": {}, "alpha_c_gh": {}}
+    out: dict = {"alpha_c": {}}
     for omega in plan["omegas"]:
         guess = float(np.interp(omega, sorted(PUBLISHED), [PUBLISHED[o] for o in sorted(PUBLISHED)]))
         lo, hi = 0.8 * guess, 1.25 * guess
         out["alpha_c"][str(omega)] = replica.transition(omega, lo, hi, xtol=plan["xtol"], rule="published")
-    for order in plan["gh_alpha_c"]:
-        out["alpha_c_gh"][str(order)] = replica.transition(0.3, 1.1, 1.5, xtol=plan["xtol"], order=order)
+    out["alpha_c_gh"] = gh_line(out["alpha_c"], plan)
     s = replica.Settings(**SCALING)
     sol = replica.solve(s, "semantic", int_tol=0.5 if quick else 3e-2, orders=plan["gh_orders"])
     pub = replica.iterate(s, "semantic", rule="published")
@@ -115,6 +122,26 @@ def theory(quick: bool, cache: Path) -> dict:
     out["spinodal"] = spinodals(out["alpha_c"], plan)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda fh: fh.write(json.dumps(out).encode()))
+    return out
+
+
+def _gh_complete(line, plan: dict) -> bool:
+    return isinstance(line, dict) and all(
+        isinstance(line.get(str(order)), dict) and set(line[str(order)]) == {str(o) for o in plan["omegas"]}
+        for order in plan["gh_alpha_c"]
+    )
+
+
+def gh_line(alpha_c: dict, plan: dict) -> dict:
+    """{order: {omega: alpha_c}} with Gauss-Hermite rules of each order in ``plan["gh_alpha_c"]``,
+    searched around the published rules' alpha_c (within ``plan["gh_bracket"]`` times it; None
+    where the branches do not cross there)."""
+    out = {}
+    for order in plan["gh_alpha_c"]:
+        out[str(order)] = {}
+        for omega, a_pub in alpha_c.items():
+            lo, hi = (f * a_pub for f in plan["gh_bracket"]) if a_pub else (0.3, 3.0)
+            out[str(order)][omega] = replica.transition(float(omega), lo, hi, xtol=plan["xtol"], order=order)
     return out
 
 
@@ -200,16 +227,31 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     ax.plot(
         list(ac.values()),
         list(ac.keys()),
-        "o-",
-        color="k",
+        "o:",
+        color="0.3",
+        mfc="none",
         ms=5,
-        label=r"attnsim $\alpha_c(\omega)$, published rules",
+        label=r"attnsim $\alpha_c(\omega)$, the published notebook's rules",
     )
-    for order, a in th["alpha_c_gh"].items():
-        if a is not None:
-            ax.plot(
-                a, 0.3, "D", mfc="none", ms=8, label=rf"attnsim $\alpha_c(0.3)$, Gauss-Hermite order {order}"
-            )
+    lo_order, hi_order = (str(o) for o in _plan(quick)["gh_alpha_c"])
+    gh = [
+        (float(o), a, abs(a - th["alpha_c_gh"][lo_order][o]))
+        for o, a in th["alpha_c_gh"][hi_order].items()
+        if a is not None and th["alpha_c_gh"][lo_order].get(o) is not None
+    ]
+    if gh:
+        omegas, alphas, spread = zip(*sorted(gh))
+        ax.errorbar(
+            alphas,
+            omegas,
+            xerr=spread,
+            fmt="o-",
+            color="k",
+            ms=5,
+            capsize=3,
+            label=rf"attnsim $\alpha_c(\omega)$, Gauss-Hermite order {hi_order} "
+            rf"($\pm$ the move from order {lo_order})",
+        )
     for branch, marker in (("semantic", "<"), ("positional", ">")):
         pts = [(v[branch][0], float(o)) for o, v in th["spinodal"].items() if v[branch][1] is not None]
         if pts:
@@ -283,7 +325,11 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         f"alpha_c(omega), published rules: attnsim {ac.get(o)} | published {PUBLISHED.get(o)}"
         for o in sorted(ac)
     ]
-    lines += [f"alpha_c(0.3), Gauss-Hermite order {o}: {a}" for o, a in th["alpha_c_gh"].items()]
+    lines += [
+        f"alpha_c({o}), Gauss-Hermite order {order}: {a}"
+        for order, line in th["alpha_c_gh"].items()
+        for o, a in line.items()
+    ]
     for o, v in th["spinodal"].items():
         lines.append(
             f"omega {o}: semantic alive down to alpha {v['semantic'][0]} (gone at {v['semantic'][1]}); "
