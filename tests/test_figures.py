@@ -289,8 +289,9 @@ def test_interpolated_edges_and_power_law_fits_recover_a_known_boundary():
 
 
 def test_phase_diagram_cache_from_before_the_gauss_hermite_line_gains_it(tmp_path, monkeypatch):
-    """A cached fig20 theory whose Gauss-Hermite alpha_c is the old single point at omega = 0.3
-    gets the whole line (one per order and omega) and is rewritten; a complete one is kept."""
+    """A cached fig20 theory from before the line reached omega = 0.5 and whose Gauss-Hermite
+    alpha_c is the old single point at omega = 0.3 gains what it lacks (the rest kept) and is
+    rewritten; a complete one is read as it is."""
     import json
 
     from attnsim.figures import fig20_phase_diagram as F
@@ -299,17 +300,21 @@ def test_phase_diagram_cache_from_before_the_gauss_hermite_line_gains_it(tmp_pat
 
     def fake(omega, lo, hi, xtol=1e-3, **kw):
         calls.append((omega, kw.get("order")))
-        return 0.5 + omega + kw["order"] / 1000
+        return 0.5 + omega + kw.get("order", 0) / 1000
 
     monkeypatch.setattr(F.replica, "transition", fake)
+    monkeypatch.setattr(F.replica, "spinodal", lambda omega, branch, alphas, **kw: (1.0, None))
     plan = F._plan(False)
-    old = {"alpha_c": {str(o): 1.0 for o in plan["omegas"]}, "alpha_c_gh": {"8": 1.25, "12": 1.26}}
-    old["spinodal"] = {}
+    old = {"alpha_c": {str(o): 1.0 for o in plan["omegas"][:-1]}, "alpha_c_gh": {"8": 1.25, "12": 1.26}}
+    old["spinodal"] = {str(o): "kept" for o in plan["omegas"][:-1]}
     path = tmp_path / "fig20_theory.json"
     path.write_text(json.dumps(old))
     th = F.theory(False, tmp_path)
-    assert len(calls) == len(plan["omegas"]) * len(plan["gh_alpha_c"])
+    # the omega the old plan lacked (published rules), then every omega's Gauss-Hermite alpha_c
+    assert len(calls) == 1 + len(plan["omegas"]) * len(plan["gh_alpha_c"])
     assert th["alpha_c_gh"]["12"]["0.3"] == 0.5 + 0.3 + 0.012
+    last = str(plan["omegas"][-1])
+    assert th["spinodal"]["0.3"] == "kept" and list(th["spinodal"][last]["semantic"]) == [1.0, None]
     assert F._gh_complete(json.loads(path.read_text())["alpha_c_gh"], plan)
     calls.clear()
-    assert F.theory(False, tmp_path) == th and not calls
+    assert F.theory(False, tmp_path) == json.loads(json.dumps(th)) and not calls

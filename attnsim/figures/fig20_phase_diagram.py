@@ -58,7 +58,7 @@ def _plan(quick: bool) -> dict:
             "test_n": 5000,
         },
         "scaling": {250: list(range(8)), 500: list(range(6)), 1000: list(range(3)), 2000: list(range(2))},
-        "omegas": [0.0, 0.1, 0.2, 0.3, 0.4],
+        "omegas": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5],
         "xtol": 2e-3,
         "gh_orders": (12, 16),
         "gh_alpha_c": (8, 12),
@@ -94,19 +94,16 @@ def theory(quick: bool, cache: Path) -> dict:
     plan = _plan(quick)
     if path.is_file():
         out = json.loads(path.read_text())
-        stale = "spinodal" not in out or not _gh_complete(out.get("alpha_c_gh"), plan)
-        if "spinodal" not in out:
-            out["spinodal"] = spinodals(out["alpha_c"], plan)
-        if not _gh_complete(out.get("alpha_c_gh"), plan):  # a cache from before the full line
-            out["alpha_c_gh"] = gh_line(out["alpha_c"], plan)
+        # a cache from before the line reached every omega of the plan, or from Gauss-Hermite rules
+        stale = set(out["alpha_c"]) != {str(o) for o in plan["omegas"]}
+        stale |= "spinodal" not in out or not _gh_complete(out.get("alpha_c_gh"), plan)
         if stale:
+            out["alpha_c"] = published_line(out["alpha_c"], plan)
+            out["alpha_c_gh"] = gh_line(out["alpha_c"], plan, out.get("alpha_c_gh"))
+            out["spinodal"] = spinodals(out["alpha_c"], plan, out.get("spinodal"))
             atomic_write(path, lambda fh: fh.write(json.dumps(out).encode()))
         return out
-    out: dict = {"alpha_c": {}}
-    for omega in plan["omegas"]:
-        guess = float(np.interp(omega, sorted(PUBLISHED), [PUBLISHED[o] for o in sorted(PUBLISHED)]))
-        lo, hi = 0.8 * guess, 1.25 * guess
-        out["alpha_c"][str(omega)] = replica.transition(omega, lo, hi, xtol=plan["xtol"], rule="published")
+    out: dict = {"alpha_c": published_line({}, plan)}
     out["alpha_c_gh"] = gh_line(out["alpha_c"], plan)
     s = replica.Settings(**SCALING)
     sol = replica.solve(s, "semantic", int_tol=0.5 if quick else 3e-2, orders=plan["gh_orders"])
@@ -132,27 +129,46 @@ def _gh_complete(line, plan: dict) -> bool:
     )
 
 
-def gh_line(alpha_c: dict, plan: dict) -> dict:
+def published_line(done: dict, plan: dict) -> dict:
+    """{omega: alpha_c} with the published rules for every omega of the plan not in ``done``,
+    searched around the published line (beyond its last omega, between its last alpha_c and
+    twice that)."""
+    out = dict(done)
+    om = sorted(PUBLISHED)
+    for omega in plan["omegas"]:
+        if str(omega) in out:
+            continue
+        guess = float(np.interp(omega, om, [PUBLISHED[o] for o in om]))
+        lo, hi = (0.8 * guess, 1.25 * guess) if omega <= om[-1] else (guess, 2 * guess)
+        out[str(omega)] = replica.transition(omega, lo, hi, xtol=plan["xtol"], rule="published")
+    return out
+
+
+def gh_line(alpha_c: dict, plan: dict, done: dict | None = None) -> dict:
     """{order: {omega: alpha_c}} with Gauss-Hermite rules of each order in ``plan["gh_alpha_c"]``,
     searched around the published rules' alpha_c (within ``plan["gh_bracket"]`` times it; None
-    where the branches do not cross there)."""
+    where the branches do not cross there); what ``done`` (an older cache's line) has is kept."""
     out = {}
     for order in plan["gh_alpha_c"]:
-        out[str(order)] = {}
+        old = (done or {}).get(str(order))
+        out[str(order)] = dict(old) if isinstance(old, dict) else {}
         for omega, a_pub in alpha_c.items():
+            if omega in out[str(order)]:
+                continue
             lo, hi = (f * a_pub for f in plan["gh_bracket"]) if a_pub else (0.3, 3.0)
             out[str(order)][omega] = replica.transition(float(omega), lo, hi, xtol=plan["xtol"], order=order)
     return out
 
 
-def spinodals(alpha_c: dict, plan: dict) -> dict:
+def spinodals(alpha_c: dict, plan: dict, done: dict | None = None) -> dict:
     """Per omega, where each branch stops existing (published rules), scanning away from alpha_c
     in steps of ``plan["spin_step"]``: the semantic branch downwards to 0.05, the positional
-    upwards to 3; [last alive, first dead] (None: not reached within the scan)."""
-    out = {}
+    upwards to 3; [last alive, first dead] (None: not reached within the scan). What ``done``
+    (an older cache's) has is kept."""
+    out = dict(done or {})
     step = plan["spin_step"]
     for omega, a_c in alpha_c.items():
-        if a_c is None:
+        if a_c is None or omega in out:
             continue
         down = np.arange(a_c, 0.05 - 1e-9, -step)
         up = np.arange(a_c, 3.0 + 1e-9, step)
@@ -231,7 +247,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         color="0.3",
         mfc="none",
         ms=5,
-        label=r"attnsim $\alpha_c(\omega)$, the published notebook's rules",
+        label=r"attnsim $\alpha_c$, the published notebook's rules",
     )
     lo_order, hi_order = (str(o) for o in _plan(quick)["gh_alpha_c"])
     gh = [
@@ -249,8 +265,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             color="k",
             ms=5,
             capsize=3,
-            label=rf"attnsim $\alpha_c(\omega)$, Gauss-Hermite order {hi_order} "
-            rf"($\pm$ the move from order {lo_order})",
+            label=rf"attnsim $\alpha_c$, Gauss-Hermite {hi_order} ($\pm$ move from {lo_order})",
         )
     for branch, marker in (("semantic", "<"), ("positional", ">")):
         pts = [(v[branch][0], float(o)) for o, v in th["spinodal"].items() if v[branch][1] is not None]
@@ -274,12 +289,12 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
                 s=90,
                 color=color,
                 alpha=0.5,
-                label=f"GD at d = {d_cells}: {init} init ends lower",
+                label=f"GD, d = {d_cells}: {init} init ends lower",
             )
     ax.set_xlabel(r"$\alpha = n / d$")
     ax.set_ylabel(r"$\omega$ (the teacher's positional weight)")
     ax.set_title("(a) semantic right of the line, positional left")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
     ax.grid(lw=0.3)
 
     ref = th["scaling_theory"]["gen_error"]
