@@ -207,14 +207,14 @@ def fit(ds, excess, se) -> tuple[float, float, float]:
     return float(coef[1]), float(math.sqrt(cov[1, 1] * scale)), float(coef[0])
 
 
-def adjusted(recs: list[dict]) -> tuple:
-    """Per d: the seeds' gen error with the teacher's norm as a control variate. A seed's
-    |Q*|^2/d (a chi-square over d, mean 1) moves its gen error by slope (|Q*|^2/d - 1); the slope
-    is fitted within each d and pooled, and each seed's error taken at |Q*|^2/d = 1.
-    Returns (ds, means, standard errors, {d: adjusted errors}, slope)."""
+def adjusted(recs: list[dict], metric: str = "gen_error") -> tuple:
+    """Per d: the seeds' ``metric`` (gen error or theta) with the teacher's norm as a control
+    variate. A seed's |Q*|^2/d (a chi-square over d, mean 1) moves its metric by slope
+    (|Q*|^2/d - 1); the slope is fitted within each d and pooled, and each seed's value taken at
+    |Q*|^2/d = 1. Returns (ds, means, standard errors, {d: adjusted values}, slope)."""
     by: dict = {}
     for r in recs:
-        by.setdefault(r["config"]["d"], []).append((r["final"]["teacher_norm"], r["final"]["gen_error"]))
+        by.setdefault(r["config"]["d"], []).append((r["final"]["teacher_norm"], r["final"][metric]))
     num = den = 0.0
     for pairs in by.values():
         x, y = np.array(pairs).T
@@ -374,6 +374,21 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         if gamma is not None
         else "fit: fewer than two d with a positive excess and an se; no exponent"
     )
+    ref_theta = th["scaling_theory"]["theta"]
+    t_ds, t_mean, t_se, t_by, t_slope = adjusted(scale_recs, "theta")
+    shortfall = ref_theta - t_mean
+    lines.append(f"theta (|Q*^T Q|/d): theory {ref_theta}; control-variate slope {t_slope:.4g}")
+    for d, m, s_, g in zip(t_ds, t_mean, t_se, shortfall):
+        lines.append(
+            f"d = {d}: {len(t_by[d])} seeds, theta at |Q*|^2/d = 1 {m:.5g} +- {s_:.2g} (se), "
+            f"below the theory by {g:.4g}"
+        )
+    usable = (shortfall > 0) & np.isfinite(t_se)
+    if usable.sum() >= 2:
+        t_gamma, t_gamma_se, _ = fit(t_ds[usable], shortfall[usable], t_se[usable])
+        lines.append(f"fit theta shortfall ~ d^-gamma: gamma = {t_gamma} +- {t_gamma_se}")
+    else:
+        lines.append("theta fit: fewer than two d with a positive shortfall and an se; no exponent")
     return [
         save(fig, outdir / "fig20_phase_diagram.png"),
         write_numbers(outdir, "fig20_phase_diagram", lines),
