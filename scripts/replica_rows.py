@@ -13,20 +13,13 @@ whose files omit a constant of the teacher from it: tests/test_replica.py). Abou
 Usage: OPENBLAS_NUM_THREADS=1 python scripts/replica_rows.py
 """
 
-import csv
 import warnings
 
 from attnsim.models.positional_semantic import replica as R
-from attnsim.models.positional_semantic.published_data import BRANCHES, DATA
+from attnsim.models.positional_semantic.published_data import replica_rows
 
 FILES = [(0.3, "semantic"), (0.3, "positional"), (0.5, "semantic"), (0.5, "positional"), (0.3, "agnostic")]
 COLUMNS = ("q", "m", "V", "theta", "mse", "Phi")
-
-
-def rows(omega: float, branch: str) -> list[dict]:
-    path = DATA / f"repl_softmax_Mixed_sig0.5_lamb0.01_omega{omega:g}{BRANCHES[branch]}.csv"
-    with open(path) as fh:
-        return [{k: float(v) for k, v in r.items() if k} for r in csv.DictReader(fh)]
 
 
 def as_made(omega: float, branch: str, alphas: list) -> list:
@@ -63,7 +56,7 @@ def main() -> None:
     warnings.simplefilter("ignore", RuntimeWarning)  # a diverging start's overflow is reported, not printed
     print(f"{'file':<22} {'recipe':<9} " + " ".join(f"{k:>8}" for k in COLUMNS) + "  failed")
     for omega, branch in FILES:
-        file = rows(omega, branch)
+        file = replica_rows(omega, branch)
         alphas = [r["alpha"] for r in file]
         for name, recipe in (("notebook", notebook), ("as made", as_made)):
             w = worst(recipe(omega, branch, alphas), file, omega)

@@ -4,7 +4,6 @@ theory/theory.ipynb, shipped in the package's published/ folder), the transition
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 
@@ -13,15 +12,15 @@ import pytest
 
 from attnsim.cli import main
 from attnsim.models.positional_semantic import replica as R
-from attnsim.models.positional_semantic.published_data import DATA
+from attnsim.models.positional_semantic.published_data import BRANCHES, replica_rows
 
 ROWS_TOL = 3e-3  # the published rule against every omega = 0.3 row (measured worst 1.8e-3, theta)
 ROW2_TOL = 2.5e-4  # ... against the alpha = 2 row (measured worst 1.9e-4, V)
 
 
 def rows(omega: float, suffix: str) -> list[dict]:
-    with open(DATA / f"repl_softmax_Mixed_sig0.5_lamb0.01_omega{omega:g}{suffix}.csv") as fh:
-        return [{k: float(v) for k, v in r.items() if k} for r in csv.DictReader(fh)]
+    """The published file by its name's suffix ("" semantic, "_para", "_agno")."""
+    return replica_rows(omega, {v: k for k, v in BRANCHES.items()}[suffix])
 
 
 def rel(a: float, b: float) -> float:

@@ -33,17 +33,26 @@ def gd_table(sigma: float = 0.5, weight_decay: float = 0.01) -> dict:
     return out
 
 
+def replica_rows(omega: float, branch: str, sigma: float = 0.5) -> list[dict[str, float]]:
+    """A branch's published replica solutions as stored (columns q, m, V, theta, mse, alpha,
+    lambda, Phi in the theory's units; the file's order, alpha descending); [] where the folder
+    has no such file."""
+    path = DATA / f"repl_softmax_Mixed_sig{sigma:g}_lamb0.01_omega{omega:g}{BRANCHES[branch]}.csv"
+    if not path.is_file():
+        return []
+    with open(path) as fh:
+        return [{k: float(v) for k, v in r.items() if k} for r in csv.DictReader(fh)]
+
+
 def theory(omega: float, branch: str, sigma: float = 0.5) -> dict[str, list[float]]:
     """A branch's replica solutions over alpha, in the empirical units (gen error = mse/2,
     theta = theta/sigma^2, magnetization = m); {} where the folder has no such file."""
-    path = DATA / f"repl_softmax_Mixed_sig{sigma:g}_lamb0.01_omega{omega:g}{BRANCHES[branch]}.csv"
-    if not path.is_file():
+    rows = sorted(replica_rows(omega, branch, sigma), key=lambda r: r["alpha"])
+    if not rows:
         return {}
-    with open(path) as fh:
-        rows = sorted(csv.DictReader(fh), key=lambda r: float(r["alpha"]))
     return {
-        "alpha": [float(r["alpha"]) for r in rows],
-        "gen_error": [float(r["mse"]) / 2 for r in rows],
-        "theta": [float(r["theta"]) / sigma**2 for r in rows],
-        "magnetization": [float(r["m"]) for r in rows],
+        "alpha": [r["alpha"] for r in rows],
+        "gen_error": [r["mse"] / 2 for r in rows],
+        "theta": [r["theta"] / sigma**2 for r in rows],
+        "magnetization": [r["m"] for r in rows],
     }
