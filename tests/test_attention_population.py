@@ -208,9 +208,9 @@ def test_sobol_points_equal_scipy_unscrambled():
 
     from attnsim.models.attention.population.sobol import SOBOL_BITS, sobol_direction_numbers, sobol_integers
 
-    for dim in (1, 8, 40):
-        ours = sobol_integers(sobol_direction_numbers(dim), 9) * 2.0**-SOBOL_BITS
-        ref = qmc.Sobol(d=dim, scramble=False, bits=SOBOL_BITS).random_base2(9)
+    for dim, m in ((1, 9), (8, 9), (40, 12), (21201, 6)):  # the shipped table's every dimension
+        ours = sobol_integers(sobol_direction_numbers(dim), m) * 2.0**-SOBOL_BITS
+        ref = qmc.Sobol(d=dim, scramble=False, bits=SOBOL_BITS).random_base2(m)
         np.testing.assert_array_equal(ours, ref)
 
 

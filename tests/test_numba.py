@@ -77,20 +77,26 @@ def test_gd_kernels_load_from_a_cache_filled_parallel_kernel_first(tmp_path):
         assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr[-2000:]
 
 
-def test_attnsim_uses_numba_and_numpy_through_their_public_interfaces_only():
-    """No private name of Numba's or NumPy's (a leading underscore after their package) in the
-    package, no patch of their attributes, and no upper bound on Numba in setup.cfg."""
+def test_attnsim_uses_its_dependencies_through_their_public_interfaces_only():
+    """No private name of Numba's, NumPy's, SciPy's or llvmlite's (a leading underscore after
+    their package) in the package, no undocumented attribute of Numba's compiled functions, no
+    data file read from inside a dependency's folder, no patch of their attributes, and no upper
+    bound on Numba in setup.cfg."""
     import re
 
     root = Path(__file__).resolve().parent.parent
-    private = re.compile(
-        r"\b(numba|numpy|llvmlite)(\.\w+)*\._[a-z]\w*|from (numba|numpy|llvmlite)[\w.]* import _"
-    )
-    named = ("_load_overload", "_set_madvise_hugepage", "_launch_threads", "_unserialize", "_defined_symbols")
+    deps = r"(numba|numpy|scipy|llvmlite)"
+    private = re.compile(rf"\b{deps}(\.\w+)*\._[a-z]\w*|from {deps}[\w.]* import _")
+    inside = re.compile(rf"\b{deps}(\.\w+)*\.__file__|\b{deps}\.__path__")  # a file read by path
+    named = (
+        "_load_overload", "_set_madvise_hugepage", "_launch_threads", "_unserialize", "_defined_symbols",
+        "_sobol_direction_numbers", ".entry_point", ".overloads[", ".overloads.",
+    )  # fmt: skip
     for path in sorted((root / "attnsim").rglob("*.py")):
         text = path.read_text()
         assert not private.search(text), f"{path}: {private.search(text).group(0)}"
-        assert not any(name in text for name in named), path
+        assert not inside.search(text), f"{path}: {inside.search(text).group(0)}"
+        assert not [name for name in named if name in text], (path, [name for name in named if name in text])
     requires = (root / "setup.cfg").read_text()
     assert re.search(r"numba>=[\d.]+\s*$", requires, re.M) and "numba<" not in requires.replace(" ", "")
 

@@ -39,9 +39,7 @@ __all__ = [
     "FASTMATH",
     "MIN_NUMBA",
     "ON_MISS",
-    "Resolving",
     "check_numba_version",
-    "resolved",
     "start_threading_layer",
 ]
 PACKAGE = __name__.split(".")[0] + "."  # "attnsim."
@@ -81,41 +79,6 @@ def start_threading_layer() -> int:
     """Start Numba's threading layer now (the public ``numba.get_num_threads()`` starts it:
     the module docstring says why a kernels module that calls a parallel kernel needs it)."""
     return numba.get_num_threads()
-
-
-def resolved(kernel, args: tuple):
-    """``kernel``'s compiled function for arguments of the types of ``args``, to be called
-    with arguments of exactly those types without Numba's dispatch (call ``kernel(*args)``
-    once first, so it is compiled or loaded). The dispatch works out the type of every
-    argument at every call: about 2.6 us for a namedtuple of a dozen arrays, which the
-    gradient flow's vector field, called thousands of times per second with the same types,
-    pays for nothing. The caller guarantees the types (a wrong dtype past the dispatch's
-    check is memory-unsafe): :class:`Resolving` is used at one call site only, the flow
-    field, which makes its state contiguous float64 first. ``kernel`` itself when this
-    Numba keeps no such entry."""
-    try:
-        return kernel.overloads[tuple(numba.typeof(a) for a in args)].entry_point
-    except (AttributeError, KeyError, TypeError, ValueError):  # another Numba: dispatch as usual
-        return kernel
-
-
-class Resolving:
-    """``kernel`` at one call site whose arguments always have the same types (its own work
-    arrays, floats, ints, a state the caller made contiguous float64): the first call goes
-    through Numba's dispatch, every later one straight to the compiled function of those
-    types (:func:`resolved`)."""
-
-    __slots__ = ("kernel", "fn")
-
-    def __init__(self, kernel):
-        self.kernel, self.fn = kernel, None
-
-    def __call__(self, *args):
-        if self.fn is not None:
-            return self.fn(*args)
-        out = self.kernel(*args)
-        self.fn = resolved(self.kernel, args)
-        return out
 
 
 check_numba_version(numba.__version__)

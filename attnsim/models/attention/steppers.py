@@ -13,7 +13,6 @@ from numpy.typing import ArrayLike
 from scipy.linalg import cho_solve, solve_triangular
 
 from ...optimizers.base import Optimizer, Outer
-from ...runtime.numba_cache import Resolving
 from ...runtime.workspace import PROCESS
 from ..base import Observation, Outcome, Stepper
 from .buffers import (
@@ -442,7 +441,7 @@ class FlowField(AttentionModel):
     def __init__(self, arrays: ModelArrays) -> None:
         super().__init__(arrays)
         self.evals = 0
-        self._rhs = Resolving(_flow_rhs)  # every call has arguments of the same types
+        self._rhs = _flow_rhs
 
     def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:
         tw, tp, tn = self.train
@@ -469,10 +468,8 @@ class FlowField(AttentionModel):
         if not (isinstance(theta, np.ndarray) and theta.dtype == _F64 and theta.flags.c_contiguous):
             theta = np.ascontiguousarray(theta, dtype=np.float64)  # the solver's states already are
         out = np.empty(theta.shape)
-        # the compiled function itself once resolved (a call less per evaluation: ~1 us of ~19);
         # X nu once while nu is fixed (it is in every evaluation's work.u after that)
-        rhs = self._rhs.fn or self._rhs
-        rhs(self.data, theta, self.W, self.p, self.nu, self.train, self.lr, self.work, self.evals == 1, out)
+        self._rhs(self.data, theta, self.W, self.p, self.nu, self.train, self.lr, self.work, self.evals == 1, out)
         return out
 
 

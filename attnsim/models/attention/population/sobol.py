@@ -1,9 +1,17 @@
 """Scrambled Sobol points (Owen-type random linear scrambles with a digital shift) for the
 population metrics' bulk expectations.
 
-Hand-written rather than scipy.stats.qmc: importing scipy.stats costs 0.7 s of every
-run's start-up (docs/design.md); the direction numbers are read from the copy SciPy
-installs for it.
+Hand-written rather than scipy.stats.qmc: importing scipy.stats costs 0.44-0.7 s of every
+run's start-up (docs/design.md), and SciPy keeps its table of initial direction numbers in a
+private file. attnsim ships its own copy of that table, ``joe_kuo.npz``: the primitive
+polynomials and initial direction numbers of Joe and Kuo's new-joe-kuo-6.21201 (S. Joe and
+F. Y. Kuo, "Constructing Sobol sequences with better two-dimensional projections", SIAM J.
+Sci. Comput. 30, 2635-2654, 2008; the same numbers scipy.stats.qmc.Sobol uses:
+``tests/test_attention_population.py`` checks the unscrambled points against it). Their
+notice: Copyright (c) 2008, Frances Y. Kuo and Stephen Joe. All rights reserved.
+Redistribution and use in source and binary forms, with or without modification, are
+permitted provided that the copyright notice, this list of conditions and the disclaimer are
+retained; THE DATA IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND.
 """
 
 from __future__ import annotations
@@ -12,7 +20,6 @@ import functools
 from pathlib import Path
 
 import numpy as np
-import scipy
 from scipy.special import ndtri
 
 N_SCRAMBLES = 8
@@ -22,10 +29,9 @@ SOBOL_BITS = 30
 @functools.lru_cache(maxsize=1)
 def _joe_kuo() -> tuple[np.ndarray, np.ndarray]:
     """Joe & Kuo's primitive polynomials and initial direction numbers
-    (new-joe-kuo-6.21201), read from the copy SciPy installs for
-    scipy.stats.qmc (read as data: importing scipy.stats costs 0.7 s)."""
-    with np.load(Path(scipy.__file__).parent / "stats" / "_sobol_direction_numbers.npz") as f:
-        return f["poly"], f["vinit"]
+    (new-joe-kuo-6.21201), from the table attnsim ships (the module's note)."""
+    with np.load(Path(__file__).with_name("joe_kuo.npz")) as f:
+        return f["poly"].astype(np.int64), f["vinit"].astype(np.int64)
 
 
 def sobol_direction_numbers(dim: int, bits: int = SOBOL_BITS) -> np.ndarray:
