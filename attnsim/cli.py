@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 from ._meta import DependencyError, PlotError, SimulationError
-from .cli_args import UsageError, build_parser
+from .cli_args import UsageError, build_parser, load_gallery
 from .runtime.streams import StreamError, guard_streams, stream_failed
 
 
@@ -402,7 +402,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from .figures import NAMES, make  # lazy
+    gallery = load_gallery()  # scripts/gallery of a checkout (UsageError from an installed wheel)
+    NAMES, make = gallery.NAMES, gallery.make
 
     bad = [n for n in args.names if n not in NAMES]
     if bad:
@@ -453,56 +454,29 @@ def cmd_check_grad(args: argparse.Namespace) -> int:
     return grad_verdict(errors, args.tol, width=width)
 
 
-THEORY_KEYS = ("alpha", "omega", "sigma", "weight_decay", "teacher_A")
-
-
 def cmd_theory(args: argparse.Namespace) -> int:
     import json  # lazy
 
+    from . import registry  # lazy
     from .config import parse_set  # lazy
+    from .models.base import TheoryError  # lazy
 
-    if not (math.isfinite(args.int_tol) and 0 < args.int_tol < 1):
-        raise UsageError(f"theory --int-tol: must be in (0, 1), got {args.int_tol}")
+    options = {k: getattr(args, k) for k in ("branch", "rule", "int_tol") if getattr(args, k) is not None}
     values = parse_set(args.sets)
-    other = sorted(set(values) - set(THEORY_KEYS))
-    if other:
-        raise UsageError(
-            f"theory --set {other[0]}: the theory (d -> infinity, T = 2, rank 1) takes only "
-            f"{', '.join(THEORY_KEYS)}"
-        )
-    from .models.positional_semantic import replica  # lazy
-
-    try:
-        settings = replica.Settings(**values)
-    except replica.ReplicaError as exc:
-        raise UsageError(f"theory --set {exc}") from None
 
     def progress(msg: str) -> None:
         print(f"attnsim theory: {msg}", file=sys.stderr, flush=True)
 
-    sol = replica.solve(settings, args.branch, args.rule, int_tol=args.int_tol, progress=progress)
+    try:
+        answer = registry.spec(args.model).theory(values, options, progress)
+    except TheoryError as exc:
+        raise UsageError(f"theory {exc}") from None
     if args.json:
-        print(json.dumps(sol.as_dict()))
-    elif sol.converged:
-        accuracy = (
-            f"integration: Gauss-Hermite order {sol.order}, the answer moved {sol.integration_error:.2g} "
-            "relative from the order before (its accuracy at best; --int-tol asks for less)"
-            if sol.integration_error is not None
-            else "integration: the published notebook's fixed rules (no accuracy claim)"
-        )
-        emp = sol.empirical()
-        print(
-            f"{args.branch} branch at alpha = {settings.alpha:g}, omega = {settings.omega:g}, sigma = "
-            f"{settings.sigma:g}, lambda = {settings.weight_decay:g} ({sol.iterations} iterations)\n"
-            f"q = {sol.q:.6g}, m = {sol.m:.6g}, V = {sol.V:.6g}, theta = {sol.theta:.6g}, "
-            f"mse = {sol.mse:.6g}, Phi = {sol.Phi:.6g}\n"
-            f"empirical units: gen error {emp['gen_error']:.6g}, theta / sigma^2 {emp['theta']:.6g}, "
-            f"magnetization {emp['magnetization']:.6g}, "
-            f"train objective / d {emp['train_objective_per_d']:.6g}\n"
-            f"{accuracy}"
-        )
-    if not sol.converged:
-        print(f"attnsim theory: not converged: {sol.message}", file=sys.stderr)
+        print(json.dumps(answer.data))
+    elif answer.lines:
+        print("\n".join(answer.lines))
+    if not answer.ok:
+        print(f"attnsim theory: not converged: {answer.message}", file=sys.stderr)
         return 1
     return 0
 

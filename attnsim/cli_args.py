@@ -4,12 +4,48 @@ Imports nothing numerical: ``attnsim --version`` and ``--help`` start instantly.
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
 
 from ._meta import GRAD_TOL, __version__
+
+GALLERY = "scripts/gallery"  # the figure code, in a checkout of attnsim (not installed with the package)
 
 
 class UsageError(Exception):
     """Bad usage or input: exit code 2."""
+
+
+def theory_models() -> list[str]:
+    """The models whose registry line says they have a theory (``attnsim theory MODEL``)."""
+    from . import registry  # lazy: plain data, no numerics
+
+    return [name for name, entry in registry.MODELS.items() if entry.theory]
+
+
+def find_gallery() -> Path | None:
+    """The ``scripts`` folder that holds the figure code (``scripts/gallery``): the one beside
+    the package (a checkout, an editable install) or in the working folder (a checkout with the
+    package installed from it), else None."""
+    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (root / GALLERY / "__init__.py").is_file():
+            return root / "scripts"
+    return None
+
+
+def load_gallery() -> Any:
+    """The figure code's package (``gallery``: NAMES, make), or UsageError saying where it lives."""
+    where = find_gallery()
+    if where is None:
+        raise UsageError(
+            f"figures: the figure code is not installed with the package; it is {GALLERY}/ in a checkout "
+            "of attnsim's repository: run `attnsim figures` (or python scripts/make_figures.py) there"
+        )
+    if str(where) not in sys.path:
+        sys.path.insert(0, str(where))
+    return importlib.import_module("gallery")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,12 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     rl.add_argument("--out", default="sweeps", help="folder for the records and table.csv (default sweeps/)")
     rl.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
-    from .figures import NAMES  # lazy (the names only: no matplotlib)
-
-    fg = sub.add_parser("figures", help="regenerate the paper's figures")
-    fg.add_argument(
-        "names", nargs="*", metavar="NAME", help=f"figures to make (default: all): {', '.join(NAMES)}"
-    )
+    names = f"(the figure code is {GALLERY}/ of a checkout)"
+    if find_gallery() is not None:  # the names only: no matplotlib
+        names = ", ".join(load_gallery().NAMES)
+    fg = sub.add_parser("figures", help="regenerate the paper's figures (from a checkout)")
+    fg.add_argument("names", nargs="*", metavar="NAME", help=f"figures to make (default: all): {names}")
     fg.add_argument("--quick", action="store_true", help="small grids (a smoke run)")
     fg.add_argument("--outdir", help="where the PNGs go (default figures/; with --quick runs/figures-quick/)")
     fg.add_argument(
@@ -108,29 +143,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     th = sub.add_parser(
         "theory",
-        help="a model's replica theory at d -> infinity: the fixed point of one branch",
-        description="Solve the replica fixed-point equations of a model that has them (Cui et al.'s "
-        "Result 4.2 for positional_semantic) and print q, m, V, theta, mse and Phi in the published "
-        "theory's units (empirical gen error = mse / 2, theta / sigma^2, train objective / d = -Phi). "
-        "Exit 1, with no numbers, when the iteration or the integration does not converge.",
+        help="a model's theory at d -> infinity (its replica fixed point, its asymptotic errors)",
+        description="A model's theory at d -> infinity, for a model that has one: positional_semantic's "
+        "replica fixed point (Cui et al.'s Result 4.2: q, m, V, theta, mse and Phi in the published "
+        "theory's units, empirical gen error = mse / 2, theta / sigma^2, train objective / d = -Phi). "
+        "Exit 1, with no numbers, when its solver does not converge.",
     )
-    th.add_argument("model", choices=["positional_semantic"], help="the model whose theory to solve")
-    th.add_argument("--branch", choices=["semantic", "positional", "agnostic"], default="semantic")
+    th.add_argument("model", choices=theory_models(), help="the model whose theory to solve")
+    th.add_argument(
+        "--branch",
+        choices=["semantic", "positional", "agnostic"],
+        default=None,
+        help="positional_semantic: the branch (default semantic)",
+    )
     th.add_argument(
         "--rule",
         choices=["gauss-hermite", "published"],
-        default="gauss-hermite",
-        help="gauss-hermite: raise the order until the answer stops moving (default); published: the "
-        "published notebook's fixed rules, start and stop (reproduces its rows, no accuracy claim)",
+        default=None,
+        help="positional_semantic: gauss-hermite raises the order until the answer stops moving "
+        "(default); published: the published notebook's fixed rules, start and stop (reproduces its "
+        "rows, no accuracy claim)",
     )
     th.add_argument(
         "--int-tol",
         type=float,
-        default=3e-2,
-        help="gauss-hermite: the largest relative move of q, m, V, theta, mse and Phi between two orders "
-        "that counts as converged (default 3e-2: the positional branch's integrand jumps where the proximal "
-        "map changes minimum, and its q and V move by 2-3 percent between orders 12, 16 and 24; mse and Phi "
-        "by under 1e-3)",
+        default=None,
+        help="positional_semantic, gauss-hermite: the largest relative move of q, m, V, theta, mse and "
+        "Phi between two orders that counts as converged (default 3e-2: the positional branch's "
+        "integrand jumps where the proximal map changes minimum, and its q and V move by 2-3 percent "
+        "between orders 12, 16 and 24; mse and Phi by under 1e-3)",
     )
     th.add_argument(
         "--set",
@@ -138,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="alpha, omega, sigma, weight_decay or teacher_A (a 2 x 2 matrix)",
+        help="the theory's keys (positional_semantic: alpha, omega, sigma, weight_decay or teacher_A, "
+        "a 2 x 2 matrix)",
     )
     th.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sub.add_parser("keys", help="list every config key with its default and allowed values")

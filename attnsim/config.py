@@ -13,11 +13,6 @@ import functools
 import hashlib
 import json
 import math
-import numbers
-import os
-import stat
-import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -25,12 +20,21 @@ from typing import Any
 
 from . import registry
 from ._meta import ConfigError
+from .config_files import MAX_TOML_BYTES, file_data, load_toml, read_toml, regular_file  # noqa: F401
 from .config_rules import ADAM_KEYS, validate
+from .config_values import (  # noqa: F401  (TRAIN_BLOCKS, normalize_train: part of this module's interface)
+    _PLAIN,
+    MAX_INT,
+    TRAIN_BLOCKS,
+    _numpy_bool,
+    _subnormal,
+    matrix,
+    normalize_train,
+    parse_scalar,
+    scalar,
+)
 from .presets import PRESETS, resolve
 from .words import suggest
-
-TRAIN_BLOCKS = ("W", "p", "nu")
-MAX_INT = 2**53  # integers above this are not exact in float64 (chi-square degrees of freedom, steps)
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,15 @@ class _ConfigMethods:
         if self.preset and not _RESOLVING.get():
             _check_preset_applied(self)
 
+    def default(self, key: str) -> Any:
+        """The default of ``key`` under this config's model (a common key's, or the model's own)."""
+        return _model_default(self.model, key) if key in _COMMON else _DEFAULTS[key]
+
+    @staticmethod
+    def common_keys() -> tuple[str, ...]:
+        """The keys of every model (:class:`CommonKeys`), in their order."""
+        return _COMMON
+
     # -- derived quantities -------------------------------------------------
     @property
     def train_set(self) -> frozenset[str]:
@@ -171,7 +184,7 @@ def _assemble() -> type:
     common = fields(CommonKeys)
     clashes = registry.key_collisions(tuple(f.name for f in common))
     if clashes:  # a registry edit's mistake: said at once, naming the key and its owners
-        raise RuntimeError(f"attnsim's registry declares config keys twice: {'; '.join(clashes)}")
+        raise RuntimeError(f"attnsim's registry declares names twice: {'; '.join(clashes)}")
     after = {
         "optimizer": [f for name in registry.OPTIMIZERS for f in registry.optimizer_fields(name)],
         "model": [f for name in registry.MODELS for f in registry.key_fields(name)],
@@ -182,7 +195,34 @@ def _assemble() -> type:
          dataclasses.field(default=None if f.name in _MODEL_DEFAULTED else f.default))
         for f in ordered
     ]  # fmt: skip
-    doc = "All settings of one run; ``attnsim keys`` and docs/usage.md give their meanings."
+    doc = """All settings of one run: a frozen dataclass of the common keys, every registered
+    optimizer's keys and every registered model's (``attnsim keys`` and docs/usage.md give
+    their meanings, defaults and allowed values).
+
+    Parameters
+    ----------
+    **keys
+        Any config key; the rest take their defaults (a common key some model defaults
+        otherwise takes that model's default: ``Config(model="positional_semantic").n`` is 2000).
+
+    Raises
+    ------
+    ConfigError
+        On construction, naming the key of the first rule the keys break: a range, a
+        combination, a capability the model does not declare, a common key it does not read
+        (:mod:`attnsim.config_rules`), another model's or optimizer's key.
+
+    Examples
+    --------
+    >>> from attnsim.config import Config
+    >>> cfg = Config(d=4500, signal_norm=5)
+    >>> cfg.replace(steps=2000).steps
+    2000
+    >>> Config(model="encoder", pop_points=1024)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attnsim._meta.ConfigError: pop_points: model=encoder does not read it ...
+    """
     return dataclasses.make_dataclass(
         "Config",
         spec,
@@ -193,7 +233,9 @@ def _assemble() -> type:
 
 
 _MODEL_DEFAULTED = tuple(sorted(registry.model_defaults()))  # common keys some model defaults otherwise
+_COMMON = tuple(f.name for f in fields(CommonKeys))
 Config = _assemble()
+_DEFAULTS = {f.name: f.default for f in fields(Config)}
 
 
 def _derived(cfg: Any) -> dict[str, Any]:
@@ -316,40 +358,12 @@ def _coerce(name: str, value: Any) -> Any:
     if kind == "str" and name in _BOOL_WORDS and (isinstance(value, bool) or _numpy_bool(value)):
         value = "true" if value else "false"  # refine_times = true in TOML, --set refine_times=true
     if kind == "matrix":
-        return _matrix(name, value)
+        return matrix(name, value)
     if isinstance(value, str) and kind != "str":
         want = {"bool": "true or false", "int": "an integer", "float": "a number"}[kind]
         raise ConfigError(f"{name}: expected {want}, got the text {value!r}")
-    if kind == "bool":
-        if isinstance(value, bool) or _numpy_bool(value):
-            return bool(value)
-        raise ConfigError(f"{name}: expected true or false, got {value!r}")
-    if kind == "int":
-        if isinstance(value, bool) or _numpy_bool(value):
-            raise ConfigError(f"{name}: expected an integer, got {value!r}")
-        if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-            value = float(value)
-            if math.isfinite(value) and value.is_integer():
-                value = int(value)
-        if not isinstance(value, numbers.Integral):
-            raise ConfigError(f"{name}: expected an integer, got {value!r}")
-        value = int(value)
-        if abs(value) > MAX_INT:
-            raise ConfigError(f"{name}: at most 2^53 = {MAX_INT} (exact in float64), got {value}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or _numpy_bool(value) or not isinstance(value, numbers.Real):
-            raise ConfigError(f"{name}: expected a number, got {value!r}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise ConfigError(f"{name}: must be finite, got {value!r}")
-        value += 0.0  # -0.0 is 0.0: one point of a grid, one record
-        if _subnormal(value):
-            raise ConfigError(
-                f"{name}: {value!r} is subnormal (below {sys.float_info.min:.3g}, the smallest normal "
-                "float64): it has lost precision and underflows to 0 in products; use 0 or a normal number"
-            )
-        return value
+    if kind in ("bool", "int", "float"):
+        return scalar(name, kind, value)
     if name == "train" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         value = ",".join(value)  # ["W", "p"], as TOML and Python write a set of blocks
     if not isinstance(value, str):
@@ -363,72 +377,6 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name}: {value!r} is not one of {allowed}")
         return lookup[value.lower()]
     return value
-
-
-def _matrix(name: str, value: Any) -> tuple[tuple[float, ...], ...]:
-    """A matrix key (a nested list in TOML, --set and JSON) as a tuple of rows of finite floats."""
-    rows = value.tolist() if hasattr(value, "tolist") else value
-    if isinstance(rows, (list, tuple)) and rows and all(isinstance(r, (list, tuple)) and r for r in rows):
-        return tuple(tuple(_coerce_real(name, v) for v in r) for r in rows)
-    raise ConfigError(
-        f"{name}: expected a matrix as a nested list such as [[0.6, 0.4], [0.4, 0.6]], got {value!r}"
-    )
-
-
-def _coerce_real(name: str, v: Any) -> float:
-    if (
-        isinstance(v, bool)
-        or _numpy_bool(v)
-        or not isinstance(v, numbers.Real)
-        or not math.isfinite(float(v))
-    ):
-        raise ConfigError(f"{name}: every entry must be a finite number, got {v!r}")
-    return float(v) + 0.0
-
-
-def _subnormal(x: float) -> bool:
-    return 0.0 < abs(x) < sys.float_info.min
-
-
-def _numpy_bool(value: Any) -> bool:
-    """A NumPy bool scalar (not registered as a number, and not a Python bool)."""
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and dtype.kind == "b" and getattr(value, "shape", None) == ()
-
-
-_PLAIN = {"bool": bool, "int": int, "float": float}  # values of these exact types need no conversion
-
-
-def normalize_train(text: str) -> str:
-    """Canonical ``train`` string: "Wp", "p,nu", "nu, W" -> "W,p", "p,nu", "W,nu"."""
-    rest = text.replace(",", "").replace(" ", "").replace("+", "").lower()
-    found: set[str] = set()
-    while rest:
-        for token, block in (("nu", "nu"), ("w", "W"), ("p", "p")):
-            if rest.startswith(token):
-                found.add(block)
-                rest = rest[len(token) :]
-                break
-        else:
-            raise ConfigError(f'train: {text!r} is not a non-empty subset of W, p, nu (e.g. "W,p")')
-    if not found:
-        raise ConfigError("train: must name at least one of W, p, nu")
-    return ",".join(b for b in TRAIN_BLOCKS if b in found)
-
-
-def _parse_scalar(text: str) -> Any:
-    """Parse a ``--set`` value: TOML literal if it is one, else the bare string."""
-    text = text.strip()
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        pass
-    if not text.isascii():  # float() reads full-width and other scripts' digits: "５" would be 5
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 _RESOLVING = contextvars.ContextVar("resolving", default=False)  # from_mapping laid a preset's keys under
@@ -487,69 +435,8 @@ def parse_set(items: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--set: expected key=value, got {item!r}")
         if key not in KEYS:
             raise ConfigError(unknown_key_message(key))
-        out[key] = _parse_scalar(value)
+        out[key] = parse_scalar(value)
     return out
-
-
-MAX_TOML_BYTES = 16 * 2**20  # config and sweep files are a few kB; a larger one is a mistake
-
-
-def regular_file(path: str | Path, what: str, max_bytes: float | None = None) -> Path:
-    """``path`` if it is a regular file (following symlinks) of at most
-    ``max_bytes``; else a ConfigError naming it (a folder, a device such as
-    /dev/zero or a pipe would hang or fail a reader)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what} file (cannot read it)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
-        raise ConfigError(f"{path}: not a regular file ({kind}); give a {what} file")
-    if max_bytes is not None and st.st_size > max_bytes:
-        raise ConfigError(f"{path}: larger than {max_bytes / 2**20:.0f} MB; not a {what} file")
-    return Path(path)
-
-
-def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
-    """A TOML file as a mapping; unreadable or invalid files are ConfigErrors."""
-    regular_file(path, what, MAX_TOML_BYTES)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        # a byte-order mark (Windows editors write one) is not TOML, but it is no error of the user's
-        return tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not valid TOML (not UTF-8 text)") from None
-
-
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a config TOML file (top-level keys, or a [config] table)."""
-    data = read_toml(path)
-    if set(data) == {"config"} and isinstance(data["config"], dict):
-        data = data["config"]
-    return data
-
-
-def file_data(values: dict[str, Any], path: str | Path) -> str | None:
-    """Pop a config file's ``data`` key (a data file relative to the config file, never to
-    the working folder, or a built-in dataset's name), as a sweep file's ``[sweep] data``."""
-    data = values.pop("data", None)
-    if data is None:
-        return None
-    if not isinstance(data, str) or not data:
-        raise ConfigError(f"{path}: data: expected a file name or a built-in dataset, got {data!r}")
-    if Path(data).is_absolute():
-        return data
-    near = Path(path).parent / data
-    if near.exists() or (os.sep not in data and "." not in data):  # a file beside it, or a built-in's name
-        return str(near) if near.exists() else data
-    raise ConfigError(f"{path}: data: {near}: no such file (a data file is read relative to its TOML file)")
 
 
 def config_values(path: str | Path | None = None, sets: list[str] | None = None) -> dict[str, Any]:

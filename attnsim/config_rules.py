@@ -4,7 +4,6 @@ checks them on construction; each model's own rules are in its ``keys.py``."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -78,15 +77,15 @@ def validate(c: Any) -> None:
     _check_scales(c)
     for key, default in registry.foreign_keys(c.model).items():
         _require(getattr(c, key) == default, f"{key}: applies to model={registry.owner(key)} only")
-    _check_unused(c)
     _check_capabilities(c)
+    _check_fresh(c)
+    _check_reads(c)
     _check_optimizer(c)
     registry.keys_module(c.model).check(c)
     _require(
         c.optimizer == "gd" or c.integrator == "gd",
         f"optimizer: {c.optimizer} is a rule for discrete steps; integrator=flow integrates plain GD's flow",
     )
-    _check_fresh(c)
     if c.data_model == "magen2025":
         _require(
             c.role_counts == (1, 0, 0, 1),
@@ -99,13 +98,27 @@ def validate(c: Any) -> None:
     )
 
 
-def _check_unused(c: Any) -> None:
-    """The common keys the model does not read stay at its defaults (refused, never ignored)."""
+def _check_reads(c: Any) -> None:
+    """Every common key the model does not read (under this integrator) stays at its default
+    under the model, and a key read only under a condition on other keys (log_points with a
+    geometric grid) is refused without it: one line naming the key and the model, never ignored."""
     entry = registry.MODELS[c.model]
-    common = {f.name: f.default for f in dataclasses.fields(c)}
-    for key in entry.unused:
-        default = entry.defaults.get(key, common[key])
-        _require(getattr(c, key) == default, f"{key}: does not apply to model={c.model} (leave it unset)")
+    reads = registry.reads(c.model, c.integrator)
+    for key in c.common_keys():
+        if key in registry.FRAMEWORK or getattr(c, key) == c.default(key):
+            continue
+        if key not in reads:
+            under = [i for i, keys in entry.reads_with.items() if key in keys]
+            if under:
+                raise ConfigError(
+                    f"{key}: model={c.model} reads it under integrator={' or '.join(under)} only, "
+                    f"not {c.integrator}; leave it unset"
+                )
+            why = f" ({entry.hints[key]})" if key in entry.hints else ""
+            raise ConfigError(f"{key}: model={c.model} does not read it{why}; leave it unset")
+        applies, words = registry.CONDITIONS.get(key, (None, ""))
+        if applies is not None and not applies(c):
+            raise ConfigError(f"{key}: applies only with {words}; leave it unset")
 
 
 def _declared(c: Any, key: str, value: str, allowed: tuple[str, ...], what: str) -> None:

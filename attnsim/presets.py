@@ -10,7 +10,10 @@ sources. A preset is plain data; what it cannot reproduce is said in its
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
+
+from .registry import CONDITIONS
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,15 @@ def resolve(values: dict[str, Any]) -> dict[str, Any]:
     preset = PRESETS[name]
     if not preset.runnable:
         raise ValueError(f"preset: {name} has no run ({preset.notes})")
-    return {**preset.values, **values, "preset": name}
+    merged = {**preset.values, **values, "preset": name}
+    # a preset's key that the user's own keys make inapplicable is dropped (its log_every when the
+    # user logs geometrically): the conditions every model's keys obey (registry.CONDITIONS)
+    view = SimpleNamespace(**{"log_scale": "linear", **merged})
+    for key in preset.values:
+        rule = CONDITIONS.get(key)
+        if key not in values and rule is not None and not rule[0](view):
+            del merged[key]
+    return merged
 
 
 def listing() -> str:

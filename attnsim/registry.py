@@ -23,11 +23,80 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import metric_names
+
 ANY = "any"  # a model's optimizers: every registered one whose needs it meets
+
+# -- the common keys a model may read, in groups for its registry line (SPEC §8) --
+# always read, never declared: the model, the preset's label, and the keys its capabilities
+# decide (engine, integrator, optimizer, attention, precision_twin, data_model; weight_decay
+# follows the optimizer: Entry.weight_decay_with)
+FRAMEWORK = ("model", "preset", "engine", "integrator", "optimizer", "weight_decay", "attention",
+             "precision_twin", "data_model")  # fmt: skip
+SCHEDULE = ("lr", "steps", "seed", "log_scale", "log_every", "log_points")  # the driver's
+PAPER_DATA = (
+    "n",
+    "T",
+    "d",
+    "signal_norm",
+    "sigma",
+    "rho",
+    "n_relevant",
+    "n_weak_aligned",
+    "n_weak_opposite",
+    "shuffle_roles",
+    "noise_rate",
+    "label_noise",
+)  # fmt: skip  (Sakamoto & Sato's data, SPEC §2)
+VERDICTS = ("test_n", "benign_error", "gen_score", "clean_twin", "refine_times")  # a classifier's
+POPULATION = ("pop_points", "pop_seed", "pop_log_points")  # population metrics (estimated with a seed)
+FLOW = ("flow_method", "flow_rtol", "flow_atol")  # SciPy's Runge-Kutta solvers
+# a key read under a condition on other keys, for every model: (the condition, its words)
+CONDITIONS = {
+    "log_every": (lambda c: c.log_scale == "linear", "log_scale=linear (it spaces a linear log grid)"),
+    "log_points": (lambda c: c.log_scale == "log", "log_scale=log (it counts a geometric log grid)"),
+}
 
 
 @dataclass(frozen=True)
 class Entry:
+    """One model's registry line: what the layers below the models know of it, as plain data.
+
+    Parameters
+    ----------
+    module : str
+        The model's package: ``<module>.spec.SPEC`` its ModelSpec, ``<module>.keys`` its keys.
+    defaults : dict
+        The common keys whose default it changes (``n``, ``lr``, ...).
+    arrays, decided
+        The data-file arrays it owns, and the keys their sizes decide (key -> (array, axis)).
+    engines, coordinate_engines, integrators, optimizers, blocks, weight_decay_with,
+    attentions, precision_twins, data_models, data_sources
+        What it can run: anything else is refused by config validation in one line, before
+        any work; the conformance suite runs each declared value and sees it change the run.
+    metrics : dict of str to str
+        What it records beside the common metrics, name -> meaning. A name may not be a config
+        key, another model's metric of another meaning, or a name a classifier run writes
+        unless it declares that name's meaning word for word (:mod:`attnsim.metric_names`).
+    reads, reads_with
+        The common keys it reads (beside :data:`FRAMEWORK`), under every integrator and per
+        integrator; any other set away from its default is refused, naming the key and the model.
+    hints : dict of str to str
+        Why a common key it does not read cannot apply: the refusal's words.
+    theory : bool
+        Its spec answers ``attnsim theory MODEL`` (:meth:`attnsim.models.base.ModelSpec.theory`).
+    renamed : dict of str to str
+        A metric's earlier name -> its name: result files written before the rename load with it.
+
+    Examples
+    --------
+    A regression that draws its own data and trains one block by any optimizer::
+
+        Entry("mypkg.quadratic", defaults={"n": 0}, optimizers=ANY, blocks=("w",),
+              metrics={"risk": "the population risk", "risk_se": "its standard error"},
+              reads=("d", "sigma") + SCHEDULE)
+    """
+
     module: str  # the model's package: <module>.spec.SPEC its ModelSpec, <module>.keys its config keys
     defaults: dict[str, Any] = field(default_factory=dict)  # common keys' defaults under this model
     arrays: tuple[str, ...] = ()  # data-file arrays of this model (its parameters)
@@ -43,10 +112,16 @@ class Entry:
     precision_twins: tuple[str, ...] = ("none",)
     data_models: tuple[str, ...] = ("sakamoto2025",)  # the generated data it reads
     data_sources: tuple[str, ...] = ("generated",)  # "generated", "file" (an .npz), "real" (attnsim real)
-    # -- what it records beside the common metrics: name -> meaning --
+    # -- what it records beside the common metrics: name -> meaning (a classifier metric's name
+    # only with its meaning, attnsim.metric_names.SHARED; no config key's name) --
     metrics: dict[str, str] = field(default_factory=dict)
-    # -- common keys it does not read: refused away from its defaults (never silently ignored) --
-    unused: tuple[str, ...] = ()
+    # -- the common keys it reads (beside FRAMEWORK): any other set away from its default is
+    # refused, one line naming the key and the model, before any work --
+    reads: tuple[str, ...] = ()  # under every integrator it runs
+    reads_with: dict[str, tuple[str, ...]] = field(default_factory=dict)  # integrator -> read only there
+    hints: dict[str, str] = field(default_factory=dict)  # key -> why it cannot apply (the refusal's words)
+    theory: bool = False  # its spec answers ``attnsim theory`` (ModelSpec.theory)
+    renamed: dict[str, str] = field(default_factory=dict)  # a metric's earlier name -> its name (older files)
 
 
 ENCODER_ARRAYS = (
@@ -77,6 +152,11 @@ MODELS: dict[str, Entry] = {
         precision_twins=("none", "float32", "bfloat16", "float64"),
         data_models=("sakamoto2025", "magen2025"),
         data_sources=("generated", "file", "real"),
+        reads=PAPER_DATA + SCHEDULE + VERDICTS + POPULATION
+        + ("train", "init_W", "init_W_scale", "init_p", "init_p_scale", "init_nu", "loss"),
+        reads_with={
+            "flow": FLOW, "population_flow": FLOW + ("batch",), "population": ("batch",), "online": ("batch",)
+        },
     ),
     "encoder": Entry(
         "attnsim.models.encoder",
@@ -89,6 +169,15 @@ MODELS: dict[str, Entry] = {
         blocks=ENCODER_ARRAYS,
         precision_twins=("none", "float32", "bfloat16", "float64"),
         data_sources=("generated", "file", "real"),
+        # no population metrics (its test metrics come from test_n fresh samples); its own init
+        reads=PAPER_DATA + SCHEDULE + VERDICTS + ("pop_log_points", "loss"),
+        hints={
+            "train": "the encoder trains every parameter",
+            "init_nu": "the encoder has its own head, drawn with init_cls_scale",
+            "pop_points": "the encoder has no population metrics: its test metrics come from test_n samples",
+            **{k: "the encoder's weights use PyTorch's initialization"
+               for k in ("init_W", "init_W_scale", "init_p", "init_p_scale")},
+        },
     ),
     "positional_semantic": Entry(
         "attnsim.models.positional_semantic",
@@ -108,17 +197,15 @@ MODELS: dict[str, Entry] = {
             "magnetization": "|1^T Q| / d",
             "theta": "|Q*^T Q| / d",
             "train_objective": "the summed training loss + (lambda/2) |Q|^2",
-            "train_loss": "the summed training loss",
+            "train_loss_sum": "the summed training loss (Cui et al.'s objective is a sum over samples)",
             "q_norm": "|Q|",
             "linear_gen_error": "the learned linear baseline B xi's population error",
             "linear_gen_error_se": "its standard error",
             "teacher_norm": "|Q*|^2 / (d r): the teacher's draw (mean 1 over seeds; what moves theta)",
         },
-        unused=(
-            "signal_norm", "rho", "n_relevant", "n_weak_aligned", "n_weak_opposite", "shuffle_roles",
-            "noise_rate", "label_noise", "train", "init_W", "init_W_scale", "init_p", "init_p_scale",
-            "init_nu", "loss", "benign_error", "gen_score", "clean_twin", "refine_times", "batch",
-        ),
+        reads=("n", "T", "d", "sigma", "test_n") + SCHEDULE + POPULATION,
+        theory=True,
+        renamed={"train_loss": "train_loss_sum"},  # a classifier run's train_loss is a mean
     ),
 }  # fmt: skip
 
@@ -206,8 +293,11 @@ def optimizer_owner(key: str) -> str | None:
 
 
 def key_collisions(common: tuple[str, ...]) -> list[str]:
-    """Every key declared twice among the ``common`` keys, the models' and the optimizers':
-    "key: owner, owner" per collision (none in a working registry)."""
+    """Every name declared twice among the ``common`` keys, the models' and the optimizers' keys
+    and the models' metrics: "name: owner, owner" per collision (none in a working registry).
+    A metric collides with a config key, with another model's metric of another meaning, and with
+    a name a classifier run writes unless it declares that name's meaning word for word
+    (:mod:`attnsim.metric_names`)."""
     owners: dict[str, list[str]] = {k: ["every model"] for k in common}
     for name in MODELS:
         for k in own_keys(name):
@@ -215,7 +305,20 @@ def key_collisions(common: tuple[str, ...]) -> list[str]:
     for name in OPTIMIZERS:
         for k in optimizer_keys(name):
             owners.setdefault(k, []).append(f"optimizer={name}")
-    return [f"{k}: {', '.join(who)}" for k, who in owners.items() if len(who) > 1]
+    out = [f"{k}: {', '.join(who)}" for k, who in owners.items() if len(who) > 1]
+    meant: dict[str, tuple[str, str]] = {}  # metric -> (its first model, its meaning)
+    for name, entry in MODELS.items():
+        for metric, meaning in entry.metrics.items():
+            who = f"a metric of model={name}"
+            if metric in owners:
+                out.append(f"{metric}: {who} and a config key ({', '.join(owners[metric])})")
+            known = metric_names.reserved(metric)
+            if known is not None and known != meaning:
+                out.append(f"{metric}: {who} ({meaning!r}) and the classifier runs' name ({known!r})")
+            first = meant.setdefault(metric, (name, meaning))
+            if first[1] != meaning:
+                out.append(f"{metric}: {who} ({meaning!r}) and of model={first[0]} ({first[1]!r})")
+    return out
 
 
 def optimizer_class(name: str) -> Any:
@@ -241,6 +344,12 @@ def make_optimizer(cfg: Any) -> Any:
     return optimizer_class(cfg.optimizer)(cfg, cfg.lr, weight_decay(cfg))
 
 
+def reads(model: str, integrator: str) -> frozenset[str]:
+    """The common keys ``model`` reads under ``integrator`` (beside :data:`FRAMEWORK`)."""
+    entry = MODELS[model]
+    return frozenset(entry.reads) | frozenset(entry.reads_with.get(integrator, ()))
+
+
 def model_metrics() -> dict[str, str]:
     """Every metric some model declares (name -> meaning)."""
     return {k: v for entry in MODELS.values() for k, v in entry.metrics.items()}
@@ -248,8 +357,9 @@ def model_metrics() -> dict[str, str]:
 
 def register(name: str, entry: Entry, common: tuple[str, ...] = ()) -> None:
     """Add a model (what one line of :data:`MODELS` does, for a model outside the package),
-    refusing one whose keys collide with the ``common`` keys or another model's or
-    optimizer's: ValueError naming the key and its owners (before the registry changes)."""
+    refusing one whose keys or metrics collide with the ``common`` keys, another model's or
+    optimizer's keys or another model's metrics (:func:`key_collisions`): ValueError naming the
+    name and its owners (before the registry changes)."""
     if name in MODELS:
         raise ValueError(f"model {name!r} is registered already")
     MODELS[name] = entry
@@ -260,10 +370,28 @@ def register(name: str, entry: Entry, common: tuple[str, ...] = ()) -> None:
         raise
     if clashes:
         del MODELS[name]
-        raise ValueError(f"model {name!r}: config keys declared twice: {'; '.join(clashes)}")
+        raise ValueError(f"model {name!r}: names declared twice: {'; '.join(clashes)}")
 
 
 def spec(model: str) -> Any:
     """The model's ModelSpec (its package is imported here, on first use: the registry sits
-    below config and data, which every model's code imports)."""
-    return importlib.import_module(f"{MODELS[model].module}.spec").SPEC
+    below config and data, which every model's code imports). A spec that does not build a
+    stepper (``ModelSpec.integrators``) or a warm-up run (``warm_configs``) for an integrator its
+    registry line declares is refused here, when the model's code loads, not in a run."""
+    return _checked_spec(model)
+
+
+@functools.cache
+def _checked_spec(model: str) -> Any:
+    loaded = importlib.import_module(f"{MODELS[model].module}.spec").SPEC
+    declared = MODELS[model].integrators
+    has = {"ModelSpec.integrators": getattr(loaded, "integrators", ()), "warm_configs": loaded.warm_configs}
+    for where, names in has.items():
+        missing = [i for i in declared if i not in names]
+        if missing:
+            what = "stepper" if where == "ModelSpec.integrators" else "warm-up run"
+            raise RuntimeError(
+                f"model={model} declares integrator {', '.join(missing)} in its registry line, but its "
+                f"spec has no {what} for it ({where})"
+            )
+    return loaded

@@ -168,9 +168,9 @@ def clean_twin_job(
     before the twin is done); or the reason it has none."""
     # the run's own log grid (so the same GD form and kernels), population metrics at its end
     # only (at step 0 the twin is the run: the same P(0), the same measure)
-    twin_cfg = cfg.replace(pop_log_points=2)
-    if problem.evaluator(twin_cfg, pop) is None:
+    if problem.evaluator(cfg, pop) is None:
         return {"reason": "no error measure (no population metrics, no test set)"}
+    twin_cfg = cfg.replace(pop_log_points=2)
     twin_ds = dataclasses.replace(ds, y=ds.y_clean)
     info = dict(problem.info)  # the run's own engine facts, not the twin's
 

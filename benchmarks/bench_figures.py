@@ -60,7 +60,9 @@ def profile(cache: Path, log: str, quick: bool, names: list[str]) -> dict[str, d
     import importlib
 
     sys.path.insert(0, str(HERE))
-    from attnsim.figures import NAMES  # this checkout's figures
+    from attnsim.cli_args import load_gallery  # this checkout's figures (scripts/gallery)
+
+    NAMES = load_gallery().NAMES
     from attnsim.sweep import parse_sweep
 
     drawn = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+): .* \(([\d.]+) s\)$", log, re.M)}
@@ -70,7 +72,7 @@ def profile(cache: Path, log: str, quick: bool, names: list[str]) -> dict[str, d
     for name, module in NAMES.items():
         if names and name not in names:
             continue
-        mod = importlib.import_module(f"attnsim.figures.{module}")
+        mod = importlib.import_module(f"gallery.{module}")
         sweeps = [parse_sweep(m).name for m in getattr(mod, "sweeps", lambda q: [])(quick)]
         recs = []
         for sweep in dict.fromkeys(sweeps):

@@ -152,14 +152,16 @@ def main() -> int:
 
     from threadpoolctl import threadpool_limits
 
-    from attnsim.figures import NAMES
+    from attnsim.cli_args import load_gallery
+
+    NAMES = load_gallery().NAMES
     from attnsim.sweep import parse_sweep
 
     measured = json.loads(args.figures.read_text())["rows"] if args.figures and args.figures.exists() else {}
     parts_of: dict[str, list] = {}  # per figure: (runs, bounded runs, [(key, steps)])
     counted: set = set()
     for name, module in NAMES.items():
-        mod = importlib.import_module(f"attnsim.figures.{module}")
+        mod = importlib.import_module(f"gallery.{module}")
         runs, bounded, parts = 0, 0, []
         for mapping in getattr(mod, "sweeps", lambda q: [])(False):
             spec = parse_sweep(mapping)

@@ -1,4 +1,4 @@
-"""Regenerate figures/fig10_encoder_dynamics*.png (code: attnsim/figures/fig10_encoder_dynamics.py).
+"""Regenerate figures/fig10_encoder_dynamics*.png (code: scripts/gallery/fig10_encoder_dynamics.py).
 
 Usage: python scripts/fig10_encoder_dynamics.py [--quick] [--outdir DIR]
 """

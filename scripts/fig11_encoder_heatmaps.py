@@ -1,4 +1,4 @@
-"""Regenerate figures/fig11_encoder_heatmaps*.png (code: attnsim/figures/fig11_encoder_heatmaps.py).
+"""Regenerate figures/fig11_encoder_heatmaps*.png (code: scripts/gallery/fig11_encoder_heatmaps.py).
 
 Usage: python scripts/fig11_encoder_heatmaps.py [--quick] [--outdir DIR]
 """

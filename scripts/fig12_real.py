@@ -1,5 +1,5 @@
 """Regenerate figures/fig12_real*.png and the Table-2 analog
-figures/fig12_real_table.csv (code: attnsim/figures/fig12_real.py; needs
+figures/fig12_real_table.csv (code: scripts/gallery/fig12_real.py; needs
 ``pip install '.[real]'`` for scikit-learn's digits).
 
 Usage: python scripts/fig12_real.py [--quick] [--outdir DIR]

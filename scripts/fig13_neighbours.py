@@ -1,4 +1,4 @@
-"""Regenerate figures/fig13_neighbours*.png (code: attnsim/figures/fig13_neighbours.py).
+"""Regenerate figures/fig13_neighbours*.png (code: scripts/gallery/fig13_neighbours.py).
 
 Usage: python scripts/fig13_neighbours.py [--quick] [--outdir DIR]
 """

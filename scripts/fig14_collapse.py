@@ -1,4 +1,4 @@
-"""Regenerate figures/fig14_collapse*.png (code: attnsim/figures/fig14_collapse.py).
+"""Regenerate figures/fig14_collapse*.png (code: scripts/gallery/fig14_collapse.py).
 
 Usage: python scripts/fig14_collapse.py [--quick] [--outdir DIR]
 """

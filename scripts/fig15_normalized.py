@@ -1,4 +1,4 @@
-"""Regenerate figures/fig15_normalized*.png (code: attnsim/figures/fig15_normalized.py).
+"""Regenerate figures/fig15_normalized*.png (code: scripts/gallery/fig15_normalized.py).
 
 Usage: python scripts/fig15_normalized.py [--quick] [--outdir DIR]
 """

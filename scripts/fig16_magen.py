@@ -1,4 +1,4 @@
-"""Regenerate figures/fig16_magen*.png (code: attnsim/figures/fig16_magen.py).
+"""Regenerate figures/fig16_magen*.png (code: scripts/gallery/fig16_magen.py).
 
 Usage: python scripts/fig16_magen.py [--quick] [--outdir DIR]
 """

@@ -1,4 +1,4 @@
-"""Regenerate figures/fig18_many_samples*.png (code: attnsim/figures/fig9_limit.py).
+"""Regenerate figures/fig18_many_samples*.png (code: scripts/gallery/fig18_many_samples.py).
 
 Usage: python scripts/fig18_many_samples.py [--quick] [--outdir DIR]
 """

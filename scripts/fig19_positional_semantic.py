@@ -1,4 +1,4 @@
-"""Regenerate figures/fig19_positional_semantic*.png (code: attnsim/figures/fig19_positional_semantic.py).
+"""Regenerate figures/fig19_positional_semantic*.png (code: scripts/gallery/fig19_positional_semantic.py).
 
 Usage: python scripts/fig19_positional_semantic.py [--quick] [--outdir DIR]
 """

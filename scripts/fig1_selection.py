@@ -1,4 +1,4 @@
-"""Regenerate figures/fig1_selection*.png (code: attnsim/figures/fig1_selection.py).
+"""Regenerate figures/fig1_selection*.png (code: scripts/gallery/fig1_selection.py).
 
 Usage: python scripts/fig1_selection.py [--quick] [--outdir DIR]
 """

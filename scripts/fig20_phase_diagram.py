@@ -1,4 +1,4 @@
-"""Regenerate figures/fig20_phase_diagram*.png (code: attnsim/figures/fig20_phase_diagram.py).
+"""Regenerate figures/fig20_phase_diagram*.png (code: scripts/gallery/fig20_phase_diagram.py).
 
 Usage: python scripts/fig20_phase_diagram.py [--quick] [--outdir DIR]
 """

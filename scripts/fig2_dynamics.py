@@ -1,4 +1,4 @@
-"""Regenerate figures/fig2_dynamics*.png (code: attnsim/figures/fig2_dynamics.py).
+"""Regenerate figures/fig2_dynamics*.png (code: scripts/gallery/fig2_dynamics.py).
 
 Usage: python scripts/fig2_dynamics.py [--quick] [--outdir DIR]
 """

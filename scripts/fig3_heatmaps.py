@@ -1,4 +1,4 @@
-"""Regenerate figures/fig3_heatmaps*.png (code: attnsim/figures/fig3_heatmaps.py).
+"""Regenerate figures/fig3_heatmaps*.png (code: scripts/gallery/fig3_heatmaps.py).
 
 Usage: python scripts/fig3_heatmaps.py [--quick] [--outdir DIR]
 """

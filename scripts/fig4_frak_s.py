@@ -1,4 +1,4 @@
-"""Regenerate figures/fig4_frak_s*.png (code: attnsim/figures/fig4_frak_s.py).
+"""Regenerate figures/fig4_frak_s*.png (code: scripts/gallery/fig4_frak_s.py).
 
 Usage: python scripts/fig4_frak_s.py [--quick] [--outdir DIR]
 """

@@ -1,4 +1,4 @@
-"""Regenerate figures/fig5_delayed*.png (code: attnsim/figures/fig5_delayed.py).
+"""Regenerate figures/fig5_delayed*.png (code: scripts/gallery/fig5_delayed.py).
 
 Usage: python scripts/fig5_delayed.py [--quick] [--outdir DIR]
 """

@@ -1,4 +1,4 @@
-"""Regenerate figures/fig6_phase*.png (code: attnsim/figures/fig6_phase.py).
+"""Regenerate figures/fig6_phase*.png (code: scripts/gallery/fig6_phase.py).
 
 Usage: python scripts/fig6_phase.py [--quick] [--outdir DIR]
 """

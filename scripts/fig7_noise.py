@@ -1,4 +1,4 @@
-"""Regenerate figures/fig7_noise*.png (code: attnsim/figures/fig7_noise.py).
+"""Regenerate figures/fig7_noise*.png (code: scripts/gallery/fig7_noise.py).
 
 Usage: python scripts/fig7_noise.py [--quick] [--outdir DIR]
 """

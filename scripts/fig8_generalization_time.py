@@ -1,4 +1,4 @@
-"""Regenerate figures/fig8_generalization_time*.png (code: attnsim/figures/fig8_generalization_time.py).
+"""Regenerate figures/fig8_generalization_time*.png (code: scripts/gallery/fig8_generalization_time.py).
 
 Usage: python scripts/fig8_generalization_time.py [--quick] [--outdir DIR]
 """

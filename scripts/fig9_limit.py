@@ -1,4 +1,4 @@
-"""Regenerate figures/fig9_limit*.png (code: attnsim/figures/fig9_limit.py).
+"""Regenerate figures/fig9_limit*.png (code: scripts/gallery/fig18_many_samples.py).
 
 Usage: python scripts/fig9_limit.py [--quick] [--outdir DIR]
 """

@@ -16,6 +16,7 @@ Usage: OPENBLAS_NUM_THREADS=1 python scripts/replica_rows.py
 import warnings
 
 from attnsim.models.positional_semantic import replica as R
+from attnsim.models.positional_semantic import replica_phases
 from attnsim.models.positional_semantic.published_data import replica_rows
 
 FILES = [(0.3, "semantic"), (0.3, "positional"), (0.5, "semantic"), (0.5, "positional"), (0.3, "agnostic")]
@@ -28,7 +29,7 @@ def as_made(omega: float, branch: str, alphas: list) -> list:
     kw = {"rule": "published", "published_stop": 1e-3}
     if branch == "agnostic":
         kw |= {"proximal": "notebook", "start": (0.1, 0.0, 26.0, 0.0)}
-    return R.curve(alphas, branch, omega=omega, **kw)
+    return replica_phases.curve(alphas, branch, omega=omega, **kw)
 
 
 def notebook(omega: float, branch: str, alphas: list) -> list:

@@ -10,16 +10,22 @@ DATA = Path(__file__).resolve().parent / "data"  # copies of the official-code r
 if os.environ.get("ATTNSIM_TEST_TOY"):
     # tests/test_models.py runs its conformance suite on the toy model (tests/toymodel) in a
     # process of its own: registered here, before the config is assembled, through its one
-    # registry line; "wrong" gives its stepper a wrong gradient kernel (the mutation test)
+    # registry line; any other value than "right" gives the toy one deliberate fault (the
+    # mutation tests: tests/toymodel/spec.py FAULTS)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from toymodel.spec import TOY_ENTRY
+    import toymodel.keys
+    import toymodel.spec
 
     from attnsim import registry
 
-    registry.register("toy", TOY_ENTRY)
-    if os.environ["ATTNSIM_TEST_TOY"] == "wrong":
-        import toymodel.spec
-
+    fault = os.environ["ATTNSIM_TEST_TOY"]
+    if fault == "unread_key":
+        toymodel.keys.KEYS = toymodel.keys.ToyKeysWithAnUnreadKey
+    if fault == "colliding_metric":  # a registry line as written in MODELS (register() would refuse it)
+        registry.MODELS["toy"] = toymodel.spec.entry(fault)
+    else:
+        registry.register("toy", toymodel.spec.entry(fault))
+    if fault == "wrong_kernel":
         toymodel.spec._step_grad = toymodel.spec.wrong_step_grad
 
 

@@ -1,9 +1,14 @@
 """Every figure in --quick mode, into a temporary folder; and the CLI entry."""
 
+import importlib
+
 import pytest
 
 from attnsim.cli import main
-from attnsim.figures import NAMES, make
+from attnsim.cli_args import load_gallery
+
+GALLERY = load_gallery()  # scripts/gallery of this checkout
+NAMES, make = GALLERY.NAMES, GALLERY.make
 
 
 @pytest.mark.slow
@@ -13,7 +18,7 @@ def test_figure_quick_smoke(name, tmp_path, monkeypatch):
     figures in LAYOUT) the layout checks on each figure as it is saved."""
     import importlib
 
-    mod = importlib.import_module(f"attnsim.figures.{NAMES[name]}")
+    mod = importlib.import_module(f"gallery.{NAMES[name]}")
     real_save = mod.save
 
     def checked(fig, path, *args, **kwargs):
@@ -68,7 +73,7 @@ def test_every_figure_lists_the_sweeps_it_reads_and_they_parse_full_size():
     from attnsim.sweep import parse_sweep
 
     for module in NAMES.values():
-        mod = importlib.import_module(f"attnsim.figures.{module}")
+        mod = importlib.import_module(f"gallery.{module}")
         src = inspect.getsource(mod)
         reads = any(c in src for c in ("records_of(", "records(quick", "encoder_records(", ".records("))
         assert hasattr(mod, "sweeps") == reads, module
@@ -86,7 +91,7 @@ def _figures_of(name, tmp_path, monkeypatch):
     import os
 
     made = []
-    mod = importlib.import_module(f"attnsim.figures.{NAMES[name]}")
+    mod = importlib.import_module(f"gallery.{NAMES[name]}")
 
     def keep(fig, path, dpi=110):
         fig.canvas.draw()
@@ -294,7 +299,7 @@ def test_phase_diagram_cache_from_before_the_gauss_hermite_line_gains_it(tmp_pat
     rewritten; a complete one is read as it is."""
     import json
 
-    from attnsim.figures import fig20_phase_diagram as F
+    F = importlib.import_module("gallery.fig20_phase_diagram")
 
     calls = []
 
@@ -302,8 +307,8 @@ def test_phase_diagram_cache_from_before_the_gauss_hermite_line_gains_it(tmp_pat
         calls.append((omega, kw.get("order")))
         return 0.5 + omega + kw.get("order", 0) / 1000
 
-    monkeypatch.setattr(F.replica, "transition", fake)
-    monkeypatch.setattr(F.replica, "spinodal", lambda omega, branch, alphas, **kw: (1.0, None))
+    monkeypatch.setattr(F.replica_phases, "transition", fake)
+    monkeypatch.setattr(F.replica_phases, "spinodal", lambda omega, branch, alphas, **kw: (1.0, None))
     plan = F._plan(False)
     old = {"alpha_c": {str(o): 1.0 for o in plan["omegas"][:-1]}, "alpha_c_gh": {"8": 1.25, "12": 1.26}}
     old["spinodal"] = {str(o): "kept" for o in plan["omegas"][:-1]}
@@ -318,3 +323,14 @@ def test_phase_diagram_cache_from_before_the_gauss_hermite_line_gains_it(tmp_pat
     assert F._gh_complete(json.loads(path.read_text())["alpha_c_gh"], plan)
     calls.clear()
     assert F.theory(False, tmp_path) == json.loads(json.dumps(th)) and not calls
+
+
+def test_figures_from_an_install_without_the_figure_code_say_where_it_is(monkeypatch, capsys):
+    """The figure code (scripts/gallery) is not installed with the package: from a wheel,
+    `attnsim figures` says in one line where it lives (exit 2)."""
+    from attnsim import cli_args
+
+    monkeypatch.setattr(cli_args, "find_gallery", lambda: None)
+    assert main(["figures", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "scripts/gallery/ in a checkout" in err, err

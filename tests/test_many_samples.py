@@ -120,7 +120,10 @@ def test_figure_18_exponent_errors_come_from_resampling_the_seeds():
     """The bootstrap over seeds gives no error when every seed scales exactly as d^-1/2 (a
     seed's factor common to all d), and one near the scatter of the group slopes when the
     seeds' deviations are independent across d."""
-    from attnsim.figures.fig18_many_samples import seed_errors
+    from attnsim.cli_args import load_gallery  # the figure code: scripts/gallery of this checkout
+
+    load_gallery()
+    from gallery.fig18_many_samples import seed_errors
 
     ds = (1000, 3000, 10_000, 30_000, 100_000)
     rng = np.random.default_rng(0)

@@ -10,13 +10,15 @@ import math
 import numpy as np
 import pytest
 
-from attnsim import simulate
+from attnsim import registry, simulate
 from attnsim.cli import main
 from attnsim.config import Config, ConfigError
 from attnsim.models.positional_semantic import kernels as K
 from attnsim.models.positional_semantic import model as M
 from attnsim.models.positional_semantic import reference as R
-from attnsim.models.positional_semantic.spec import FINAL, PUBLISHED
+from attnsim.models.positional_semantic.spec import PUBLISHED
+
+FINAL = tuple(registry.MODELS["positional_semantic"].metrics)  # every metric it declares
 
 MODEL = "positional_semantic"
 SMALL = {"model": MODEL, "d": 40, "n": 30, "steps": 40, "log_every": 10, "test_n": 50, "pop_points": 4096}
@@ -97,9 +99,9 @@ def test_alpha_sets_n_and_a_conflicting_n_is_refused():
 @pytest.mark.parametrize(
     ("keys", "message"),
     [
-        ({"noise_rate": 0.1}, "noise_rate: does not apply"),
-        ({"signal_norm": 3.0}, "signal_norm: does not apply"),
-        ({"clean_twin": True}, "clean_twin: does not apply"),
+        ({"noise_rate": 0.1}, "noise_rate: model=positional_semantic does not read it"),
+        ({"signal_norm": 3.0}, "signal_norm: model=positional_semantic does not read it"),
+        ({"clean_twin": True}, "clean_twin: model=positional_semantic does not read it"),
         ({"teacher_A": [[1.0, 0.0]]}, "teacher_A: must be a T x T matrix"),
         ({"T": 3}, r"teacher_A: must be a T x T matrix \(T = 3\), got 2 x 2; give one for this T"),
         ({"teacher_A": [[1.0, 0.0], [0.5]]}, r"got rows of lengths \[2, 1\]"),
@@ -205,3 +207,20 @@ def test_its_saved_config_runs_again_from_a_toml_file(tmp_path):
     (tmp_path / "c.toml").write_text(body)
     again = simulate(tmp_path / "c.toml")
     assert json.dumps(again.final) == json.dumps(res.final)
+
+
+def test_a_run_saved_before_train_loss_was_renamed_loads_with_its_new_name(tmp_path):
+    """positional_semantic's summed loss was `train_loss` (a classifier run's name for a mean):
+    a result written then loads with it as `train_loss_sum`."""
+    import json
+
+    import attnsim
+
+    res = attnsim.simulate({"model": "positional_semantic", "n": 6, "d": 8, "steps": 2, "test_n": 4,
+                            "pop_points": 64})  # fmt: skip
+    res.save(tmp_path / "r")
+    meta = json.loads((tmp_path / "r" / "result.json").read_text())
+    meta["final"]["train_loss"] = meta["final"].pop("train_loss_sum")
+    (tmp_path / "r" / "result.json").write_text(json.dumps(meta))
+    got = attnsim.load(tmp_path / "r")
+    assert got.final["train_loss_sum"] == res.final["train_loss_sum"] and "train_loss" not in got.final

@@ -152,7 +152,10 @@ def test_keys_set_with_a_preset_override_it_and_the_label_is_not_hashed():
         ({"data_model": "magen2025"}, "data_model: magen2025 has T = 2 tokens"),
         ({"preset": "magen2025", "engine": "implicit", "init_W": "gaussian", "d": 400}, "engine: implicit"),
         ({"preset": "magen2025", "limit": True}, "limit: the max-margin limit is built for"),
-        ({"model": "encoder", "init_nu": "zeros"}, "init_nu: the encoder has its own head"),
+        (
+            {"model": "encoder", "init_nu": "zeros"},
+            r"init_nu: model=encoder does not read it \(the encoder has its own head",
+        ),
     ],
 )
 def test_bad_presets_and_data_models_are_refused_in_one_line(values, match):

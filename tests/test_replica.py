@@ -12,6 +12,8 @@ import pytest
 
 from attnsim.cli import main
 from attnsim.models.positional_semantic import replica as R
+from attnsim.models.positional_semantic import replica_maps as maps
+from attnsim.models.positional_semantic import replica_phases as phases
 from attnsim.models.positional_semantic.published_data import BRANCHES, replica_rows
 
 ROWS_TOL = 3e-3  # the published rule against every omega = 0.3 row (measured worst 1.8e-3, theta)
@@ -59,10 +61,10 @@ def test_energy_gradient_and_hessian_against_central_differences():
     x, y, h1, h2 = 1.5 * rng.normal(size=(4, 200))
     M = R._mixing(rng.normal(size=200), rng.normal(size=200), 0.3, R.TEACHER_A)
     V, s2, e = 12.0, 0.25, 1e-5
-    E, gx, gy, hxx, hxy, hyy = R._attention_energy(x, y, h1, h2, M, V, s2)
+    E, gx, gy, hxx, hxy, hyy = maps._attention_energy(x, y, h1, h2, M, V, s2)
 
     def f(a, b, i=0):
-        return R._attention_energy(a, b, h1, h2, M, V, s2)[i]
+        return maps._attention_energy(a, b, h1, h2, M, V, s2)[i]
 
     fd = {
         "gx": ((f(x + e, y) - f(x - e, y)) / (2 * e), gx),
@@ -87,7 +89,7 @@ def test_prox_finds_the_global_minimum_of_a_grid_search():
     grid = np.linspace(-8, 8, 801)
     GX, GY = np.meshgrid(grid, grid, indexing="ij")
     for i in range(n):
-        Eg = R._attention_energy(GX, GY, h1[i], h2[i], M[i], V, s2, order=0)
+        Eg = maps._attention_energy(GX, GY, h1[i], h2[i], M[i], V, s2, order=0)
         assert E[i] <= Eg.min() + 1e-12  # no grid point lower than the answer
         assert np.hypot(x[i] - GX.flat[Eg.argmin()], y[i] - GY.flat[Eg.argmin()]) < 0.1
 
@@ -103,7 +105,7 @@ def test_the_notebooks_proximal_map_stops_at_a_minimum_never_below_the_global_on
         M = R._mixing(0.5 * rng.normal(size=n), 0.5 * rng.normal(size=n), 0.3, R.TEACHER_A)
         x, y, E, ok = R.prox_from_origin(h1, h2, M, V, 0.25)
         _, _, E_global, _ = R.prox(h1, h2, M, V, 0.25)
-        _, gx, gy, *_ = R._attention_energy(x, y, h1, h2, M, V, 0.25)
+        _, gx, gy, *_ = maps._attention_energy(x, y, h1, h2, M, V, 0.25)
         assert ok.all() and max(np.abs(gx).max(), np.abs(gy).max()) < 1e-5
         assert (E >= E_global - 1e-12).all() and (E > E_global + 1e-6).sum() == local
     with pytest.raises(R.ReplicaError, match="proximal"):
@@ -168,7 +170,7 @@ def test_the_published_rows_carry_noise_of_their_optimizer_above_1e4():
     for i in np.ndindex(x.shape):
 
         def energy(z, i=i):
-            return float(R._attention_energy(z[0], z[1], h1[i], h2[i], M[i], state[2], 0.25, order=0))
+            return float(maps._attention_energy(z[0], z[1], h1[i], h2[i], M[i], state[2], 0.25, order=0))
 
         bx[i], by[i] = minimize(energy, [0.0, 0.0]).x
     gap = max(np.abs(bx - x).max(), np.abs(by - y).max())
@@ -247,7 +249,9 @@ def test_continuation_with_the_loose_stop_reproduces_the_omega_05_semantic_file(
     the notebook's own recipe (every alpha from the start, 1e-4 stop) misses the smallest alpha by
     5 % in q and 16 % in theta."""
     file = rows(0.5, "")
-    sols = R.curve([r["alpha"] for r in file], "semantic", omega=0.5, rule="published", published_stop=1e-3)
+    sols = phases.curve(
+        [r["alpha"] for r in file], "semantic", omega=0.5, rule="published", published_stop=1e-3
+    )
     worst = {}
     for sol, row in zip(sols, file):
         assert sol.converged, sol.message
@@ -289,7 +293,7 @@ def test_agnostic_branch_holds_m_and_theta_at_zero_and_loses_to_both():
     assert sols["agnostic"].m == 0.0 and sols["agnostic"].theta == 0.0
     assert sols["positional"].m > 0.2 and sols["semantic"].theta > 0.1
     assert sols["agnostic"].Phi < min(sols["semantic"].Phi, sols["positional"].Phi)
-    assert R.classify(sols["semantic"], sols["positional"]) == "semantic"  # alpha = 2 > alpha_c(0.3)
+    assert phases.classify(sols["semantic"], sols["positional"]) == "semantic"  # alpha = 2 > alpha_c(0.3)
 
 
 def test_non_convergence_is_reported_not_a_number():
@@ -330,7 +334,7 @@ def test_transition_at_omega_03_is_where_the_published_rows_cross():
     lo = max(a for a in alphas if gap[a] < 0)
     hi = min(a for a in alphas if a > lo)
     crossing = lo + (hi - lo) * (-gap[lo]) / (gap[hi] - gap[lo])
-    alpha_c = R.transition(0.3, 1.1, 1.4, rule="published")
+    alpha_c = phases.transition(0.3, 1.1, 1.4, rule="published")
     assert abs(alpha_c - crossing) < 5e-3, (alpha_c, crossing)
 
 

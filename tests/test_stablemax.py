@@ -11,7 +11,7 @@ import pytest
 import attnsim
 from attnsim.config import Config, ConfigError
 
-SMALL = {"d": 200, "steps": 400, "clean_twin": False, "attention": "stablemax", "log_points": 8}
+SMALL = {"d": 200, "steps": 400, "clean_twin": False, "attention": "stablemax"}
 
 
 def test_dense_reduced_and_flow_agree():

@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from .. import registry
 from .._meta import ConfigError
+from ..models.own import spread
 
 if TYPE_CHECKING:  # names in annotations only
     from ..results import Result
@@ -34,16 +33,6 @@ def parse_seeds(text: str) -> list[int]:
     if len(set(seeds)) < len(seeds):
         raise ConfigError(f"--seeds: {text!r} names a seed twice")
     return seeds
-
-
-def spread(values: list) -> str:
-    x = np.array([np.nan if v is None else v for v in values], dtype=float)
-    ok = x[np.isfinite(x)]
-    if not ok.size:
-        return "n/a"
-    sd = f" +- {np.std(ok, ddof=1):.3g} (sd)" if ok.size > 1 else ""
-    missing = f", {x.size - ok.size} n/a" if ok.size < x.size else ""
-    return f"{np.mean(ok):.4g}{sd}{missing}"
 
 
 def seeds_summary(seeds: list[int], runs: list[Result]) -> str:

@@ -5,40 +5,55 @@ Adding a model
 1. A folder ``attnsim/models/<name>/`` with an empty ``__init__.py``, ``keys.py`` and
    ``spec.py``. ``keys.py``: ``KEYS``, a frozen dataclass of the config keys only this
    model reads (their defaults, and ``field(metadata=...)`` with ``allowed`` and ``help``
-   for ``attnsim keys``), or of no field, and ``check(cfg)`` for their rules; it imports
-   nothing of attnsim but :mod:`attnsim._meta` (the config loads it with every command).
-   ``spec.py``: ``SPEC``, an instance of a :class:`ModelSpec` subclass; the registry
-   imports it when the model first runs.
+   for ``attnsim keys`` and ``probe``, a second allowed value, or the keys to run it with,
+   at which the conformance suite checks that the key moves the run), or of no field, and
+   ``check(cfg)`` for their rules; it imports nothing of attnsim but :mod:`attnsim._meta`
+   (the config loads it with every command). ``spec.py``: ``SPEC``, an instance of a
+   :class:`ModelSpec` subclass; the registry imports it when the model first runs.
 2. One line in :data:`attnsim.registry.MODELS`, an :class:`attnsim.registry.Entry`: the
-   package; the defaults of common keys it changes; what it can run (engines,
-   integrators, optimizers, attention normalizations, precision twins, data models and
-   sources: config validation refuses anything else, for every model, in one line); its
-   parameter blocks (the optimizers' needs are checked against them); the data-file
-   arrays it owns; the metrics it records beside the common ones (they reach
-   result.json's ``final``, records.csv, ``load_sweep`` and ``attnsim plot``). Its keys
-   may not take a name another model, an optimizer or the common config has (the
-   registry refuses the collision, naming both owners). :class:`attnsim.config.Config`
-   is assembled from the common keys and every registered model's and optimizer's.
+   package; the common keys it reads (``reads``, and ``reads_with`` per integrator: every
+   other common key set away from its default is refused in one line naming the key and the
+   model); the defaults of common keys it changes; what it can run (engines, integrators,
+   optimizers, attention normalizations, precision twins, data models and sources: config
+   validation refuses anything else, for every model, in one line); its parameter blocks
+   (the optimizers' needs are checked against them); the data-file arrays it owns; the
+   metrics it records beside the common ones (they reach result.json's ``final``,
+   records.csv, ``load_sweep`` and ``attnsim plot``). No name may collide: its keys with
+   another model's, an optimizer's or the common config's, its metrics with a config key,
+   another model's metric of another meaning or a classifier run's name
+   (:mod:`attnsim.metric_names`); :class:`attnsim.config.Config` is assembled from the
+   common keys and every registered model's and optimizer's, and refuses a collision.
 3. The spec: :meth:`ModelSpec.plan` (the engine and why), :meth:`ModelSpec.build` (a
    :class:`Problem` from a dataset), :meth:`ModelSpec.check_grad` (its reference against
-   central differences) are required, and ``name`` and ``warm_configs``; every other
-   method has a default here (:meth:`ModelSpec.gradient_cases` names the small runs
-   whose steppers check-grad checks).
+   central differences) are required, and ``name``, ``warm_configs`` (a tiny run per
+   integrator) and ``integrators`` (the integrators its problem builds a stepper for: an
+   integrator the registry line declares without one is refused when the spec loads);
+   every other method has a default here (:meth:`ModelSpec.gradient_cases` names the small
+   runs whose steppers check-grad checks).
 4. The problem hands the driver a :class:`Stepper` (``stepper``) and an evaluator
    (``evaluator``: population metrics, a test set, or None; its ``defer`` may return a
    :class:`Done` job), and gives ``objective``: the reference loss GD descends, in the
    problem's coordinates (check-grad differentiates it against the gradient the stepper
    applies, :mod:`attnsim.models.gradcheck`).
-5. The stepper subclasses :class:`Stepper` and writes three methods: ``_advance``
-   (the steps), ``observe`` and ``state``. The base class keeps the records the paper's
-   recorder reads (``fit_since``, ``S_acc``), checks what ``_advance`` reports
-   (:class:`Outcome`), snapshots and restores, copies the final state. A model that takes
-   plug-in optimizers (``optimizers=registry.ANY``) hands each step's gradients to
-   ``registry.make_optimizer(cfg).update`` (:mod:`attnsim.optimizers.base`); the model's
-   own metrics come from ``extra_metrics`` or the evaluator.
+5. A classifier of the paper's kind: its stepper subclasses :class:`ClassifierStepper`
+   and writes three methods, ``_advance`` (the steps), ``observe`` and ``state``; the base
+   class keeps the records the paper's recorder reads (``fit_since``, ``S_acc``), checks
+   what ``_advance`` reports (:class:`Outcome`), snapshots and restores, copies the final
+   state. Any other model (``classifier = False``: a regression, no labels or scores): its
+   stepper subclasses :class:`Stepper` (``_advance``, ``state`` and ``extra_metrics``),
+   and the library gives it the rest (:mod:`attnsim.models.own`: its data stand-in
+   ``OwnData``, the recorder of its metrics, and here the default ``findings``,
+   ``summary`` and ``seeds_summary``). A model that takes plug-in optimizers
+   (``optimizers=registry.ANY``) hands each step's gradients to
+   ``registry.make_optimizer(cfg).update`` (:mod:`attnsim.optimizers.base`).
 6. ``tests/test_models.py`` runs its conformance suite over every registered model: the
-   model is tested the moment its registry line exists (its capabilities probed, every
-   undeclared one refused; the gradients its steppers apply checked in every engine).
+   model is tested the moment its registry line exists. What it declares is honoured
+   (each declared integrator, optimizer, attention, precision twin and data model changes
+   the warm run; each declared engine runs; each own key moves the run at its probe),
+   what it does not declare is refused (capabilities, and every common key it does not
+   read), what it reports is checked (every declared metric finite after the warm run,
+   every array it writes declared), and the gradients its steppers apply match central
+   differences in every engine. Each class of fault has a mutation test on the toy model.
 
 Nothing outside ``attnsim/models/`` and the registry branches on a model's or an
 engine's name (``tests/test_layout.py``).
@@ -46,16 +61,26 @@ engine's name (``tests/test_layout.py``).
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .. import registry
 from .._meta import GRAD_TOL, ConfigError  # noqa: F401  (GRAD_TOL: check-grad's, part of the interface)
 from ..runtime.resources import check_fits
 from ..runtime.threads import Done  # noqa: F401  (part of the interface: a job already done)
+from .own import MetricsRecorder, last_finite, spread, with_se
+from .stepper import (  # noqa: F401  (part of this module's interface)
+    DIVERGED,
+    FROZEN,
+    OK,
+    ClassifierStepper,
+    Observation,
+    Outcome,
+    Stepper,
+)
 
 if TYPE_CHECKING:  # names in annotations only
     from ..config import Config
@@ -63,135 +88,6 @@ if TYPE_CHECKING:  # names in annotations only
     from ..runtime.workspace import Workspace
 
 Array = np.ndarray
-
-
-class Outcome(enum.IntEnum):
-    """How a stepper's advance ended, and what a run says about it (kernels return
-    these codes as plain integers)."""
-
-    FINISHED = 0  # every requested step was taken
-    DIVERGED = 1  # the loss or a parameter norm is not finite
-    FROZEN = 2  # every gradient underflows to 0: later steps keep the state
-    STALLED = 3  # an integrator could not make progress (the flow's step-size control)
-
-    def message(
-        self, step: float, lr: float | None = None, normalized: bool = False, detail: str = ""
-    ) -> str:
-        """The run's words for this outcome at ``step`` (``detail``: the stepper's own account)."""
-        if self is Outcome.FINISHED:
-            return f"finished at step {step:g}"
-        if self is Outcome.FROZEN:
-            head = f"frozen after step {step:g}: every gradient underflows to 0"
-            if normalized:  # a smaller lr only delays it: the scores themselves are one-hot
-                return f"{head} (every score but the top one below exp(-745)); later steps keep that state"
-            return f"{head} (reduce lr)"
-        if detail:
-            return detail
-        if self is Outcome.DIVERGED:
-            lr_hint = "" if lr is None else f" (reduce lr={lr:g})"
-            return f"diverged at step {step:g}: the training loss or a parameter norm is not finite{lr_hint}"
-        return f"stalled at step {step:g}"
-
-
-# Outcome's codes as plain integers: what Numba kernels return (int(Outcome(...)))
-OK, DIVERGED, FROZEN = int(Outcome.FINISHED), int(Outcome.DIVERGED), int(Outcome.FROZEN)
-
-
-class Observation(NamedTuple):
-    """A state seen on the training set: (n, T) logits, values (None when the model
-    has no per-token values) and scores, (n,) outputs, the mean loss."""
-
-    z: np.ndarray
-    u: np.ndarray | None
-    s: np.ndarray
-    f: np.ndarray
-    loss: float
-
-
-class Stepper(ABC):
-    """A model's training dynamics as the driver steps them.
-
-    Subclasses write :meth:`_advance`, :meth:`observe` and :meth:`state`, and call
-    :meth:`_init_records` in their constructor (or provide ``fit_since`` and ``S_acc``
-    themselves). The records the paper's recorder reads: ``fit_since`` (n,: the first
-    step of each sample's current run of fitted states, -1 while unfitted) and
-    ``S_acc`` (n,: the cumulative s_rel (1 - s_rel), in units of steps).
-
-    ``whole_spans``: the stepper integrates each span between log points whole (a
-    flow; the driver never cuts it for a progress bar) and reports its progress
-    through ``progress`` (set by the driver, called with the step reached).
-    ``detail``: the stepper's account of a DIVERGED or STALLED outcome.
-    """
-
-    whole_spans: bool = False
-    progress: Callable[[float], None] | None = None
-    detail: str = ""
-    fit_since: np.ndarray
-    S_acc: np.ndarray
-    rel: np.ndarray | None = None
-
-    def _init_records(self, n: int, rel: np.ndarray | None = None, T: int | None = None) -> None:
-        """Fresh in-loop records for ``n`` samples; ``rel`` (n*T or (n, T)): the relevant-token indicator."""
-        self.fit_since = -np.ones(n, dtype=np.int64)
-        self.S_acc = np.zeros(n)
-        if rel is not None:
-            self.rel = np.asarray(rel, dtype=np.float64).reshape(n, -1 if T is None else T)
-
-    def advance(self, step0: float, nsteps: float) -> tuple[Outcome, float]:
-        """Move from state ``step0`` by ``nsteps`` steps: (outcome, step reached)."""
-        status, reached = self._advance(step0, nsteps)
-        return Outcome(int(status)), reached
-
-    @abstractmethod
-    def _advance(self, step0: float, nsteps: float) -> tuple[int, float]:
-        """The steps themselves: (an :class:`Outcome` or its code, step reached)."""
-
-    @abstractmethod
-    def observe(self) -> Observation:
-        """The current state on the training set."""
-
-    @abstractmethod
-    def state(self) -> Mapping[str, np.ndarray]:
-        """The current parameters (engine coordinates; may be the stepper's own arrays)."""
-
-    def final_state(self) -> Mapping[str, np.ndarray]:
-        """The current parameters as arrays that later steps do not change."""
-        return {k: np.array(v, copy=True) for k, v in self.state().items()}
-
-    def extra_metrics(self) -> dict[str, float]:
-        """Model-specific scalars logged at every log point (norms, ...)."""
-        return {}
-
-    def relevant_increments(self, s: np.ndarray) -> np.ndarray:
-        """(n,) s_rel (1 - s_rel) of scores ``s`` (n, T), s_rel the score on the relevant tokens."""
-        sr = (s * self.rel).sum(axis=1)
-        return sr * (1.0 - sr)
-
-    def snapshot(self) -> Any:
-        """A copy of the current state and records, for :meth:`restore`."""
-        return dict(self.final_state()), self.fit_since.copy(), self.S_acc.copy(), self._snapshot_extra()
-
-    def restore(self, snap: Any) -> None:
-        """Go back to a state saved by :meth:`snapshot`."""
-        arrays, fit, S, extra = snap
-        self._restore_arrays(arrays)
-        self.fit_since[...] = fit
-        self.S_acc[...] = S
-        self._restore_extra(extra)
-
-    def _restore_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Write a snapshot's parameters back (into the arrays :meth:`state` returns)."""
-        live = self.state()
-        for k, v in arrays.items():
-            live[k][...] = v
-
-    def _snapshot_extra(self) -> Any:
-        """What else a snapshot keeps (an optimizer's moments, ...)."""
-        return None
-
-    def _restore_extra(self, extra: Any) -> None:
-        """The other half of :meth:`_snapshot_extra`."""
-        return None  # by default: nothing
 
 
 class Job(Protocol):
@@ -244,6 +140,20 @@ class Own(NamedTuple):
     arrays: dict
 
 
+class TheoryError(ValueError):
+    """Keys or options a model's theory cannot take (the message names the key): exit 2."""
+
+
+class Theory(NamedTuple):
+    """What ``attnsim theory MODEL`` prints: its lines, the JSON object of ``--json``, whether
+    the solver converged (exit 1 when not) and, when not, why."""
+
+    lines: list[str]
+    data: dict
+    ok: bool = True
+    message: str = ""
+
+
 class GradCheck(NamedTuple):
     """What ``attnsim check-grad`` prints: the heading lines, and per loss and
     parameter block the errors of :func:`finite_difference_errors`."""
@@ -255,18 +165,52 @@ class GradCheck(NamedTuple):
 class ModelSpec(ABC):
     """A model as the rest of attnsim sees it (one instance per model: ``SPEC``).
 
-    Required: :meth:`plan`, :meth:`build`, :meth:`check_grad`, ``name`` and
-    ``warm_configs`` (the tiny run per integrator that warms every kernel up). The
-    planning methods take the config alone (a sweep's parent plans every point
-    without the model's kernels); the rest run the model.
+    Required: :meth:`plan`, :meth:`build`, :meth:`check_grad`, ``name``, ``warm_configs``
+    and ``integrators``. The planning methods take the config alone (a sweep's parent plans
+    every point without the model's kernels); the rest run the model.
+
+    Attributes
+    ----------
+    name : str
+        The model's name, as in :data:`attnsim.registry.MODELS` and the ``model`` key.
+    warm_configs : dict of str to dict
+        Per integrator the tiny run that loads (or compiles) every kernel it needs: config
+        keys, the model's included. The conformance suite runs each one.
+    integrators : tuple of str
+        The integrators its problem builds a stepper for (those its registry line declares
+        must be here: checked when the spec loads, :func:`attnsim.registry.spec`).
+    classifier : bool
+        A classifier of the paper's kind (labels, scores, regimes: the paper's recorder,
+        metrics and theory). A model that is not one records metrics of its own
+        (:mod:`attnsim.models.own`; :meth:`recorder`, :meth:`findings`, :meth:`summary`).
+    plot_groups : tuple
+        A model that is not a classifier: its run's plot, (title, metric names, log y) per
+        panel (three panels).
+
+    Examples
+    --------
+    The smallest regression model's spec (its problem and stepper elsewhere)::
+
+        class QuadraticSpec(ModelSpec):
+            name = "quadratic"
+            classifier = False
+            integrators = ("gd",)
+            warm_configs = {"gd": {"model": "quadratic", "d": 4, "steps": 2}}
+
+            def plan(self, cfg, user_data):
+                return "dense", "the quadratic runs in d dimensions"
+
+            def build(self, cfg, ds, streams, engine, reason, ws):
+                return QuadraticProblem(cfg, streams.init), OwnData("a random quadratic")
+
+            def check_grad(self, cfg, seed, h):
+                ...  # finite_difference_errors on its reference loss and gradient
     """
 
     name: str
     warm_configs: dict[str, dict]
-    # a classifier of the paper's kind (labels, scores, regimes: the paper's recorder, metrics and
-    # theory); a model that is not one writes :meth:`train_own` and records metrics of its own
+    integrators: tuple[str, ...] = ("gd",)
     classifier: bool = True
-    # a model that is not one: its run's plot, (title, metric names, log y) per panel (three panels)
     plot_groups: tuple = ()
 
     @abstractmethod
@@ -286,23 +230,49 @@ class ModelSpec(ABC):
     def recorder(self, grid: np.ndarray) -> Any:
         """A model that is not a classifier (``classifier = False``): the recorder of its metrics
         along the log grid (:class:`attnsim.driver.Recorder`), which the driver hands every log
-        point (:func:`attnsim.training.train_own`)."""
-        raise NotImplementedError(f"model={self.name} is a classifier: attnsim.observers records it")
+        point (:func:`attnsim.training.train_own`); by default the library's
+        :class:`attnsim.models.own.MetricsRecorder` (the stepper's ``extra_metrics`` and the
+        evaluator's metrics at each log point)."""
+        if self.classifier:
+            raise NotImplementedError(f"model={self.name} is a classifier: attnsim.observers records it")
+        return MetricsRecorder(grid)
 
     def findings(self, problem: Problem, traj: Any, cfg: Config, pop: Any) -> Own:
         """A model that is not a classifier: its run's final metrics (the names its registry entry
-        declares), what its data section says and the arrays saved beside the trajectory."""
-        raise NotImplementedError(f"model={self.name} is a classifier: attnsim.metrics measures it")
+        declares), what its data section says and the arrays saved beside the trajectory. By
+        default each declared metric's last finite value on the log grid, the population
+        metrics' method (``pop.method``) as the data section's note, no extra arrays."""
+        if self.classifier:
+            raise NotImplementedError(f"model={self.name} is a classifier: attnsim.metrics measures it")
+        final = last_finite(traj.arrays, registry.MODELS[self.name].metrics)
+        return Own(traj, final, {"population": getattr(pop, "method", None)}, {})
 
     def summary(self, res: Any) -> list[str]:
-        """The lines ``attnsim run`` prints of a run of a model that is not a classifier."""
-        raise NotImplementedError(f"model={self.name} is a classifier: attnsim.report summarizes it")
+        """The lines ``attnsim run`` prints of a run of a model that is not a classifier; by
+        default every declared metric, with its standard error where it declares one (``<name>_se``)."""
+        if self.classifier:
+            raise NotImplementedError(f"model={self.name} is a classifier: attnsim.report summarizes it")
+        declared = registry.MODELS[self.name].metrics
+        f = res.final
+        shown = [k for k in declared if not (k.endswith("_se") and k[:-3] in declared)]
+        return [f"{k}: {with_se(f.get(k), f.get(f'{k}_se'))}  ({declared[k]})" for k in shown]
 
     def seeds_summary(self, runs: list) -> list[str]:
-        """The lines ``attnsim run --seeds`` prints after its heading (a model that is not a classifier)."""
-        raise NotImplementedError(
-            f"model={self.name} is a classifier: attnsim.experiments.seeds summarizes it"
-        )
+        """The lines ``attnsim run --seeds`` prints after its heading (a model that is not a
+        classifier); by default every declared metric's mean +- sd over the seeds."""
+        if self.classifier:
+            raise NotImplementedError(
+                f"model={self.name} is a classifier: attnsim.experiments.seeds summarizes it"
+            )
+        declared = registry.MODELS[self.name].metrics
+        names = [k for k in declared if not k.endswith("_se")]
+        return [f"  {k} {spread([r.final.get(k) for r in runs])}" for k in names]
+
+    def theory(self, values: dict, options: dict, progress: Callable[[str], None]) -> Theory:
+        """The model's theory at the keys ``values`` (``--set``) with the solver's ``options``
+        (``--branch``, ``--rule``, ``--int-tol`` as given), for a model whose registry line says
+        ``theory=True``; ``progress`` takes a line for stderr. TheoryError for keys it cannot take."""
+        raise TheoryError(f"{self.name}: model={self.name} has no theory to solve")
 
     def validate(self, cfg: Config, user_data: bool) -> None:
         """ConfigError for a combination of keys this model cannot run with."""

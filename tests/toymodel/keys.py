@@ -11,7 +11,16 @@ from attnsim._meta import ConfigError
 @dataclass(frozen=True)
 class ToyKeys:
     toy_scale: float = field(
-        default=1.0, metadata={"allowed": "> 0 (toy only)", "help": "the head's initial scale"}
+        default=1.0, metadata={"allowed": "> 0 (toy only)", "help": "the head's initial scale", "probe": 0.5}
+    )
+
+
+@dataclass(frozen=True)
+class ToyKeysWithAnUnreadKey(ToyKeys):
+    """The mutation test's fault: an own key the toy declares and never reads."""
+
+    toy_shift: float = field(
+        default=0.0, metadata={"allowed": "finite (toy only)", "help": "never read", "probe": 1.0}
     )
 
 

@@ -9,12 +9,21 @@ result.json, records.csv and load_sweep through its registry entry."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from attnsim import registry
 from attnsim.data.synthetic import generate
-from attnsim.models.base import GradCheck, ModelSpec, Observation, Outcome, Stepper, finite_difference_errors
-from attnsim.registry import ANY, Entry
+from attnsim.models.base import (
+    ClassifierStepper,
+    GradCheck,
+    ModelSpec,
+    Observation,
+    Outcome,
+    finite_difference_errors,
+)
+from attnsim.registry import ANY, PAPER_DATA, SCHEDULE, VERDICTS, Entry
 
 
 def _loss(M, y, w):
@@ -45,7 +54,7 @@ def wrong_step_grad(M, y, w):
     return g
 
 
-class ToyStepper(Stepper):
+class ToyStepper(ClassifierStepper):
     def __init__(self, X, y, w0, optimizer, rel):
         n, T, _ = X.shape
         self.X, self.M, self.y, self.opt = X, X.mean(axis=1), y, optimizer
@@ -100,6 +109,7 @@ class ToyProblem:
 
 class ToySpec(ModelSpec):
     name = "toy"
+    integrators = ("gd",)  # what its problem builds a stepper for
     warm_configs = {"gd": {"model": "toy", "n": 4, "T": 4, "d": 6, "steps": 2}}
 
     def plan(self, cfg, user_data):
@@ -125,4 +135,34 @@ TOY_ENTRY = Entry(
     optimizers=ANY,
     blocks=("w",),
     metrics={"toy_margin": "the smallest y f over the training set"},
+    reads=PAPER_DATA + SCHEDULE + VERDICTS,  # the paper's data (generate), the driver, the paper's recorder
 )
+
+
+# one deliberate fault per class of the contract (SPEC §19): each must fail the conformance suite
+FAULTS = (
+    "wrong_kernel",
+    "ignored_capability",
+    "no_stepper",
+    "colliding_metric",
+    "unread_key",
+    "unfilled_metric",
+)
+
+
+def entry(fault: str = "right") -> Entry:
+    """The toy's registry line, or that line with the fault ``fault`` (the others live in
+    tests/conftest.py: a wrong kernel, an own key it never reads)."""
+    if fault == "ignored_capability":  # declares StableMax, and scores uniformly all the same
+        return dataclasses.replace(TOY_ENTRY, attentions=("softmax", "stablemax"))
+    if fault == "no_stepper":  # declares a gradient flow it has no stepper for
+        return dataclasses.replace(TOY_ENTRY, integrators=("gd", "flow"))
+    if fault == "colliding_metric":  # a name positional_semantic's metric has, with another meaning
+        return dataclasses.replace(
+            TOY_ENTRY, metrics={**TOY_ENTRY.metrics, "gen_error": "the smallest margin"}
+        )
+    if fault == "unfilled_metric":  # declared, never recorded
+        return dataclasses.replace(
+            TOY_ENTRY, metrics={**TOY_ENTRY.metrics, "toy_spread": "the spread of y f"}
+        )
+    return TOY_ENTRY

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..base import Observation, Outcome, Stepper
+from ..base import ClassifierStepper, Observation, Outcome
 from .steppers import EvaluationBudgetExceeded
 
 if TYPE_CHECKING:  # names in annotations only
     from .steppers import FlowField
 
 
-class GradientFlow(Stepper):
+class GradientFlow(ClassifierStepper):
     """A :class:`Stepper` that follows the gradient flow d theta/dt = -grad L
     of a vector field (t = lr * step) with scipy's explicit Runge-Kutta
     methods; ``advance`` integrates over the span of the requested steps, so

@@ -63,7 +63,7 @@ from ...data.synthetic import (
     role_template,
 )
 from ...runtime.workspace import PROCESS
-from ..base import Observation, Outcome, Stepper
+from ..base import ClassifierStepper, Observation, Outcome
 from .buffers import Data, f64, loss_kind_code, work_for
 from .kernels import _forward_backward
 from .plan import batch_size
@@ -90,7 +90,7 @@ def psd_pair(G: np.ndarray) -> tuple[float, float, float]:
     return L00, L10, math.sqrt(max(G[1, 1] - L10 * L10, 0.0))
 
 
-class _Fresh(Stepper):
+class _Fresh(ClassifierStepper):
     """What the fresh-sample steppers share: the state, the monitor, the gradient of a sample set."""
 
     def __init__(self, pb: Problem, cfg: Config):

@@ -2,7 +2,8 @@
 the many-step gradient-descent kernels and the gradient-flow vector field.
 
 Every ``@njit`` function here calls only functions of this file (numba's
-on-disk cache does not notice edits to callees in other files). The buffers
+on-disk cache does not notice edits to callees in other files): the module is kept in one
+module past 500 lines for that reason. The buffers
 they read and write, and the wrappers that coerce their input, are in
 :mod:`.buffers`; the ``_kernels`` work on contiguous float64 arrays.
 

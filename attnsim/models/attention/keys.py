@@ -16,12 +16,17 @@ from ..._meta import FRESH_INTEGRATORS, POPULATION_INTEGRATORS, ConfigError
 class AttentionKeys:
     limit: bool = field(
         default=False,
-        metadata={"allowed": "true, false", "help": "compute the max-margin limit of the selection"},
+        metadata={
+            "allowed": "true, false",
+            "help": "compute the max-margin limit of the selection",
+            "probe": True,
+        },
     )
     precision_graph: str = field(
         default="qform",
         metadata={
             "choices": ("qform", "official"),
+            "probe": {"precision_graph": "official", "precision_twin": "float32"},  # with a twin
             "allowed": "qform, official",
             "help": "the twin's graph: z = X (W p), O(d^2) per step, or the official loop's (X W) p, "
             "O(n T d^2)",

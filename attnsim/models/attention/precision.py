@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..base import Observation, Outcome, Stepper
+from ..base import ClassifierStepper, Observation, Outcome
 from ..formats import FORMATS, UNIT_ROUNDOFF, to_format  # noqa: F401  (to_format: the twin's API)
 from .precision_kernels import ADAMW, GD, _bf16, _forward, _twin_steps
 from .state_kernels import _sq_dist
@@ -75,7 +75,7 @@ def twin_work(
     return TwinWork(**arrays, consts=consts)
 
 
-class PrecisionTwin(Stepper):
+class PrecisionTwin(ClassifierStepper):
     """GD or AdamW on the attention model in the format ``fmt`` (dense engine).
 
     X2 : (n*T, d) tokens; y : (n,) labels; W0 : (d, d), p0, nu0 : (d,) the run's

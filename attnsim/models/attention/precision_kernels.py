@@ -24,6 +24,9 @@ in-loop records (first fitted step, cumulative relevant score) and the
 saturation count are measurements, kept in float64.
 
 Every ``@njit`` function here calls only functions of this file.
+
+Kept in one module past 500 lines: a Numba function and everything it calls live in one file
+(numba's on-disk cache does not notice edits to callees in other files).
 """
 
 from __future__ import annotations

@@ -24,6 +24,13 @@ POPULATION_METHOD = "importance sampling around the error's design points (READM
 
 class AttentionSpec(ModelSpec):
     name = "attention"
+    integrators = (
+        "gd",
+        "flow",
+        "population",
+        "population_flow",
+        "online",
+    )  # what its problem builds a stepper for
     warm_configs = {
         "gd": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "test_n": 2},
         "flow": {"n": 4, "T": 4, "d": 12, "steps": 2, "pop_points": 16, "integrator": "flow"},

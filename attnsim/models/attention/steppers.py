@@ -14,7 +14,7 @@ from scipy.linalg import cho_solve, solve_triangular
 
 from ...optimizers.base import Optimizer, Outer
 from ...runtime.workspace import PROCESS
-from ..base import Observation, Outcome, Stepper
+from ..base import ClassifierStepper, Observation, Outcome
 from .buffers import (
     XW_MAX_TOKENS,
     XW_MIN_LOG_GAP,
@@ -158,7 +158,7 @@ class AttentionModel:
 FUSED = ("gd", "normalized")  # the optimizers the GD kernels run themselves
 
 
-class Segment(AttentionModel, Stepper):
+class Segment(AttentionModel, ClassifierStepper):
     """Gradient descent: repeated :func:`_gd_segment` calls; the kernel keeps the
     in-loop records ``fit_since`` and ``S_acc`` (see its docstring)."""
 
@@ -469,7 +469,9 @@ class FlowField(AttentionModel):
             theta = np.ascontiguousarray(theta, dtype=np.float64)  # the solver's states already are
         out = np.empty(theta.shape)
         # X nu once while nu is fixed (it is in every evaluation's work.u after that)
-        self._rhs(self.data, theta, self.W, self.p, self.nu, self.train, self.lr, self.work, self.evals == 1, out)
+        self._rhs(
+            self.data, theta, self.W, self.p, self.nu, self.train, self.lr, self.work, self.evals == 1, out
+        )
         return out
 
 

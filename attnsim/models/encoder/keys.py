@@ -15,14 +15,24 @@ from ..._meta import ConfigError
 @dataclass(frozen=True)
 class EncoderKeys:
     mlp_dim: int = field(
-        default=2000, metadata={"allowed": "integer >= 1 (encoder only)", "help": "the encoder's MLP width"}
+        default=2000,
+        metadata={"allowed": "integer >= 1 (encoder only)", "help": "the encoder's MLP width", "probe": 3},
     )
     skip: bool = field(
         default=True,
-        metadata={"allowed": "true, false (encoder only)", "help": "the encoder's residual connections"},
+        metadata={
+            "allowed": "true, false (encoder only)",
+            "help": "the encoder's residual connections",
+            "probe": False,
+        },
     )
     init_cls_scale: float = field(
-        default=1.0, metadata={"allowed": "> 0 (encoder only)", "help": "standard deviation of the CLS token"}
+        default=1.0,
+        metadata={
+            "allowed": "> 0 (encoder only)",
+            "help": "standard deviation of the CLS token",
+            "probe": 0.3,
+        },
     )
 
 

@@ -20,14 +20,14 @@ from ...data.synthetic import clean_labels, data_keys, draw_tokens
 from ...optimizers.base import Optimizer
 from ...runtime.threads import Done, blas, threads
 from ...runtime.workspace import PROCESS
-from ..base import Observation, Outcome, Stepper
+from ..base import ClassifierStepper, Observation, Outcome
 from . import linalg
 from . import passes as K
 from .kernels import normalized_tokens
-from .params import check_config, init_params
+from .params import init_params
 
 
-class EncoderStepper(Stepper):
+class EncoderStepper(ClassifierStepper):
     """Gradient descent on every parameter of the encoder (a driver stepper).
 
     ``optimizer``: "gd" (the official loop's SGD, its d x d updates applied in place
@@ -139,7 +139,6 @@ class EncoderProblem:
     engine = "dense"
 
     def __init__(self, cfg: Config, ds: Dataset, streams: Streams, reason: str):
-        check_config(cfg)
         self.reason = reason
         self.ds = ds
         self._draw = (cfg, copy.deepcopy(streams.init), ds.extra)  # to draw P(0) again

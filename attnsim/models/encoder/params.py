@@ -1,5 +1,6 @@
-"""The encoder's parameters (SPEC §12): their names and shapes as PyTorch stores them,
-the keys the encoder refuses, and PyTorch's default initialization from the init stream."""
+"""The encoder's parameters (SPEC §12): their names and shapes as PyTorch stores them, and
+PyTorch's default initialization from the init stream (the keys it does not read are refused
+by its registry line: attnsim.registry)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import numpy as np
 
-from ...config import Config, ConfigError
+from ...config import Config
 from ...data.dataset import DataError
 from ...init import uniform_fill
 from ...registry import ENCODER_ARRAYS as PARAMS
@@ -31,27 +32,6 @@ def param_shapes(d: int, m: int) -> dict[str, tuple]:
         "head_w": (1, d),
         "head_b": (1,),
     }
-
-
-def check_config(cfg: Config, user_data: bool = False) -> None:
-    """Refuse the keys that cannot apply to the encoder, one line each (exit 2); its engines,
-    integrators, optimizers and data are refused by its registry entry's capabilities."""
-    defaults = Config()
-    rules = (
-        (cfg.train != defaults.train, "train", "the encoder trains every parameter; leave train unset"),
-        (cfg.limit, "limit", "the max-margin limit is defined for the attention model only"),
-        (cfg.init_nu != defaults.init_nu, "init_nu", "the encoder has its own head (init_cls_scale)"),
-    )
-    for bad, key, why in rules:
-        if bad:
-            raise ConfigError(f"{key}: {why}")
-    if cfg.pop_points != defaults.pop_points:
-        raise ConfigError(
-            "pop_points: the encoder has no population metrics (its test metrics come from test_n samples)"
-        )
-    for key in ("init_W", "init_W_scale", "init_p", "init_p_scale"):
-        if getattr(cfg, key) != getattr(defaults, key):
-            raise ConfigError(f"{key}: the encoder's weights use PyTorch's initialization; leave {key} unset")
 
 
 def init_params(cfg: Config, rng: np.random.Generator, given: dict | None = None) -> dict[str, np.ndarray]:

@@ -28,13 +28,13 @@ import math
 import numpy as np
 from scipy.special import erf
 
-from ..base import Observation, Outcome, Stepper
+from ..base import ClassifierStepper, Observation, Outcome
 from ..formats import FORMATS, UNIT_ROUNDOFF, round_bf16, to_format
 
 LN_EPS = 1e-5
 
 
-class EncoderTwin(Stepper):
+class EncoderTwin(ClassifierStepper):
     """GD or AdamW on the encoder in the format ``fmt``.
 
     X : (n, T, d) tokens; y : (n,) labels; P0 : the run's initial parameters (rounded

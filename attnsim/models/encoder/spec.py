@@ -9,7 +9,6 @@ from ...config import Config
 from ...data.dataset import Dataset, Streams
 from ...registry import ENCODER_ARRAYS as PARAMS
 from ..base import GradCheck, ModelSpec
-from .params import check_config
 
 if TYPE_CHECKING:  # names in annotations only
     from ...runtime.workspace import Workspace
@@ -17,6 +16,7 @@ if TYPE_CHECKING:  # names in annotations only
 
 class EncoderSpec(ModelSpec):
     name = "encoder"
+    integrators = ("gd",)  # what its problem builds a stepper for
     warm_configs = {
         "gd": {"model": "encoder", "n": 4, "T": 4, "d": 12, "mlp_dim": 6, "steps": 2, "test_n": 2}
     }
@@ -29,11 +29,7 @@ class EncoderSpec(ModelSpec):
             ("no skip", {**small, "skip": False}),
         ]
 
-    def validate(self, cfg: Config, user_data: bool) -> None:
-        check_config(cfg, user_data)
-
     def plan(self, cfg: Config, user_data: bool) -> tuple[str, str]:
-        check_config(cfg, user_data)
         return "dense", "the encoder runs in d dimensions (only the CLS path is computed)"
 
     def memory_estimate(self, cfg: Config, engine: str, save_scores: bool = False) -> list:

@@ -25,17 +25,23 @@ class PositionalSemanticKeys:
         metadata={
             "allowed": "> 0, or unset (positional_semantic only)",
             "help": "samples per dimension: n = round(alpha d) (unset: n as given)",
+            "probe": {"alpha": 0.5, "n": None},  # n then follows alpha
         },
     )
     rank: int = field(
         default=1,
-        metadata={"allowed": "integer >= 1 (positional_semantic only)", "help": "columns r of Q and Q*"},
+        metadata={
+            "allowed": "integer >= 1 (positional_semantic only)",
+            "help": "columns r of Q and Q*",
+            "probe": 2,
+        },
     )
     omega: float = field(
         default=0.3,
         metadata={
             "allowed": "in [0, 1] (positional_semantic only)",
             "help": "the teacher's positional weight: Y = (1 - omega) softmax(...) xi + omega A xi",
+            "probe": 0.6,
         },
     )
     teacher_A: tuple = field(
@@ -43,6 +49,7 @@ class PositionalSemanticKeys:
         metadata={
             "allowed": "a T x T matrix, a nested list (positional_semantic only)",
             "help": "the teacher's positional mixing matrix A",
+            "probe": ((0.8, 0.2), (0.3, 0.7)),
         },
     )
     init: str = field(
@@ -50,6 +57,7 @@ class PositionalSemanticKeys:
         metadata={
             "allowed": "semantic, positional, random (positional_semantic only)",
             "help": "Q(0): Q* (semantic), 1/sqrt(d) (positional) or 0.1 N(0, 1) (random)",
+            "probe": "positional",
         },
     )
 

@@ -15,13 +15,13 @@ Gaussians, estimated by the mean over ``pop_points`` draws with its standard err
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...runtime.threads import Done
-from ..base import Observation, Outcome, Stepper
+from ..base import Outcome, Stepper
 from . import kernels
 from .reference import positions, row_softmax, signs, teacher
 
@@ -177,7 +177,6 @@ class PSStepper(Stepper):
         self.Q = np.array(Q0, dtype=np.float64, copy=True)
         self.grad = np.empty_like(self.Q)
         self.opt.start(self.state())
-        self._init_records(tokens.X.shape[0])
 
     def _advance(self, step0: float, nsteps: float) -> tuple[int, float]:
         t = self.t
@@ -191,11 +190,6 @@ class PSStepper(Stepper):
             return Outcome.DIVERGED, int(step0) + int(nsteps)
         return Outcome.FINISHED, int(step0) + int(nsteps)
 
-    def observe(self) -> Observation:
-        raise NotImplementedError(
-            "positional_semantic is a regression model: its metrics come from extra_metrics"
-        )
-
     def state(self) -> dict[str, np.ndarray]:
         return {"Q": self.Q}
 
@@ -203,7 +197,7 @@ class PSStepper(Stepper):
         t = self.t
         loss = float(kernels.loss_only(t.X, self.Q, t.K, t.C, t.yy))
         return {
-            "train_loss": loss,
+            "train_loss_sum": loss,
             "train_objective": loss + 0.5 * self.wd * float((self.Q**2).sum()),
             **overlaps(self.Q, self.Q_star),
         }
@@ -232,27 +226,3 @@ class Evaluator:
 
     def defer(self, state: dict) -> Done:
         return Done(self(state))
-
-
-@dataclass
-class Recorder:
-    """The model's metrics at every log point (the population and test errors where evaluated)."""
-
-    grid: np.ndarray
-    rows: list = field(default_factory=list)
-    quiet: bool = False
-
-    def record(self, j: int, step: int, stepper: PSStepper, evaluated: dict) -> None:
-        self.rows.append({"step": float(step), **stepper.extra_metrics(), **evaluated})
-
-    def add(self, j: int, evaluated: dict) -> None:
-        self.rows[j].update(evaluated)
-
-    def frozen(self, stepper: PSStepper, step: int) -> str:
-        return f"frozen after step {step}: the gradient underflows to 0"
-
-    def finish(self, stepper: PSStepper, steps: int) -> tuple[dict, np.ndarray, list]:
-        names = list(dict.fromkeys(k for row in self.rows for k in row))
-        arrays = {k: np.array([row.get(k, np.nan) for row in self.rows], dtype=np.float64) for k in names}
-        arrays["step"] = arrays["step"].astype(np.int64)
-        return arrays, np.zeros(0, dtype=np.int64), []

@@ -3,35 +3,21 @@ config alone; the data, kernels and stepper load with the methods that run the m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ... import registry
 from ...config import Config
-from ..base import ConfigError, GradCheck, ModelSpec, Own
+from ..base import ConfigError, GradCheck, ModelSpec, Own, Theory, TheoryError
+from ..own import OwnData, fmt, spread, with_se
 
 if TYPE_CHECKING:  # names in annotations only
     from ...data.dataset import Streams
     from ...runtime.workspace import Workspace
 
 REASON = "positional_semantic runs on the (n T x d) tokens, one fused pass per step"
-
-
-@dataclass
-class Data:
-    """What the run's data says of itself (the tokens are the problem's)."""
-
-    X: np.ndarray
-    Q_star: np.ndarray
-    source: str
-    y: None = None
-    n_noisy: int = 0
-    warnings: list = field(default_factory=list)
-
-    def relevant_indicator(self, T: int) -> None:
-        return None  # no relevant tokens: a regression of every token
 
 
 class Problem:
@@ -74,8 +60,9 @@ class PositionalSemanticSpec(ModelSpec):
     plot_groups = (
         ("error per sample", ("gen_error", "test_error"), True),
         ("overlaps", ("theta", "magnetization"), False),
-        ("training objective", ("train_objective", "train_loss"), False),
+        ("training objective", ("train_objective", "train_loss_sum"), False),
     )
+    integrators = ("gd",)  # what its problem builds a stepper for
     warm_configs = {
         "gd": {"model": "positional_semantic", "n": 6, "d": 8, "steps": 2, "test_n": 4, "pop_points": 64}
     }
@@ -119,7 +106,7 @@ class PositionalSemanticSpec(ModelSpec):
 
     def build(
         self, cfg: Config, ds: Any, streams: Streams, engine: str, reason: str, ws: Workspace
-    ) -> tuple[Problem, Data]:
+    ) -> tuple[Problem, OwnData]:
         from .model import draw, initial_Q  # lazy
 
         Q_star = streams.data.standard_normal((cfg.d, cfg.rank))
@@ -128,28 +115,23 @@ class PositionalSemanticSpec(ModelSpec):
         Q0 = initial_Q(cfg, Q_star, streams.init)
         problem = Problem(cfg, train, test, Q_star, Q0, streams.init)
         source = f"generated: Cui et al. (2024), {cfg.n} samples of T = {cfg.T} tokens in d = {cfg.d}"
-        return problem, Data(train.X, Q_star, source)
+        return problem, OwnData(source, {"Q_star": Q_star})
 
-    def population(self, cfg: Config, ds: Data, rng: np.random.Generator, ws: Workspace) -> Any:
+    def population(self, cfg: Config, ds: OwnData, rng: np.random.Generator, ws: Workspace) -> Any:
         from .model import Population  # lazy
 
-        return Population(cfg, ds.Q_star, rng)
-
-    def recorder(self, grid: np.ndarray) -> Any:
-        from .model import Recorder  # lazy
-
-        return Recorder(grid)
+        return Population(cfg, ds.arrays["Q_star"], rng)
 
     def findings(self, problem: Problem, traj: Any, cfg: Config, pop: Any) -> Own:
         from .model import linear_baseline  # lazy
 
         lin = linear_baseline(problem.train, cfg.n, cfg, problem.init_stream, pop)
-        last = {k: float(v[-1]) for k, v in traj.arrays.items() if k != "step" and np.isfinite(v[-1])}
-        final = {k: last.get(k) for k in FINAL}
-        final.update(linear_gen_error=lin["linear_gen_error"], linear_gen_error_se=lin["linear_gen_error_se"])
+        own = super().findings(problem, traj, cfg, pop)  # every metric's last finite value
+        final = {**own.final, "linear_gen_error": lin["linear_gen_error"]}
+        final.update(linear_gen_error_se=lin["linear_gen_error_se"])
         final["teacher_norm"] = float((problem.Q_star**2).sum() / problem.Q_star.size)
         notes = {
-            "population": pop.method,
+            **own.notes,
             "test_set": f"{cfg.test_n} fresh samples from the run's test stream (seed {cfg.seed})"
             if cfg.test_n
             else None,
@@ -165,20 +147,59 @@ class PositionalSemanticSpec(ModelSpec):
             f"data: Cui et al. (2024) positional/semantic attention, n = {c['n']}{alpha}, T = {c['T']}, "
             f"d = {c['d']}, sigma = {c['sigma']:g}, omega = {c['omega']:g}, rank {c['rank']}; "
             f"Q(0) {c['init']}; lr {c['lr']:g}, {decay} weight decay {c['weight_decay']:g}",
-            f"generalization error per sample |Y_hat - Y|^2/(2d): {_pm(f['gen_error'], f['gen_error_se'])} "
-            f"(population){_test(f, c)}; the learned linear baseline "
-            f"{_pm(f['linear_gen_error'], f['linear_gen_error_se'])}",
-            f"overlaps: magnetization |1'Q|/d {_g(f['magnetization'])} (positional), "
-            f"theta |Q*'Q|/d {_g(f['theta'])} (semantic), |Q| {_g(f['q_norm'])}",
-            f"training: objective {_g(f['train_objective'])} (the summed loss {_g(f['train_loss'])} "
+            "generalization error per sample |Y_hat - Y|^2/(2d): "
+            f"{with_se(f['gen_error'], f['gen_error_se'])} (population){_test(f, c)}; "
+            "the learned linear baseline "
+            f"{with_se(f['linear_gen_error'], f['linear_gen_error_se'])}",
+            f"overlaps: magnetization |1'Q|/d {fmt(f['magnetization'])} (positional), "
+            f"theta |Q*'Q|/d {fmt(f['theta'])} (semantic), |Q| {fmt(f['q_norm'])}",
+            f"training: objective {fmt(f['train_objective'])} (the summed loss {fmt(f['train_loss_sum'])} "
             "+ (lambda/2)|Q|^2)",
         ]
 
     def seeds_summary(self, runs: list) -> list[str]:
-        from ...experiments.seeds import spread  # lazy
-
         finals = [r.final for r in runs]
         return [f"  {name} {spread([f.get(name) for f in finals])}" for name in PUBLISHED]
+
+    def theory(self, values: dict, options: dict, progress: Any) -> Theory:
+        """The replica fixed point of one branch (Cui et al.'s Result 4.2; :mod:`.replica`)."""
+        from . import replica  # lazy
+
+        other = sorted(set(values) - set(THEORY_KEYS))
+        if other:
+            raise TheoryError(
+                f"--set {other[0]}: the theory (d -> infinity, T = 2, rank 1) takes only "
+                f"{', '.join(THEORY_KEYS)}"
+            )
+        int_tol = options.get("int_tol", 3e-2)
+        if not (math.isfinite(int_tol) and 0 < int_tol < 1):
+            raise TheoryError(f"--int-tol: must be in (0, 1), got {int_tol}")
+        try:
+            settings = replica.Settings(**values)
+        except replica.ReplicaError as exc:
+            raise TheoryError(f"--set {exc}") from None
+        branch, rule = options.get("branch", "semantic"), options.get("rule", "gauss-hermite")
+        sol = replica.solve(settings, branch, rule, int_tol=int_tol, progress=progress)
+        if not sol.converged:
+            return Theory([], sol.as_dict(), False, sol.message)
+        accuracy = (
+            f"integration: Gauss-Hermite order {sol.order}, the answer moved {sol.integration_error:.2g} "
+            "relative from the order before (its accuracy at best; --int-tol asks for less)"
+            if sol.integration_error is not None
+            else "integration: the published notebook's fixed rules (no accuracy claim)"
+        )
+        emp = sol.empirical()
+        lines = [
+            f"{branch} branch at alpha = {settings.alpha:g}, omega = {settings.omega:g}, sigma = "
+            f"{settings.sigma:g}, lambda = {settings.weight_decay:g} ({sol.iterations} iterations)",
+            f"q = {sol.q:.6g}, m = {sol.m:.6g}, V = {sol.V:.6g}, theta = {sol.theta:.6g}, "
+            f"mse = {sol.mse:.6g}, Phi = {sol.Phi:.6g}",
+            f"empirical units: gen error {emp['gen_error']:.6g}, theta / sigma^2 {emp['theta']:.6g}, "
+            f"magnetization {emp['magnetization']:.6g}, "
+            f"train objective / d {emp['train_objective_per_d']:.6g}",
+            accuracy,
+        ]
+        return Theory(lines, sol.as_dict())
 
     def check_grad(self, cfg: Config, seed: int, h: float) -> GradCheck:
         from ..base import finite_difference_errors  # lazy
@@ -199,29 +220,13 @@ class PositionalSemanticSpec(ModelSpec):
         return GradCheck(head, errors)
 
 
-def _g(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.4g}"
-
-
-def _pm(v: float | None, se: float | None) -> str:
-    return "n/a" if v is None else f"{v:.4g} +- {se:.2g} (se)"
-
-
 def _test(f: dict, c: dict) -> str:
-    return "" if f.get("test_error") is None else f", {_g(f['test_error'])} on {c['test_n']} test samples"
+    return "" if f.get("test_error") is None else f", {fmt(f['test_error'])} on {c['test_n']} test samples"
 
+
+THEORY_KEYS = ("alpha", "omega", "sigma", "weight_decay", "teacher_A")  # what `attnsim theory` takes
 
 # the metrics of the published table, in its order (what --seeds summarizes)
 PUBLISHED = ("gen_error", "test_error", "magnetization", "theta", "train_objective", "linear_gen_error")
-FINAL = (
-    "gen_error",
-    "gen_error_se",
-    "test_error",
-    "magnetization",
-    "theta",
-    "train_objective",
-    "train_loss",
-    "q_norm",
-)
 
 SPEC = PositionalSemanticSpec()

@@ -17,7 +17,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import log_steps
+from attnsim.plotting import log_steps
+
 from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
 BASE = {

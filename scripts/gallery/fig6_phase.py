@@ -18,7 +18,8 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
-from ..plotting import cell_edges, describe_fit, draw_boundary, fit_power_law, interpolated_crossings
+from attnsim.plotting import cell_edges, describe_fit, draw_boundary, fit_power_law, interpolated_crossings
+
 from .common import REGIME_COLORS, SNR, records_of, save, sweep_mapping, write_numbers
 
 READINGS = (1000, 5000)

@@ -16,11 +16,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..config import Config
-from ..data.dataset import RELEVANT, ROLE_NAMES, WEAK_OPPOSITE, make_streams
-from ..data.synthetic import clean_labels, draw_tokens, generate
-from ..plotting import ROLE_COLORS
-from ..run import simulate
+from attnsim.config import Config
+from attnsim.data.dataset import RELEVANT, ROLE_NAMES, WEAK_OPPOSITE, make_streams
+from attnsim.data.synthetic import clean_labels, draw_tokens, generate
+from attnsim.plotting import ROLE_COLORS
+from attnsim.run import simulate
+
 from .common import save, write_numbers
 from .fig2_dynamics import SETTINGS
 

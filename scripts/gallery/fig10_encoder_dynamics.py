@@ -14,7 +14,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import plot_sample_scores, role_legend
+from attnsim.plotting import plot_sample_scores, role_legend
+
 from .common import MU, records_of, save, sweep_mapping, write_numbers
 from .fig2_dynamics import SETTINGS
 

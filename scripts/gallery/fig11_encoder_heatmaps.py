@@ -1,7 +1,7 @@
 """Figure 11: the encoder's train loss, test loss and regime over the
 (signal strength, dimension) plane at 1000 steps (the paper's appendix
 heatmaps, on the grid the figure budget allows: see
-:data:`attnsim.figures.fig10_encoder_dynamics.GRID`), with SNR contours; test
+:data:`gallery.fig10_encoder_dynamics.GRID`), with SNR contours; test
 loss on 1000 fresh samples."""
 
 from __future__ import annotations

@@ -91,9 +91,9 @@ def _sweeping(
     ``next_ready(names)``, which gives the names as their sweeps are done (the first ready
     in the list's order each time; raising what stopped the sweeps, if anything did).
     ``notes`` gets what the sweeps report of failed points, sweep by sweep."""
-    from ..sweep import parse_sweep  # lazy: as matplotlib above
-    from ..sweep.executors import worker_pool  # lazy: as above
-    from ..sweep.run import run_sweeps  # lazy: as above
+    from attnsim.sweep import parse_sweep  # lazy: as matplotlib above
+    from attnsim.sweep.executors import worker_pool  # lazy: as above
+    from attnsim.sweep.run import run_sweeps  # lazy: as above
 
     specs, index, of = [], {}, {}
     for name, mappings in sweeps.items():

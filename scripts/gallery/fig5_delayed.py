@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..metrics import format_error
-from ..plotting import log_steps
-from ..theory import g_inv
+from attnsim.metrics import format_error
+from attnsim.plotting import log_steps
+from attnsim.theory import g_inv
+
 from .common import records_of, save, sweep_mapping, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only

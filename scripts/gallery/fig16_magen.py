@@ -24,7 +24,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import cell_edges, draw_boundary, fit_power_law, interpolated_crossings
+from attnsim.plotting import cell_edges, draw_boundary, fit_power_law, interpolated_crossings
+
 from .common import ETA, records_of, save, sweep_mapping, write_numbers
 
 D = 50000

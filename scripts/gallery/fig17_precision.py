@@ -19,9 +19,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..config import as_config
-from ..metrics import format_error
-from ..plotting import log_steps
+from attnsim.config import as_config
+from attnsim.metrics import format_error
+from attnsim.plotting import log_steps
+
 from .common import MU, arrays, records_of, save, sweep_mapping, write_numbers
 
 BASE = {"log_scale": "log", "log_points": 80, "pop_log_points": 40, "clean_twin": False}

@@ -14,7 +14,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..models.positional_semantic.published_data import gd_table, theory
+from attnsim.models.positional_semantic.published_data import gd_table, theory
+
 from .common import records_of, save, sweep_mapping, write_numbers
 
 OMEGA = 0.3

@@ -21,9 +21,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..metrics import format_error
-from ..plotting import ROLE_COLORS, cell_edges, describe_fit, draw_boundary
-from ..run import simulate
+from attnsim.metrics import format_error
+from attnsim.plotting import ROLE_COLORS, cell_edges, describe_fit, draw_boundary
+from attnsim.run import simulate
+
 from . import fig6_phase, fig15_normalized, fig16_magen
 from .common import SNR, save, write_numbers
 

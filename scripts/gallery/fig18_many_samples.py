@@ -12,7 +12,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..plotting import log_steps
+from attnsim.plotting import log_steps
+
 from .common import arrays, records_of, save, sweep_mapping, write_numbers
 
 # the finite-n runs (no number of the figure is their clean-label twin's)

@@ -44,7 +44,6 @@ def sweeps(quick: bool) -> list[dict]:
         "init_W": "identity",
         "lr": 1e-4,
         "steps": steps,
-        "log_every": 1,
         "log_scale": "log",
         "log_points": 3,
         "pop_log_points": 2,

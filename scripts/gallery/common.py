@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..results import atomic_write, save_png
-from ..sweep import Store, parse_sweep, record_key, run_sweep
+from attnsim.results import atomic_write, save_png
+from attnsim.sweep import Store, parse_sweep, record_key, run_sweep
 
 if TYPE_CHECKING:  # names in annotations only
     from matplotlib.figure import Figure
@@ -43,7 +43,7 @@ def sweep_mapping(
     points: Sequence[dict] = (),
 ) -> dict:
     """A figure's sweep as a sweep file's mapping (a grid, or explicit ``points``): what the
-    module's ``sweeps(quick)`` lists, so that :func:`attnsim.figures.make` can run the sweeps of
+    module's ``sweeps(quick)`` lists, so that :func:`gallery.make` can run the sweeps of
     every figure together before any is drawn."""
     data = {"sweep": {"name": name, "seeds": list(seeds), "save": list(save)}, "base": base, "grid": grid}
     if points:
@@ -51,7 +51,7 @@ def sweep_mapping(
     return data
 
 
-READ_ONLY = threading.local()  # .on: records are read, never computed (attnsim.figures.make ran the sweeps)
+READ_ONLY = threading.local()  # .on: records are read, never computed (gallery.make ran the sweeps)
 
 
 def records_of(cache: Path, *mappings: dict) -> list[dict]:

@@ -16,8 +16,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
 
-from ..metrics import REGIMES
-from ..plotting import describe_fit, draw_boundary, fit_power_law, interpolated_crossings, label_contours
+from attnsim.metrics import REGIMES
+from attnsim.plotting import (
+    describe_fit,
+    draw_boundary,
+    fit_power_law,
+    interpolated_crossings,
+    label_contours,
+)
+
 from .common import MU, REGIME_COLORS, grid_of, records_of, save, sweep_mapping, write_numbers
 
 if TYPE_CHECKING:  # names in annotations only

@@ -8,9 +8,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..metrics import format_error
-from ..plotting import plot_sample_scores, role_legend
-from ..run import simulate
+from attnsim.metrics import format_error
+from attnsim.plotting import plot_sample_scores, role_legend
+from attnsim.run import simulate
+
 from .common import MU, save, write_numbers
 
 SETTINGS = {

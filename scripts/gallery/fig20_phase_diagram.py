@@ -18,8 +18,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..models.positional_semantic import replica
-from ..results import atomic_write
+from attnsim.models.positional_semantic import replica, replica_phases
+from attnsim.results import atomic_write
+
 from .common import records_of, save, sweep_mapping, write_numbers
 
 # the published transition line at sigma = 0.5 (their "spinodal" list: alpha_c per omega)
@@ -140,7 +141,7 @@ def published_line(done: dict, plan: dict) -> dict:
             continue
         guess = float(np.interp(omega, om, [PUBLISHED[o] for o in om]))
         lo, hi = (0.8 * guess, 1.25 * guess) if omega <= om[-1] else (guess, 2 * guess)
-        out[str(omega)] = replica.transition(omega, lo, hi, xtol=plan["xtol"], rule="published")
+        out[str(omega)] = replica_phases.transition(omega, lo, hi, xtol=plan["xtol"], rule="published")
     return out
 
 
@@ -156,7 +157,9 @@ def gh_line(alpha_c: dict, plan: dict, done: dict | None = None) -> dict:
             if omega in out[str(order)]:
                 continue
             lo, hi = (f * a_pub for f in plan["gh_bracket"]) if a_pub else (0.3, 3.0)
-            out[str(order)][omega] = replica.transition(float(omega), lo, hi, xtol=plan["xtol"], order=order)
+            out[str(order)][omega] = replica_phases.transition(
+                float(omega), lo, hi, xtol=plan["xtol"], order=order
+            )
     return out
 
 
@@ -173,8 +176,8 @@ def spinodals(alpha_c: dict, plan: dict, done: dict | None = None) -> dict:
         down = np.arange(a_c, 0.05 - 1e-9, -step)
         up = np.arange(a_c, 3.0 + 1e-9, step)
         out[omega] = {
-            "semantic": replica.spinodal(float(omega), "semantic", down, rule="published"),
-            "positional": replica.spinodal(float(omega), "positional", up, rule="published"),
+            "semantic": replica_phases.spinodal(float(omega), "semantic", down, rule="published"),
+            "positional": replica_phases.spinodal(float(omega), "positional", up, rule="published"),
         }
     return out
 

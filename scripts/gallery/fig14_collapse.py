@@ -17,7 +17,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..metrics import format_error
+from attnsim.metrics import format_error
+
 from .common import ETA, FRAK_S, MU, records_of, save, sweep_mapping, write_numbers
 
 BASE = {

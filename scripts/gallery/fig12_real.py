@@ -25,8 +25,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..experiments.real import format_table, noise_model, protocol_sweep, protocol_table, write_table
-from ..plotting import log_steps
+from attnsim.experiments.real import format_table, noise_model, protocol_sweep, protocol_table, write_table
+from attnsim.plotting import log_steps
+
 from .common import ETA, records_of, save, write_numbers
 
 D = 32

@@ -11,9 +11,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..metrics import format_error
-from ..plotting import log_steps
-from ..run import simulate
+from attnsim.metrics import format_error
+from attnsim.plotting import log_steps
+from attnsim.run import simulate
+
 from .common import MU, save, write_numbers
 from .fig8_generalization_time import HORIZON, records, sweeps  # noqa: F401  (sweeps: figure 8's, read here)
 
