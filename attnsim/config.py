@@ -64,6 +64,7 @@ class CommonKeys:
     init_p: str = "zeros"
     init_p_scale: float | None = None
     init_nu: str = "head"
+    init: str = ""  # the model's initialization scheme ("": a model with none; registry Entry.inits)
     loss: str = "logistic"
     seed: int = 0
     test_n: int = 0
@@ -288,9 +289,15 @@ def _neutral() -> dict[str, Any]:
     return {**own, **optimizers, **LATER_KEYS}
 
 
+# common keys added after records existed whose neutral value is their model's default (init was
+# positional_semantic's own key, hashed as absent at its default, before every model could have one)
+MODEL_NEUTRAL_KEYS = ("init",)
+
+
 def hashed(config: dict) -> dict:
     """The config as hashes see it: the neutral keys at their neutral values left out."""
-    neutral = _neutral()
+    model = config.get("model")
+    neutral = {**_neutral(), **{k: _model_default(model, k) for k in MODEL_NEUTRAL_KEYS}}
     return {k: v for k, v in config.items() if k != "preset" and not (k in neutral and v == neutral[k])}
 
 
@@ -307,6 +314,7 @@ _CHOICES = {
     "optimizer": registry.capability("optimizers"),
     "data_model": registry.capability("data_models"),
     "init_nu": ("head", "zeros"),
+    "init": ("", *registry.capability("inits")),
     "preset": ("", *PRESETS),
     "flow_method": ("RK45", "DOP853"),
     "log_scale": ("linear", "log"),

@@ -139,6 +139,8 @@ def _check_capabilities(c: Any) -> None:
     _declared(c, "attention", c.attention, entry.attentions, "attention")
     _declared(c, "precision_twin", c.precision_twin, entry.precision_twins, "precision twin")
     _declared(c, "data_model", c.data_model, entry.data_models, "data model")
+    if entry.inits or c.init:  # a model without schemes leaves init empty
+        _declared(c, "init", c.init, entry.inits, "initialization")
     rule = registry.optimizer_class(c.optimizer)
     if rule.coordinatewise and c.engine not in ("auto", *entry.coordinate_engines):
         raise ConfigError(

@@ -45,6 +45,11 @@ KEY_HELP = {
     "init_p": ("zeros, gaussian", "initialization of p"),
     "init_p_scale": ("> 0 (default 1/sqrt(d))", "standard deviation of p(0)'s entries"),
     "init_nu": ("head, zeros", "nu(0): the official head (mu+ - mu-)/|mu+ - mu-|/|mu|, or 0"),
+    "init": (
+        "a scheme the model declares: "
+        + "; ".join(f"{m} {', '.join(e.inits)}" for m, e in registry.MODELS.items() if e.inits),
+        "the initialization scheme of a model that has several (its first is its default)",
+    ),
     "preset": ("a name from 'attnsim presets'", "start from a sister paper's setting; other keys override"),
     "loss": ("logistic, linear", "training loss"),
     "seed": ("integer >= 0", "seed of every random stream"),

@@ -32,7 +32,7 @@ ANY = "any"  # a model's optimizers: every registered one whose needs it meets
 # decide (engine, integrator, optimizer, attention, precision_twin, data_model; weight_decay
 # follows the optimizer: Entry.weight_decay_with)
 FRAMEWORK = ("model", "preset", "engine", "integrator", "optimizer", "weight_decay", "attention",
-             "precision_twin", "data_model")  # fmt: skip
+             "precision_twin", "data_model", "init")  # fmt: skip
 SCHEDULE = ("lr", "steps", "seed", "log_scale", "log_every", "log_points")  # the driver's
 PAPER_DATA = (
     "n",
@@ -71,7 +71,7 @@ class Entry:
     arrays, decided
         The data-file arrays it owns, and the keys their sizes decide (key -> (array, axis)).
     engines, coordinate_engines, integrators, optimizers, blocks, weight_decay_with,
-    attentions, precision_twins, data_models, data_sources
+    attentions, precision_twins, data_models, data_sources, inits
         What it can run: anything else is refused by config validation in one line, before
         any work; the conformance suite runs each declared value and sees it change the run.
     metrics : dict of str to str
@@ -112,6 +112,7 @@ class Entry:
     precision_twins: tuple[str, ...] = ("none",)
     data_models: tuple[str, ...] = ("sakamoto2025",)  # the generated data it reads
     data_sources: tuple[str, ...] = ("generated",)  # "generated", "file" (an .npz), "real" (attnsim real)
+    inits: tuple[str, ...] = ()  # its initialization schemes (the init key; the first is its default)
     # -- what it records beside the common metrics: name -> meaning (a classifier metric's name
     # only with its meaning, attnsim.metric_names.SHARED; no config key's name) --
     metrics: dict[str, str] = field(default_factory=dict)
@@ -185,9 +186,10 @@ MODELS: dict[str, Entry] = {
         defaults={
             "n": 2000, "d": 1000, "T": 2, "sigma": 0.5, "lr": 0.15, "steps": 5000, "log_every": 50,
             "test_n": 2000, "pop_points": 65536, "n_weak_aligned": 0, "n_weak_opposite": 0,
-            "noise_rate": 0.0, "clean_twin": False,
+            "noise_rate": 0.0, "clean_twin": False, "init": "semantic",
         },
         optimizers=("gd", "adam"),
+        inits=("semantic", "positional", "random"),  # Q(0): Q*, 1/sqrt(d), or 0.1 N(0, 1)
         blocks=("Q",),
         weight_decay_with=("gd", "adam"),
         metrics={

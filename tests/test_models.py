@@ -310,6 +310,8 @@ def _declared_cases(name: str):
     for twin in entry.precision_twins:
         if twin != "none":
             yield "precision_twin", twin, {**base, "precision_twin": twin}, base
+    for init in entry.inits[1:]:  # the first is the model's default
+        yield "init", init, {**base, "init": init}, base
     for data_model in entry.data_models:
         if data_model != "sakamoto2025":
             roles = {"T": 2, "n_weak_aligned": 0, "n_weak_opposite": 0}
@@ -322,9 +324,9 @@ def _declared_cases(name: str):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_every_declared_capability_is_honoured(name):
-    """Each declared integrator, optimizer, attention, precision twin and data model changes the
-    warm run (a model that declares one and ignores it runs the default bit for bit); a float64
-    twin matches its run (its closed form); each declared engine is the one the run used."""
+    """Each declared integrator, optimizer, attention, precision twin, initialization and data
+    model changes the warm run (a model that declares one and ignores it runs the default bit for
+    bit); a float64 twin matches its run (its closed form); each declared engine is the one used."""
     for axis, value, keys, without in _declared_cases(name):
         res = simulate(keys)
         if axis == "engine":

@@ -14,7 +14,6 @@ from typing import Any
 from ..._meta import ConfigError
 
 TEACHER_A = ((0.6, 0.4), (0.4, 0.6))  # the published runs' A (their which_A = "standard")
-INITS = ("semantic", "positional", "random")
 MAX_ENTRY = 1e100  # teacher_A's entries: as the common keys' MAX_NORM (squares and products stay finite)
 
 
@@ -50,14 +49,6 @@ class PositionalSemanticKeys:
             "allowed": "a T x T matrix, a nested list (positional_semantic only)",
             "help": "the teacher's positional mixing matrix A",
             "probe": ((0.8, 0.2), (0.3, 0.7)),
-        },
-    )
-    init: str = field(
-        default="semantic",
-        metadata={
-            "allowed": "semantic, positional, random (positional_semantic only)",
-            "help": "Q(0): Q* (semantic), 1/sqrt(d) (positional) or 0.1 N(0, 1) (random)",
-            "probe": "positional",
         },
     )
 
@@ -105,8 +96,6 @@ def check(cfg: Any) -> None:
             f"teacher_A: an entry of size {big:.3g} makes the targets' squares overflow float64; "
             f"keep every entry within {MAX_ENTRY:.0e} (a mixing matrix's are at most about 1)"
         )
-    if cfg.init not in INITS:
-        raise ConfigError(f"init: {cfg.init!r} is not one of {', '.join(INITS)}")
 
 
 KEYS = PositionalSemanticKeys
