@@ -283,6 +283,17 @@ class ModelSpec(ABC):
         (:mod:`attnsim.models.gradcheck`): every kernel and form a GD step can take there."""
         return [("gd", dict(self.warm_configs["gd"]))]
 
+    def applied_gradient(self, block: str, before: np.ndarray, after: np.ndarray, lr: float) -> np.ndarray:
+        """The gradient a GD step applied to ``block``, read back from the states before and after
+        it (check-grad on the steppers): (before - after) / lr for plain GD; a model whose step is
+        projected (on a sphere, say) reads its own back (and gives :meth:`tangent`)."""
+        return (before - after) / lr
+
+    def tangent(self, block: str, theta: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """The part of a gradient ``g`` at ``theta`` that a step of this model can apply (check-grad
+        compares it with :meth:`applied_gradient`): all of it for plain GD; its tangent part on a sphere."""
+        return g
+
     def trained_blocks(self, cfg: Config, state: Mapping[str, np.ndarray]) -> tuple[str, ...]:
         """The blocks of a stepper's state that GD moves under ``cfg`` (default: every one)."""
         return tuple(state)
@@ -359,12 +370,14 @@ def finite_difference_errors(
     grad_fn: Callable[..., Iterable[Array]],
     params: dict[str, Array],
     h: float = 1e-6,
+    project: Callable[[str, Array], Array] | None = None,
 ) -> dict[str, dict]:
     """Central differences of ``loss_fn(*params)`` against ``grad_fn(*params)``.
 
-    ``params`` maps block names (e.g. "W", "p", "nu") to arrays in call order.
-    Returns per block the max and mean absolute error and the max error
-    relative to ||analytic||_inf.
+    ``params`` maps block names (e.g. "W", "p", "nu") to arrays in call order; ``project(name,
+    fd)``, if given, maps each block's central differences to the part the analytic gradient
+    stands for (a step on a sphere applies the tangent part only). Returns per block the max and
+    mean absolute error and the max error relative to ||analytic||_inf.
     """
     names = list(params)
     values = [np.array(v, dtype=np.float64) for v in params.values()]
@@ -381,6 +394,8 @@ def finite_difference_errors(
             down = loss_fn(*values)
             flat[j] = old
             fd_flat[j] = (up - down) / (2 * h)
+        if project is not None:
+            fd = project(name, fd)
         err = np.abs(fd - analytic[b])
         scale = np.abs(analytic[b]).max()
         out[name] = {

@@ -28,15 +28,20 @@ from .base import GradCheck, Outcome, finite_difference_errors
 WARM_STEPS = 3  # steps before the checked one: the state leaves its initialization (p(0) = 0 hides dL/dW)
 
 
-def applied_gradient(stepper: Any, blocks: tuple[str, ...], lr: float, step0: int) -> tuple[dict, dict]:
+def applied_gradient(
+    stepper: Any, blocks: tuple[str, ...], lr: float, step0: int, spec: Any = None
+) -> tuple[dict, dict]:
     """The state before the stepper's next GD step (copies of ``blocks``) and the gradient the
-    step applied, (before - after) / lr per block."""
+    step applied per block: (before - after) / lr, or what the model's spec reads back from a
+    step that is not plain GD (:meth:`ModelSpec.applied_gradient`: a step projected on a sphere)."""
     before = {k: np.array(stepper.state()[k], dtype=np.float64, copy=True) for k in blocks}
     status, _ = stepper.advance(step0, 1)
     if status not in (Outcome.FINISHED, Outcome.FROZEN):
         raise RuntimeError(f"check-grad: the checked step ended {status.name}")
     after = {k: np.asarray(stepper.state()[k], dtype=np.float64) for k in blocks}
-    return before, {k: (before[k] - after[k]) / lr for k in blocks}
+    if spec is None:
+        return before, {k: (before[k] - after[k]) / lr for k in blocks}
+    return before, {k: spec.applied_gradient(k, before[k], after[k], lr) for k in blocks}
 
 
 def check_case(model: str, keys: Mapping[str, Any], h: float) -> tuple[str, dict]:
@@ -54,14 +59,18 @@ def check_case(model: str, keys: Mapping[str, Any], h: float) -> tuple[str, dict
     if status is not Outcome.FINISHED:
         raise RuntimeError(f"check-grad: the warm-up steps ended {status.name}")
     blocks = tuple(spec.trained_blocks(cfg, stepper.state()))
-    theta, applied = applied_gradient(stepper, blocks, cfg.lr, WARM_STEPS)
+    theta, applied = applied_gradient(stepper, blocks, cfg.lr, WARM_STEPS, spec)
     state = dict(theta)
     full = {k: np.array(v, dtype=np.float64, copy=True) for k, v in stepper.state().items()}
 
     def objective(*values: np.ndarray) -> float:
         return problem.objective(cfg, {**full, **state, **dict(zip(blocks, values))}, ds.y)
 
-    errors = finite_difference_errors(objective, lambda *_: [applied[k] for k in blocks], theta, h=h)
+    def tangent(block: str, g: np.ndarray) -> np.ndarray:  # the part of a gradient a step can apply
+        return spec.tangent(block, theta[block], g)
+
+    applied_list = lambda *_: [applied[k] for k in blocks]  # noqa: E731
+    errors = finite_difference_errors(objective, applied_list, theta, h=h, project=tangent)
     form = problem.engine + (f", {problem.info['gd_state']}" if "gd_state" in problem.info else "")
     return form, errors
 
