@@ -209,6 +209,32 @@ MODELS: dict[str, Entry] = {
         theory=True,
         renamed={"train_loss": "train_loss_sum"},  # a classifier run's train_loss is a mean
     ),
+    "single_location": Entry(
+        "attnsim.models.single_location",
+        # Marion et al.'s published PGD (their config.py, init on the manifold): d = 400, L = 10,
+        # lambda 0.1 (a key of the model's), alpha 4e-3, 20 000 steps
+        defaults={
+            "n": 1000, "d": 400, "T": 10, "lr": 4e-3, "steps": 20_000, "log_every": 200,
+            "integrator": "population", "attention": "erf", "init": "manifold",
+            "n_weak_aligned": 0, "n_weak_opposite": 0, "noise_rate": 0.0, "clean_twin": False,
+        },
+        integrators=("population", "gd", "online"),
+        attentions=("erf", "softmax", "linear"),
+        inits=("manifold", "sphere"),
+        blocks=("k", "v"),
+        metrics={
+            "risk": "the population risk E[(T(X) - y)^2], label noise included (erf: the closed form)",
+            "risk_se": "its standard error (0: the closed form)",
+            "test_risk": "the finite test set's mean squared error",
+            "test_risk_se": "its standard error",
+            "k_kstar": "kappa = k.k*", "v_vstar": "nu = v.v*", "v_kstar": "theta = v.k*",
+            "vstar_k": "eta = v*.k", "k_v": "rho = k.v",
+            "manifold_distance": "sqrt(theta^2 + eta^2 + rho^2): the distance to the authors' manifold",
+            "train_loss": metric_names.SHARED["train_loss"],
+        },
+        reads=("T", "d", "test_n") + SCHEDULE + POPULATION,
+        reads_with={"gd": ("n",), "online": ("batch",)},
+    ),
 }  # fmt: skip
 
 # optimizer name -> its module (KEYS, check, OPTIMIZER; attnsim/optimizers/base.py)

@@ -6,8 +6,8 @@
 The cases: the default run, a dense run, a gradient flow, the encoder on its parity fixture,
 the max-margin limit, every optimizer (GD, normalized GD, AdamW) in the engines they run in,
 StableMax, the precision twins, online SGD and the population flow, the encoder's optimizers
-and twin, positional/semantic attention (GD and AdamW), and a small sweep (its records), plus
-the figure numbers files in figures/.
+and twin, positional/semantic attention (GD and AdamW), single-location regression, and a small
+sweep (its records), plus the figure numbers files in figures/.
 Every result.json field is compared exactly, except those that measure this machine or this
 checkout (timings, versions, thread settings, the git revision); every trajectory array by a
 SHA-256 of its bytes. Used to show that a change of structure changes no number.
@@ -147,6 +147,10 @@ CASES = {
     "positional_semantic_adam": ["--set", "model=positional_semantic", "--set", "d=60", "--set", "n=90",
                                  "--set", "init=positional", "--set", "optimizer=adam", "--set", "lr=0.01",
                                  "--set", "steps=100", "--set", "pop_points=512"],
+    "single_location": ["--set", "model=single_location", "--set", "init=sphere", "--set", "steps=3000"],
+    "single_location_softmax": ["--set", "model=single_location", "--set", "integrator=gd", "--set", "d=40",
+                                "--set", "n=100", "--set", "attention=softmax", "--set", "attention_scale=2",
+                                "--set", "steps=100", "--set", "lr=0.02", "--set", "test_n=500"],
 }  # fmt: skip
 SWEEP = """[sweep]
 name = "cmp"
