@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -165,6 +166,9 @@ class _ConfigMethods:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in _MATRICES:  # held as tuples (a Config is hashable), written as nested lists (JSON, TOML)
             out[key] = [list(row) for row in out[key]]
+        for key in _INFINITE:  # JSON has no infinity: written "inf", read back as math.inf
+            if out[key] == math.inf:
+                out[key] = "inf"
         if resolved:
             out["init_W_scale"] = self.W_scale
             out["init_p_scale"] = self.p_scale
@@ -333,6 +337,19 @@ _CHOICES = {
         if "choices" in f.metadata
     },
 }
+# the models' float keys that admit infinity (their field metadata's "infinite": a count per d that
+# may be unbounded, linear_icl's task_ratio); "inf" in TOML, --set, JSON records and result files
+_INFINITE = tuple(
+    f.name for m in registry.MODELS for f in registry.key_fields(m) if f.metadata.get("infinite")
+)
+
+
+def _is_inf(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("inf", "+inf", "infinity")
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == math.inf
+
+
 _BOOL_WORDS = ("refine_times",)  # word-valued keys whose "true" and "false" TOML writes as booleans
 
 
@@ -352,6 +369,8 @@ def _coerce(name: str, value: Any) -> Any:
     (``np.int64``, ``np.float32``, ``np.bool_``), never text: the Python API
     takes values, the command line parses text first (:func:`parse_set`)."""
     kind = _kind(name)
+    if name in _INFINITE and _is_inf(value):  # a key that admits infinity ("inf" in files and records)
+        return math.inf
     if type(value) is _PLAIN.get(kind) and (kind != "float" or math.isfinite(value)):  # already fine (sweeps)
         if (kind != "int" or abs(value) <= MAX_INT) and (kind != "float" or not _subnormal(value)):
             return value + 0.0 if kind == "float" else value  # -0.0 is 0.0: one grid point, one record
