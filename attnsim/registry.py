@@ -235,6 +235,28 @@ MODELS: dict[str, Entry] = {
         reads=("T", "d", "test_n") + SCHEDULE + POPULATION,
         reads_with={"gd": ("n",), "online": ("batch",)},
     ),
+    "linear_icl": Entry(
+        "attnsim.models.linear_icl",
+        # Lu et al.'s quick figure: d = 32, alpha = tau = 10 (model keys), the ridge endpoint
+        defaults={
+            "d": 32, "integrator": "ridge", "steps": 1, "log_every": 1, "lr": 1.0,
+            "n_weak_aligned": 0, "n_weak_opposite": 0, "noise_rate": 0.0, "clean_twin": False,
+        },
+        integrators=("ridge", "gd", "flow"),
+        engines=("statistics",),  # the sequences' sufficient statistics, never their contexts
+        coordinate_engines=("statistics",),
+        blocks=("Gamma",),
+        metrics={
+            "e_icl": "the exact error of Gamma on a fresh sequence of a fresh task (|w| = sqrt d)",
+            "e_idg": "the exact error of Gamma on a fresh sequence of a training task",
+            "g_task": "e_icl - e_idg: the task generalization gap",
+            "train_loss": metric_names.SHARED["train_loss"],
+            "gamma_norm": "|Gamma|_F",
+        },
+        reads=("d", "seed"),
+        reads_with={"gd": SCHEDULE, "flow": SCHEDULE},
+        theory=True,
+    ),
 }  # fmt: skip
 
 # optimizer name -> its module (KEYS, check, OPTIMIZER; attnsim/optimizers/base.py)

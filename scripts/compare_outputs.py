@@ -6,8 +6,8 @@
 The cases: the default run, a dense run, a gradient flow, the encoder on its parity fixture,
 the max-margin limit, every optimizer (GD, normalized GD, AdamW) in the engines they run in,
 StableMax, the precision twins, online SGD and the population flow, the encoder's optimizers
-and twin, positional/semantic attention (GD and AdamW), single-location regression, and a small
-sweep (its records), plus the figure numbers files in figures/.
+and twin, positional/semantic attention (GD and AdamW), single-location regression, linear
+attention in context, and a small sweep (its records), plus the figure numbers files in figures/.
 Every result.json field is compared exactly, except those that measure this machine or this
 checkout (timings, versions, thread settings, the git revision); every trajectory array by a
 SHA-256 of its bytes. Used to show that a change of structure changes no number.
@@ -151,6 +151,9 @@ CASES = {
     "single_location_softmax": ["--set", "model=single_location", "--set", "integrator=gd", "--set", "d=40",
                                 "--set", "n=100", "--set", "attention=softmax", "--set", "attention_scale=2",
                                 "--set", "steps=100", "--set", "lr=0.02", "--set", "test_n=500"],
+    "linear_icl": ["--set", "model=linear_icl", "--set", "d=12", "--set", "task_ratio=0.5"],
+    "linear_icl_flow": ["--set", "model=linear_icl", "--set", "d=8", "--set", "integrator=flow",
+                        "--set", "steps=1e5", "--set", "log_scale=log", "--set", "task_ratio=inf"],
 }  # fmt: skip
 SWEEP = """[sweep]
 name = "cmp"

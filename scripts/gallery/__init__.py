@@ -42,6 +42,7 @@ NAMES = {
     "many_samples": "fig18_many_samples",
     "positional_semantic": "fig19_positional_semantic",
     "phase_diagram": "fig20_phase_diagram",
+    "linear_icl": "fig22_linear_icl",
     "single_location": "fig21_single_location",
     "neighbours": "fig13_neighbours",  # last: it reads figures 6, 15 and 16's sweeps
 }
