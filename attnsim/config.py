@@ -66,6 +66,8 @@ class CommonKeys:
     init_p_scale: float | None = None
     init_nu: str = "head"
     init: str = ""  # the model's initialization scheme ("": a model with none; registry Entry.inits)
+    init_scale: float = 0.0  # the scale of a model's initial weights (the models that read it say how)
+    rank: int = 1  # the rank of a model's key-query product (the models that read it)
     loss: str = "logistic"
     seed: int = 0
     test_n: int = 0
@@ -293,9 +295,10 @@ def _neutral() -> dict[str, Any]:
     return {**own, **optimizers, **LATER_KEYS}
 
 
-# common keys added after records existed whose neutral value is their model's default (init was
-# positional_semantic's own key, hashed as absent at its default, before every model could have one)
-MODEL_NEUTRAL_KEYS = ("init",)
+# common keys added after records existed whose neutral value is their model's default (init and
+# rank were positional_semantic's own keys, hashed as absent at their defaults, before every model
+# could have one; init_scale linear_icl's)
+MODEL_NEUTRAL_KEYS = ("init", "init_scale", "rank")
 
 
 def hashed(config: dict) -> dict:

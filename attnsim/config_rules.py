@@ -27,6 +27,11 @@ def _require(ok: bool, message: str) -> None:
 def validate(c: Any) -> None:
     """ConfigError naming the key of the first rule ``c`` breaks."""
     _require(c.n >= 2, f"n: must be an integer >= 2, got {c.n}")
+    _require(c.rank >= 1, f"rank: must be an integer >= 1, got {c.rank}")
+    _require(
+        math.isfinite(c.init_scale) and c.init_scale >= 0,
+        f"init_scale: must be a finite number >= 0, got {c.init_scale}",
+    )
     _require(c.d >= 2, f"d: must be an integer >= 2, got {c.d}")
     for key in ("n_relevant", "n_weak_aligned", "n_weak_opposite"):
         _require(getattr(c, key) >= 0, f"{key}: must be an integer >= 0, got {getattr(c, key)}")

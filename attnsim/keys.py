@@ -45,6 +45,16 @@ KEY_HELP = {
     "init_p": ("zeros, gaussian", "initialization of p"),
     "init_p_scale": ("> 0 (default 1/sqrt(d))", "standard deviation of p(0)'s entries"),
     "init_nu": ("head, zeros", "nu(0): the official head (mu+ - mu-)/|mu+ - mu-|/|mu|, or 0"),
+    "init_scale": (
+        ">= 0",
+        "the scale of a model's initial weights (linear_icl: Gamma(0) ~ N(0, init_scale^2/d); "
+        "linear_attention: its weights' standard deviation)",
+    ),
+    "rank": (
+        "integer >= 1",
+        "the rank of a model's key-query product (positional_semantic: the columns of Q and Q*; "
+        "linear_attention: of each head's key and query)",
+    ),
     "init": (
         "a scheme the model declares: "
         + "; ".join(f"{m} {', '.join(e.inits)}" for m, e in registry.MODELS.items() if e.inits),

@@ -205,7 +205,7 @@ MODELS: dict[str, Entry] = {
             "linear_gen_error_se": "its standard error",
             "teacher_norm": "|Q*|^2 / (d r): the teacher's draw (mean 1 over seeds; what moves theta)",
         },
-        reads=("n", "T", "d", "sigma", "test_n") + SCHEDULE + POPULATION,
+        reads=("n", "T", "d", "sigma", "test_n", "rank") + SCHEDULE + POPULATION,
         theory=True,
         renamed={"train_loss": "train_loss_sum"},  # a classifier run's train_loss is a mean
     ),
@@ -254,7 +254,7 @@ MODELS: dict[str, Entry] = {
             "gamma_norm": "|Gamma|_F",
         },
         reads=("d", "seed"),
-        reads_with={"gd": SCHEDULE, "flow": SCHEDULE},
+        reads_with={"gd": SCHEDULE + ("init_scale",), "flow": SCHEDULE + ("init_scale",)},
         theory=True,
     ),
 }  # fmt: skip

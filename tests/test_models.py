@@ -197,7 +197,7 @@ CANDIDATES = {
     "batch": (2,), "flow_method": ("DOP853",), "flow_rtol": (1e-6,), "flow_atol": (1e-9,),
     "log_scale": ("log",), "log_every": (2, 3), "log_points": (7,), "pop_log_points": (3,),
     "pop_points": (32, 64), "pop_seed": (5,), "benign_error": (0.2,), "gen_score": (0.3,),
-    "clean_twin": (False, True), "refine_times": ("false",),
+    "clean_twin": (False, True), "refine_times": ("false",), "init_scale": (0.5, 0.3), "rank": (2,),
 }  # fmt: skip
 
 

@@ -57,14 +57,6 @@ class LinearICLKeys:
             "probe": 0.5,
         },
     )
-    init_scale: float = field(
-        default=0.0,
-        metadata={
-            "allowed": ">= 0 (linear_icl only)",
-            "help": "Gamma(0)'s entries ~ N(0, init_scale^2 / d) (0: Gamma(0) = 0)",
-            "probe": {"init_scale": 0.5, "integrator": "gd", "steps": 3, "lr": 1.0},
-        },
-    )
 
 
 def check(cfg: Any) -> None:
@@ -81,7 +73,7 @@ def check(cfg: Any) -> None:
         )
     if not (math.isfinite(t) and t > 0):
         raise ConfigError(f"sample_ratio: must be a finite number > 0, got {t}")
-    for key in ("noise_var", "ridge", "init_scale"):
+    for key in ("noise_var", "ridge"):
         v = getattr(cfg, key)
         if not (math.isfinite(v) and v >= 0):
             raise ConfigError(f"{key}: must be a finite number >= 0, got {v}")

@@ -27,14 +27,6 @@ class PositionalSemanticKeys:
             "probe": {"alpha": 0.5, "n": None},  # n then follows alpha
         },
     )
-    rank: int = field(
-        default=1,
-        metadata={
-            "allowed": "integer >= 1 (positional_semantic only)",
-            "help": "columns r of Q and Q*",
-            "probe": 2,
-        },
-    )
     omega: float = field(
         default=0.3,
         metadata={
@@ -78,8 +70,6 @@ DERIVED = {"n": "alpha"}  # key -> the key that decides it when set (Config.repl
 
 def check(cfg: Any) -> None:
     """ConfigError naming the key for a value the model cannot take."""
-    if cfg.rank < 1:
-        raise ConfigError(f"rank: must be an integer >= 1, got {cfg.rank}")
     if not 0.0 <= cfg.omega <= 1.0:
         raise ConfigError(f"omega: must be in [0, 1], got {cfg.omega}")
     A = cfg.teacher_A
