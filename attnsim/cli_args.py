@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,12 @@ def theory_models() -> list[str]:
 
 
 def find_gallery() -> Path | None:
-    """The ``scripts`` folder that holds the figure code (``scripts/gallery``): the one beside
-    the package (a checkout, an editable install) or in the working folder (a checkout with the
-    package installed from it), else None."""
+    """The ``scripts`` folder that holds the figure code (``scripts/gallery``): the one named by
+    ``ATTNSIM_FIGURE_CODE`` (a checkout's scripts folder, for a package installed from it), beside
+    the package (a checkout, an editable install) or in the working folder, else None."""
+    named = os.environ.get("ATTNSIM_FIGURE_CODE")
+    if named and (Path(named) / "gallery" / "__init__.py").is_file():
+        return Path(named)
     for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
         if (root / GALLERY / "__init__.py").is_file():
             return root / "scripts"
@@ -40,8 +44,9 @@ def load_gallery() -> Any:
     where = find_gallery()
     if where is None:
         raise UsageError(
-            f"figures: the figure code is not installed with the package; it is {GALLERY}/ in a checkout "
-            "of attnsim's repository: run `attnsim figures` (or python scripts/make_figures.py) there"
+            f"figures: the figure code is not installed with the package; it is {GALLERY}/ in a "
+            "checkout of attnsim's repository: run `attnsim figures` there (or point ATTNSIM_FIGURE_CODE "
+            "at its scripts/)"
         )
     if str(where) not in sys.path:
         sys.path.insert(0, str(where))

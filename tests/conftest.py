@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 DATA = Path(__file__).resolve().parent / "data"  # copies of the official-code runs (see its README)
+# the figure code (scripts/gallery) is not installed with the package: a test run from a checkout
+# with the package installed from it (CI's pip install .) finds it here
+os.environ.setdefault("ATTNSIM_FIGURE_CODE", str(Path(__file__).resolve().parent.parent / "scripts"))
 
 if os.environ.get("ATTNSIM_TEST_TOY"):
     # tests/test_models.py runs its conformance suite on the toy model (tests/toymodel) in a

@@ -330,7 +330,7 @@ def test_figures_from_an_install_without_the_figure_code_say_where_it_is(monkeyp
     `attnsim figures` says in one line where it lives (exit 2)."""
     from attnsim import cli_args
 
-    monkeypatch.setattr(cli_args, "find_gallery", lambda: None)
+    monkeypatch.setattr(cli_args, "find_gallery", lambda: None)  # as from a wheel, with no checkout
     assert main(["figures", "--quick"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "scripts/gallery/ in a checkout" in err, err
