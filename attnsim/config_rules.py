@@ -26,7 +26,10 @@ def _require(ok: bool, message: str) -> None:
 
 def validate(c: Any) -> None:
     """ConfigError naming the key of the first rule ``c`` breaks."""
-    _require(c.n >= 2, f"n: must be an integer >= 2, got {c.n}")
+    _require(
+        c.n >= 2 or c.n == 0 == c.default("n"),  # 0: the population, for a model whose default it is
+        f"n: must be an integer >= 2, got {c.n}",
+    )
     _require(c.rank >= 1, f"rank: must be an integer >= 1, got {c.rank}")
     _require(
         math.isfinite(c.init_scale) and c.init_scale >= 0,

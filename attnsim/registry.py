@@ -257,6 +257,30 @@ MODELS: dict[str, Entry] = {
         reads_with={"gd": SCHEDULE + ("init_scale",), "flow": SCHEDULE + ("init_scale",)},
         theory=True,
     ),
+    "linear_attention": Entry(
+        "attnsim.models.linear_attention",
+        # Zhang et al.'s figures: D = 4, N = 31 context pairs, 5 heads, rank one (model keys)
+        defaults={
+            "d": 4, "n": 0, "integrator": "flow", "lr": 1.0, "steps": 100_000, "log_scale": "log",
+            "log_points": 200, "init_scale": 1e-3, "init": "gaussian",
+            "n_weak_aligned": 0, "n_weak_opposite": 0, "noise_rate": 0.0, "clean_twin": False,
+        },
+        integrators=("flow", "gd"),
+        inits=("gaussian", "published"),  # N(0, init_scale^2) entries, or the authors' net.py scales
+        engines=("moments",),  # the loss as a quadratic in T: its D^2 x D^2 moments
+        coordinate_engines=("moments",),
+        blocks=("c", "K", "Q", "B"),
+        metrics={
+            "population_loss": "the population loss E(y_q - y_hat)^2 at the state (exact)",
+            "train_loss": metric_names.SHARED["train_loss"],
+            "t_norm": "|T|_F, T = sum_i c_i B_i the heads' effective key-query matrix",
+            "plateaus": "the saddles' levels the population loss sat at, in order (a list)",
+            "plateau_steps": "the first logged step after each plateau the loss left (a list)",
+        },
+        reads=("d", "seed", "init_scale", "rank") + SCHEDULE,
+        reads_with={"gd": ("n",)},
+        theory=True,
+    ),
 }  # fmt: skip
 
 # optimizer name -> its module (KEYS, check, OPTIMIZER; attnsim/optimizers/base.py)

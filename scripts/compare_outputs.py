@@ -154,6 +154,10 @@ CASES = {
     "linear_icl": ["--set", "model=linear_icl", "--set", "d=12", "--set", "task_ratio=0.5"],
     "linear_icl_flow": ["--set", "model=linear_icl", "--set", "d=8", "--set", "integrator=flow",
                         "--set", "steps=1e5", "--set", "log_scale=log", "--set", "task_ratio=inf"],
+    "linear_attention": ["--set", "model=linear_attention", "--set", "init_scale=1e-4", "--set", "steps=1e6"],
+    "linear_attention_gd": ["--set", "model=linear_attention", "--set", "integrator=gd", "--set", "n=500",
+                            "--set", "parametrization=merged", "--set", "init=published", "--set", "lr=0.5",
+                            "--set", "steps=2000", "--set", "init_scale=0.01"],
 }  # fmt: skip
 SWEEP = """[sweep]
 name = "cmp"

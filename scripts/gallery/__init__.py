@@ -43,6 +43,7 @@ NAMES = {
     "positional_semantic": "fig19_positional_semantic",
     "phase_diagram": "fig20_phase_diagram",
     "linear_icl": "fig22_linear_icl",
+    "linear_attention": "fig23_linear_attention",
     "single_location": "fig21_single_location",
     "neighbours": "fig13_neighbours",  # last: it reads figures 6, 15 and 16's sweeps
 }
