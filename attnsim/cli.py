@@ -92,6 +92,11 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
     except UsageError as exc:
         print(f"attnsim: error: {exc}", file=sys.stderr)
         return 2
+    if args.command in NUMERICAL:
+        short = _address_space_short()
+        if short:
+            print(f"attnsim: error: {short}", file=sys.stderr)
+            return 1
     from .runtime.environment import EnvironmentProblem, check_environment  # lazy
 
     try:
@@ -151,6 +156,28 @@ def _dispatch(argv: list[str] | None, t_start: float) -> int:
         return 1
 
 
+# the commands that load NumPy, OpenBLAS and Numba; below this address space (ulimit -v) they fail
+# while loading, in the libraries' words (OpenBLAS: "Memory allocation still failed after 10
+# retries", or a thread that cannot start); measured: 500 MiB fails with two OpenBLAS threads
+NUMERICAL = ("run", "check-grad", "sweep", "figures", "real", "theory")
+MIN_ADDRESS_SPACE = 2**30
+
+
+def _address_space_short() -> str:
+    """One line when the process's address-space limit is below :data:`MIN_ADDRESS_SPACE` ("" else)."""
+    try:
+        import resource  # lazy: POSIX only
+    except ImportError:
+        return ""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE:
+        return ""
+    return (
+        f"the address-space limit (ulimit -v) is {soft / 2**20:.0f} MiB; NumPy, OpenBLAS and Numba need "
+        f"about {MIN_ADDRESS_SPACE / 2**20:.0f} MiB to load and run: raise the limit"
+    )
+
+
 def _check_numba() -> None:
     """The kernels' Numba version rule, read from the installed package's
     metadata: sweeps and figures start their worker processes (which load the
@@ -187,14 +214,27 @@ def _saved_run(path: Path) -> tuple[dict, str | None]:
     return dict(meta["config"]), source
 
 
+def _rerun_values(saved: dict, sets: dict, seeds: bool) -> dict:
+    """A saved run's config changed by ``sets`` as :meth:`Config.replace` changes it: the keys the
+    saved config derived (n from alpha and d, the default initial scales) are decided again from
+    the changed keys; with ``--seeds`` (``seeds``) the saved seed gives way to them."""
+    from .config import from_mapping  # lazy
+
+    base = from_mapping(saved)
+    values = from_mapping(sets, base=base).to_dict(resolved=False) if sets else dict(saved)
+    if seeds:
+        values.pop("seed", None)
+    return values
+
+
 def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     from .config import config_values, file_data, from_mapping, parse_set  # lazy
     from .results import check_output_dir, check_run_folder  # lazy
 
     # the keys the user set (--data warns when it overrides them)
     if args.config is not None and (Path(args.config).is_dir() or str(args.config).endswith(".json")):
-        values, named = _saved_run(Path(args.config))  # a run folder or its result.json: run it again
-        values.update(parse_set(args.sets))
+        saved, named = _saved_run(Path(args.config))  # a run folder or its result.json: run it again
+        values = _rerun_values(saved, parse_set(args.sets), seeds=args.seeds is not None)
     else:
         values = config_values(args.config, args.sets)
         named = file_data(values, args.config) if args.config is not None else None
@@ -210,6 +250,7 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
             raise UsageError(f"--preset {args.preset} and --set preset={given}: name one preset, once")
         values["preset"] = args.preset
     cfg = from_mapping(values)
+    _check_plot_kind(args.plot, cfg.model)
     from .data.real import BUILTIN, builtin_name  # lazy
 
     args.data = builtin_name(args.data)
@@ -227,6 +268,25 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
         files = "result.json, trajectory.npz" + (", trajectory.csv" if args.csv else "")
         print(f"wrote {res.path}/{files}" + (f", {args.plot}.png" if args.plot else ""))
     return 0
+
+
+# check-grad's central-difference steps: rounding error ~ 1e-16 / h, truncation ~ h^2
+H_RANGE = (1e-10, 1e-2)
+
+
+def _check_plot_kind(kind: str | None, model: str) -> None:
+    """``--plot`` names a figure the model has: a classifier's scores or gaps, another model's metrics."""
+    if kind is None:
+        return
+    from . import registry  # lazy
+
+    classifier = registry.spec(model).classifier
+    if classifier and kind == "metrics":
+        raise UsageError(f"--plot metrics: model={model} draws its run with --plot scores or --plot gaps")
+    if not classifier and kind != "metrics":
+        raise UsageError(
+            f"--plot {kind}: model={model} has no token scores or gaps; --plot metrics draws its own metrics"
+        )
 
 
 def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
@@ -426,8 +486,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_check_grad(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.h) and 0 < args.h < 1):
-        raise UsageError(f"check-grad --h: the difference step must be in (0, 1), got {args.h}")
+    if not (math.isfinite(args.h) and H_RANGE[0] <= args.h <= H_RANGE[1]):
+        raise UsageError(
+            f"check-grad --h: the difference step must be in [{H_RANGE[0]:g}, {H_RANGE[1]:g}], "
+            f"got {args.h:g}: a smaller step drowns the difference in rounding (float64's 1e-16 over h), "
+            "a larger one in the truncation error (h^2); the default 1e-6 balances them"
+        )
     if not (math.isfinite(args.tol) and 0 < args.tol < 1):
         raise UsageError(f"check-grad --tol: must be in (0, 1), got {args.tol}")
     if args.seed < 0:

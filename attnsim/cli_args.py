@@ -86,7 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=".npz file with X (n,T,d), y (n,) and more; or token features for the real-data protocol: "
         "'digits' (built in) or an .npz with features (N,T,d) and labels (N,)",
     )
-    r.add_argument("--plot", choices=("scores", "gaps"), help="write a figure into the output folder")
+    r.add_argument(
+        "--plot",
+        choices=("scores", "gaps", "metrics"),
+        help="write a figure into the output folder: a classifier's example scores or gaps, another "
+        "model's own metrics",
+    )
     r.add_argument("--seeds", help="several seeds (0-4, 0,3,7): each run in OUT/seed-K, one summary of all")
     r.add_argument("--csv", action="store_true", help="also write trajectory.csv (one row per log point)")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")

@@ -99,10 +99,10 @@ class _ConfigMethods:
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name)))
-        for key in _MODEL_DEFAULTED:  # None: the model's default (the registry's entry)
-            if getattr(self, key) is None:
-                object.__setattr__(self, key, _model_default(self.model, key))
-        for key, value in _derived(self).items():  # keys the model's own keys decide (alpha: n)
+        unset = frozenset(key for key in _MODEL_DEFAULTED if getattr(self, key) is None)
+        for key in unset:  # None: the model's default (the registry's entry)
+            object.__setattr__(self, key, _model_default(self.model, key))
+        for key, value in _derived(self, unset).items():  # keys the model's own keys decide (alpha: n)
             object.__setattr__(self, key, value)
         # a saved config (result.json's, resolved) holds the default scales an initialization without
         # a scale has: the same as leaving them out, so the config runs again as it was saved
@@ -245,12 +245,14 @@ Config = _assemble()
 _DEFAULTS = {f.name: f.default for f in fields(Config)}
 
 
-def _derived(cfg: Any) -> dict[str, Any]:
-    """The keys the model's keys module derives from others (its ``derive(cfg)``; none by default)."""
+def _derived(cfg: Any, unset: frozenset[str]) -> dict[str, Any]:
+    """The keys the model's keys module derives from others (its ``derive(cfg, unset)``, ``unset``
+    the model-defaulted keys the user left out, so that a key given at its default value is still
+    a key given; none by default)."""
     derive = (
         getattr(registry.keys_module(cfg.model), "derive", None) if cfg.model in registry.MODELS else None
     )
-    return {} if derive is None else derive(cfg)
+    return {} if derive is None else derive(cfg, unset)
 
 
 def _model_default(model: str, key: str) -> Any:

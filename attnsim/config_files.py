@@ -47,6 +47,8 @@ def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid TOML (not UTF-8 text)") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: a value nested too deep to read; no config key nests beyond 2") from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

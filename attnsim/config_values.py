@@ -57,8 +57,14 @@ def matrix(name: str, value: Any) -> tuple[tuple[float, ...], ...]:
     if isinstance(rows, (list, tuple)) and rows and all(isinstance(r, (list, tuple)) and r for r in rows):
         return tuple(tuple(_coerce_real(name, v) for v in r) for r in rows)
     raise ConfigError(
-        f"{name}: expected a matrix as a nested list such as [[0.6, 0.4], [0.4, 0.6]], got {value!r}"
+        f"{name}: expected a matrix as a nested list such as [[0.6, 0.4], [0.4, 0.6]], got {_short(value)}"
     )
+
+
+def _short(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters (a value nested hundreds deep stays one short line)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _coerce_real(name: str, v: Any) -> float:
@@ -68,7 +74,7 @@ def _coerce_real(name: str, v: Any) -> float:
         or not isinstance(v, numbers.Real)
         or not math.isfinite(float(v))
     ):
-        raise ConfigError(f"{name}: every entry must be a finite number, got {v!r}")
+        raise ConfigError(f"{name}: every entry must be a finite number, got {_short(v)}")
     return float(v) + 0.0
 
 
@@ -109,6 +115,10 @@ def parse_scalar(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         pass
+    except RecursionError:  # tomllib parses nested arrays recursively
+        raise ConfigError(
+            f"--set: {text[:40]}... is nested too deep to read; no config key nests beyond 2"
+        ) from None
     if not text.isascii():  # float() reads full-width and other scripts' digits: "５" would be 5
         return text
     try:

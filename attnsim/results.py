@@ -226,6 +226,16 @@ def _read_meta(path: Path) -> dict:
     missing = [k for k in ("config", "final", "theory") if not isinstance(meta.get(k), dict)]
     if missing:
         raise ResultError(f"{path}: not an attnsim result (no {', '.join(missing)} section); rerun the run")
+    version = meta.get("schema_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ResultError(
+            f"{path}: damaged (schema_version {version!r} is not a version number); rerun the run"
+        )
+    if version > SCHEMA_VERSION:
+        raise ResultError(
+            f"{path}: written by a newer attnsim (result schema {version}; this one reads up to "
+            f"{SCHEMA_VERSION}); upgrade attnsim to read it"
+        )
     return meta
 
 

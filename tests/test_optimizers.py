@@ -245,7 +245,7 @@ def test_mirror_descent_is_refused_where_it_cannot_run():
             {"optimizer": "mirror", "model": "encoder"},
             "optimizer: model=encoder does not run optimizer mirror",
         ),
-        ({"optimizer": "mirror", "mirror_p": 1.0}, "mirror_p: must be > 1"),
+        ({"optimizer": "mirror", "mirror_p": 1.0}, r"mirror_p: must be in \[1.01, 100\]"),
         ({"mirror_p": 4.0}, "mirror_p: applies to optimizer=mirror"),
         ({"optimizer": "mirror", "integrator": "flow"}, "optimizer: mirror is a rule for discrete steps"),
     ):

@@ -190,8 +190,8 @@ def test_the_matrix_key_is_written_as_a_nested_list_and_hashes_as_before():
 
 def test_its_runs_plot_their_own_metrics(tmp_path):
     sets = [f"--set={k}={v}" for k, v in SMALL.items()]
-    assert main(["run", "--out", str(tmp_path / "r"), "--plot", "scores", *sets]) == 0
-    assert (tmp_path / "r" / "scores.png").stat().st_size > 0
+    assert main(["run", "--out", str(tmp_path / "r"), "--plot", "metrics", *sets]) == 0
+    assert (tmp_path / "r" / "metrics.png").stat().st_size > 0
     assert main(["plot", str(tmp_path / "r"), "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 0
 

@@ -8,13 +8,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._meta import ConfigError
 from .base import Optimizer, dense
 
 KEYS = None
 
 
 def check(cfg: Any) -> None:
-    return None  # no keys of its own
+    """No keys of its own; the coupled decay x <- (1 - lr weight_decay) x - lr g grows without
+    bound once lr weight_decay >= 2 (|1 - lr weight_decay| >= 1 whatever the gradient does)."""
+    from .. import registry
+
+    product = cfg.lr * registry.weight_decay(cfg)
+    if product >= 2:
+        raise ConfigError(
+            f"weight_decay: lr * weight_decay = {cfg.lr:g} * {cfg.weight_decay:g} = {product:.3g} >= 2: "
+            "gradient descent's decay step x <- (1 - lr weight_decay) x grows the weights every step; "
+            "keep the product below 2 (reduce lr or weight_decay)"
+        )
 
 
 class GD(Optimizer):

@@ -38,10 +38,31 @@ class MirrorKeys:
 KEYS = MirrorKeys
 
 
+# the exponents at which the maps stay in float64: the inverse map raises |t| to 1/(P-1), which
+# underflows a step's dual to 0 for P near 1 (P = 1.0000001 froze p at 0 after one step); the
+# map raises |p| to P-1, which overflows for large P (P = 1e300 turned p into its sign vector)
+P_RANGE = (1.01, 100.0)
+
+
 def check(cfg: Any) -> None:
-    if not cfg.mirror_p > 1:
+    lo, hi = P_RANGE
+    if not lo <= cfg.mirror_p <= hi:
         raise ConfigError(
-            f"mirror_p: must be > 1 (the potential |p|_P^P / P is then strictly convex), got {cfg.mirror_p}"
+            f"mirror_p: must be in [{lo:g}, {hi:g}], got {cfg.mirror_p:.10g}: the potential |p|_P^P / P "
+            "needs P > 1, and its map |p|^(P-1) and inverse |t|^(1/(P-1)) under- or overflow float64 outside "
+            "this range (P = 2 is gradient descent)"
+        )
+    if cfg.optimizer != "mirror":
+        return
+    if "p" not in cfg.train_set:
+        raise ConfigError(
+            f"optimizer: mirror descent acts on the query p, which train={cfg.train} does not train "
+            "(the run would be plain GD); train p or use optimizer=gd"
+        )
+    if getattr(cfg, "limit", False):
+        raise ConfigError(
+            "limit: the max-margin limit solves the l2 att-SVM, the limit of gradient descent; mirror "
+            f"descent (mirror_p={cfg.mirror_p:g}) converges to the l_p one, which attnsim does not solve"
         )
 
 

@@ -176,7 +176,12 @@ class PSStepper(Stepper):
         self.t, self.Q_star, self.opt, self.wd = tokens, Q_star, optimizer, wd
         self.Q = np.array(Q0, dtype=np.float64, copy=True)
         self.grad = np.empty_like(self.Q)
+        self.start: float | None = None  # the objective at the first step taken
         self.opt.start(self.state())
+
+    # the objective (loss + weight decay) may not exceed this multiple of its start: a step size
+    # that overshoots grows it geometrically long before anything overflows
+    GROWTH = 10.0
 
     def _advance(self, step0: float, nsteps: float) -> tuple[int, float]:
         t = self.t
@@ -184,6 +189,16 @@ class PSStepper(Stepper):
             step = int(step0) + k
             loss = kernels.loss_grad(t.X, self.Q, t.K, t.C, t.yy, self.grad)
             if not (math.isfinite(loss) and np.isfinite(self.grad).all()):
+                return Outcome.DIVERGED, step
+            objective = loss + 0.5 * self.wd * float(np.vdot(self.Q, self.Q)) if self.wd else loss
+            if self.start is None:
+                self.start = objective
+            elif objective > self.GROWTH * self.start and objective > 1e-300:
+                self.detail = (
+                    f"diverged at step {step}: the training objective grew from {self.start:.4g} to "
+                    f"{objective:.4g} (more than {self.GROWTH:g}x its start); the step is unstable "
+                    f"(reduce lr={self.opt.lr:g})"
+                )
                 return Outcome.DIVERGED, step
             self.opt.update(self.state(), {"Q": self.grad}, step + 1)
         if not np.isfinite(self.Q).all():

@@ -338,53 +338,58 @@ def iterate(
     def valid(x):
         return x[0] > 0 and x[2] > 0 and x[3] ** 2 / x[0] < s.sigma**2
 
-    try:
-        for k in range(1, max_iter + 1):
-            hats, warm, bad = conjugates(tuple(state), s, rules, warm)
-            if bad:
-                return failed(f"{bad} proximal maps did not converge at iteration {k}")
-            new = np.array(overlaps(hats, s))
-            if agnostic:
-                new[[1, 3]] = 0.0
-                hats = (hats[0], 0.0, hats[2], 0.0)
-            if not (np.all(np.isfinite(new)) and all(math.isfinite(v) for v in hats)):
-                return failed(f"the overlaps became non-finite at iteration {k}")
-            if published_stop:
-                if np.max(np.abs(new - state)[[0, 1, 3]]) < published_stop:
-                    break
-            elif np.all(np.abs(new - state) <= tol * np.maximum(np.abs(new), [0.0, 0.1, 0.0, 0.1])):
-                state = new
+    try:  # overflow and 0/0 in NumPy or Python floats: caught by the finiteness checks
+        with np.errstate(all="ignore"):
+            for k in range(1, max_iter + 1):
                 hats, warm, bad = conjugates(tuple(state), s, rules, warm)
-                break
-            f = (new - state) / scale
-            damped = state + (1 - damping) * (new - state)
-            step = damped
-            if anderson:
-                past_x.append(state / scale)
-                past_f.append(f)
-                del past_x[: -anderson - 1], past_f[: -anderson - 1]
-                if len(past_f) > 1:
-                    dF = np.diff(np.array(past_f), axis=0).T
-                    dX = np.diff(np.array(past_x), axis=0).T
-                    gamma = np.linalg.lstsq(dF, f, rcond=None)[0]
-                    x = state / scale + (1 - damping) * f - (dX + (1 - damping) * dF) @ gamma
-                    step = x * scale
-                    if not (np.all(np.isfinite(step)) and valid(step)):
-                        step, past_x[:], past_f[:] = damped, [], []
-            if agnostic:
-                step[[1, 3]] = 0.0
-            state = step
-            if not (state[0] > 0 and state[2] > 0):  # an undamped update may leave it, the state not
-                return failed(f"q or V fell to <= 0 at iteration {k}")
-        else:
-            return failed(f"the iteration did not converge in {max_iter} iterations")
-        state = tuple(float(v) for v in state)
-        error = mse(state, s, rules)
-        phi, bad = free_energy(state, hats, s, rules)
-        if bad:
-            return failed(f"{bad} proximal maps of the free energy did not converge")
+                if bad:
+                    return failed(f"{bad} proximal maps did not converge at iteration {k}")
+                new = np.array(overlaps(hats, s))
+                if agnostic:
+                    new[[1, 3]] = 0.0
+                    hats = (hats[0], 0.0, hats[2], 0.0)
+                if not (np.all(np.isfinite(new)) and all(math.isfinite(v) for v in hats)):
+                    return failed(f"the overlaps became non-finite at iteration {k}")
+                if published_stop:
+                    if np.max(np.abs(new - state)[[0, 1, 3]]) < published_stop:
+                        break
+                elif np.all(np.abs(new - state) <= tol * np.maximum(np.abs(new), [0.0, 0.1, 0.0, 0.1])):
+                    state = new
+                    hats, warm, bad = conjugates(tuple(state), s, rules, warm)
+                    break
+                f = (new - state) / scale
+                damped = state + (1 - damping) * (new - state)
+                step = damped
+                if anderson:
+                    past_x.append(state / scale)
+                    past_f.append(f)
+                    del past_x[: -anderson - 1], past_f[: -anderson - 1]
+                    if len(past_f) > 1:
+                        dF = np.diff(np.array(past_f), axis=0).T
+                        dX = np.diff(np.array(past_x), axis=0).T
+                        gamma = np.linalg.lstsq(dF, f, rcond=None)[0]
+                        x = state / scale + (1 - damping) * f - (dX + (1 - damping) * dF) @ gamma
+                        step = x * scale
+                        if not (np.all(np.isfinite(step)) and valid(step)):
+                            step, past_x[:], past_f[:] = damped, [], []
+                if agnostic:
+                    step[[1, 3]] = 0.0
+                state = step
+                if not (state[0] > 0 and state[2] > 0):  # an undamped update may leave it, the state not
+                    return failed(f"q or V fell to <= 0 at iteration {k}")
+            else:
+                return failed(f"the iteration did not converge in {max_iter} iterations")
+            state = tuple(float(v) for v in state)
+            error = mse(state, s, rules)
+            phi, bad = free_energy(state, hats, s, rules)
+            if bad:
+                return failed(f"{bad} proximal maps of the free energy did not converge")
+    except OverflowError:  # Python floats' powers raise where NumPy's give inf
+        return failed(f"an overlap overflowed float64 at iteration {k} (alpha, sigma or a scale too large)")
     except FloatingPointError as exc:
         return failed(f"the iteration left the equations' domain at iteration {k}: {exc}")
+    if not (math.isfinite(error) and math.isfinite(phi)):
+        return failed("the error or the free energy at the fixed point is not finite")
     return Solution(*state, error, phi, True, k, branch, rules.name, rules.order, s, hats=hats)
 
 
