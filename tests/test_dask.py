@@ -46,7 +46,7 @@ def _cluster(n_workers=2):
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",  # any free port: None still tries 8787, which another Dask may hold
         silence_logs=50,
     )
 
@@ -225,7 +225,7 @@ def test_a_threaded_executor_and_a_two_thread_dask_worker_record_what_one_worker
         assert _numbers(rep.records()) == local
     assert (threads.threads(), os.environ.get("OPENBLAS_NUM_THREADS")) == before  # the caller's, as it was
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=50)  # fmt: skip
+                                       dashboard_address=":0", silence_logs=50)  # fmt: skip
     try:
         with distributed.Client(cluster) as client:
             rep = run_sweep(spec, tmp_path / "dask", client=client, progress=False)

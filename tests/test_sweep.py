@@ -178,7 +178,9 @@ def test_sweep_dask_executor_matches_local(tmp_path, workers_in_this_process):
     distributed = pytest.importorskip("distributed")
     spec = _spec(seeds=1)
     local = run_sweep(spec, tmp_path / "local", workers=1, progress=False).records()
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster:
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster:
         with distributed.Client(cluster) as client:
             rep = run_sweep(spec, tmp_path / "dask", client=client, progress=False)
     remote = load_records(rep.root)
@@ -343,7 +345,9 @@ def test_records_of_a_data_sweep_verify_when_read_again(executor, tmp_path, work
     spec = parse_sweep(mapping)
     if executor == "dask":
         distributed = pytest.importorskip("distributed")
-        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster:
+        with distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster:
             with distributed.Client(cluster) as client:
                 first = run_sweep(spec, tmp_path, client=client, progress=False)
     else:
