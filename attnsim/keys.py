@@ -131,8 +131,18 @@ def _default_text(c: Config, key: str) -> str:
 
 def describe_keys() -> str:
     """Every config key with its default, allowed values and meaning (``attnsim keys``)."""
+    import textwrap  # lazy: only here
+
     c = Config()
     rows = [(k, _default_text(c, k), *KEY_HELP[k]) for k in KEYS]
-    w = [max(len(r[i]) for r in rows) for i in range(3)]
-    head = f"{'key':{w[0]}}  {'default':{w[1]}}  {'allowed':{w[2]}}  meaning"
-    return "\n".join([head] + [f"{k:{w[0]}}  {v:{w[1]}}  {a:{w[2]}}  {m}" for k, v, a, m in rows])
+    w = max(len(r[0]) for r in rows)
+    lines = [f"{'key':{w}}  default (below it, indented: the meaning and the allowed values)"]
+    for k, v, a, m in rows:
+        lines += textwrap.wrap(
+            f"{k:{w}}  {v}", WIDTH, subsequent_indent=" " * (w + 2), break_on_hyphens=False
+        )
+        lines += textwrap.wrap(f"{m}; allowed: {a}", WIDTH, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+WIDTH = 100  # attnsim keys' lines: a terminal's width, not the longest default's

@@ -146,11 +146,11 @@ def format_summary(res: Result) -> str:
     spec = _own_metrics(c)
     if spec is not None:
         version = res.versions.get("attnsim", "")
-        head = f"attnsim {version}: {c['steps']} steps of {_method(c)} in {res.elapsed_s:.2f} s"
+        head = f"attnsim {version}: {format_step(c['steps'])} steps of {_method(c)} in {res.elapsed_s:.2f} s"
         return "\n".join([f"{head} (start-up {res.startup_s:.2f} s)", *spec.summary(res),
                           f"computed with: engine {e['used']} ({e['reason']})"])  # fmt: skip
     lines = [
-        f"attnsim {res.versions.get('attnsim', '')}: {c['steps']} steps of {_method(c)} "
+        f"attnsim {res.versions.get('attnsim', '')}: {format_step(c['steps'])} steps of {_method(c)} "
         f"in {res.elapsed_s:.2f} s (start-up {res.startup_s:.2f} s)",
         _data_line(res),
         f"train: loss {_fmt(f['train_loss'])}, acc {_fmt(f['train_acc'], '.3f')} "
@@ -256,9 +256,11 @@ def _method(c: dict) -> str:
 def format_step(t: float) -> str:
     """A step as a person reads it: whole steps as integers, located times (the flow,
     a refined crossing) to four significant figures."""
-    if float(t).is_integer() and abs(t) < 1e15:
-        return f"{int(t)}"
-    return f"{t:.4g}"
+    if not float(t).is_integer():
+        return f"{t:.4g}"
+    if abs(t) >= 1e6 and float(f"{t:.4g}") == t:  # a round count of steps: 1e+14, not 15 digits
+        return f"{t:.4g}"
+    return f"{int(t)}"
 
 
 def _when(what: str, t: float | None, at: str = "at") -> str:

@@ -83,6 +83,17 @@ class Result:
     problem: Any = field(default=None, repr=False)  # engine Problem (not saved)
     state: dict | None = field(default=None, repr=False)  # final engine-coordinate W, p, nu (not saved)
 
+    def __repr__(self) -> str:
+        """One line: the model, its size, the run's outcome (the arrays are in ``trajectory``)."""
+        c, f = self.config, self.final
+        size = ", ".join(f"{k}={c[k]}" for k in ("n", "T", "d", "steps") if k in c)
+        headline = ("regime", "pop_error", "gen_error", "risk", "e_icl", "population_loss")
+        shown = [k for k in headline if k in f]
+        outcome = ", ".join(f"{k}={f[k]:.4g}" if isinstance(f[k], float) else f"{k}={f[k]}" for k in shown)
+        where = f", path={str(self.path)!r}" if self.path is not None else ""
+        points = len(self.trajectory.get("step", ()))
+        return f"Result(model={c.get('model', 'attention')}, {size}: {outcome}; {points} log points{where})"
+
     def to_json(self) -> dict[str, Any]:
         return json_safe(
             {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import sys
@@ -278,9 +279,23 @@ def stamped(task: Task, rec: dict) -> dict:
     return rec
 
 
+@functools.cache
+def _foreign_keys(model: Any, optimizer: Any) -> frozenset[str]:
+    """The config keys a record of ``model`` trained by ``optimizer`` never reads: the other models'
+    own keys and the other optimizers' (left out of the tables: they are at their defaults)."""
+    from .. import registry  # lazy
+
+    if model not in registry.MODELS:
+        return frozenset()
+    others = [k for o in registry.OPTIMIZERS if o != optimizer for k in registry.optimizer_keys(o)]
+    return frozenset(registry.foreign_keys(model)) | frozenset(others)
+
+
 def _flat(rec: dict) -> dict:
     row = {"status": rec.get("status")}
-    row.update({f"config.{k}": v for k, v in rec.get("config", {}).items()})
+    config = rec.get("config", {})
+    foreign = _foreign_keys(config.get("model", "attention"), config.get("optimizer", "gd"))
+    row.update({f"config.{k}": v for k, v in config.items() if k not in foreign})
     row.update({k: v for k, v in rec.get("final", {}).items()})
     for k, v in rec.get("theory", {}).items():
         if not isinstance(v, dict):
@@ -371,9 +386,16 @@ def load_trajectories(root: str | Path) -> Any:
     """The trajectories the sweep in ``root`` saved (its ``save`` list), as a long
     table: one row per run and log point, with the run's ``config.<key>`` columns,
     ``step`` and each saved array (a pandas DataFrame when pandas is installed,
-    else a dict of NumPy columns). Empty when the sweep saves none."""
+    else a dict of NumPy columns). A sweep that saves none is a ConfigError (its records hold
+    final metrics only: :func:`load_sweep`)."""
+    spec, records, _ = _current_records(root)
+    if not spec.save:
+        raise ConfigError(
+            f"{root}: the sweep saves no trajectories (its file has no save = [...] list); load_sweep "
+            'reads its final metrics, and save = ["train_loss", ...] keeps arrays in each record'
+        )
     rows = []
-    for rec in _current_records(root)[1]:
+    for rec in records:
         traj = rec.get("trajectory") or {}
         if rec.get("status") != "ok" or "step" not in traj:
             continue
