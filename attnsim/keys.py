@@ -103,7 +103,7 @@ KEY_HELP = {
     ),
     "refine_times": (
         "auto, true, false",
-        "locate t_generalize and t_pop_loss_settled between log points by stepping again (auto: with the "
+        "locate t_select and t_pop_loss_settled between log points by stepping again (auto: with the "
         "flow or the limit; false: read them off the log grid, at its resolution, for cheap sweeps)",
     ),
 }

@@ -65,6 +65,14 @@ CLASSIFIER_METRICS: dict[str, str] = {
     "regime_borderline": "whether the excess error's +-2 se interval contains benign_error",
     "clean_twin": "why there is no clean-label twin's error",
     "mm_cos": "cos(q, q_mm): the direction's cosine to the max-margin direction (limit = true)",
+    **(
+        MEASURED_TIMES := {
+            "t_memorize": "the step from which every training sample stays fitted (null: not within the run)",
+            "t_select": "the step from which fresh samples' mean relevant-token score stays >= gen_score",
+            "t_pop_loss_settled": "the step from which the population loss stays within 1% of its final value",
+            "times_refined": "whether t_select and t_pop_loss_settled were located to the step",
+        }
+    ),
 }
 
 # arrays a classifier run saves beside its metrics (not metrics: per sample, per token, labels)

@@ -316,7 +316,7 @@ def _overflow(step: int, key: str, v) -> SimulationError:
 def refine_times(
     stepper: Any, snaps: dict, arrays: dict, evaluate: Callable[[dict], dict], gen_score: float, integer: bool
 ) -> dict:
-    """t_generalize (the fresh relevant score reaches ``gen_score`` for good)
+    """t_select (the fresh relevant score reaches ``gen_score`` for good)
     and t_pop_loss_settled (the population loss stays within 1% of its final
     value) between the population log points that bracket them."""
     steps = arrays["step"]
@@ -325,7 +325,7 @@ def refine_times(
     st, score, loss = steps[ok], arrays["pop_score_relevant"][ok], arrays["pop_loss"][ok]
     final_loss = loss[-1]
     checks = {
-        "t_generalize": (score - gen_score, lambda s: evaluate(s)["pop_score_relevant"] - gen_score),
+        "t_select": (score - gen_score, lambda s: evaluate(s)["pop_score_relevant"] - gen_score),
         "t_pop_loss_settled": (
             0.01 * abs(final_loss) - np.abs(loss - final_loss),
             lambda s: 0.01 * abs(final_loss) - abs(evaluate(s)["pop_loss"] - final_loss),

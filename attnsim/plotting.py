@@ -193,7 +193,7 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
         ax.plot(x[m], y[m], color="k", lw=1.6, label="fresh samples: relevant")
     ax.set_ylabel("attention score per role (summed over its tokens)", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
-    _mark_times(axes, result.theory, x)
+    _mark_times(axes, result.final, x)
     curves = {"train loss": "train_loss", "population loss": "pop_loss", "test loss": "test_loss"}
     _lines(axes[1], tr, keep, x, curves)
     axes[1].set_ylabel("loss")
@@ -212,17 +212,21 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
             ax.legend(fontsize=7, loc="best")
 
 
-def _mark_times(axes: Sequence[Axes], theory: Mapping[str, Any], x: np.ndarray) -> None:
-    """The memorization and generalization steps (the theory section's t_memorize,
-    t_generalize) as vertical lines on every panel, when the run reached them."""
-    marks = (("t_memorize", "memorized", "C3"), ("t_generalize", "new samples: relevant score >= 0.5", "C2"))
-    for key, what, color in marks:
-        t = theory.get(key)
+# the event lines: black and grey dash-dots, a style no data curve uses
+EVENT_STYLES = {"t_memorize": ("k", (0, (6, 2, 1, 2))), "t_select": ("0.4", (0, (1, 2)))}
+
+
+def _mark_times(axes: Sequence[Axes], final: Mapping[str, Any], x: np.ndarray) -> None:
+    """The memorization and selection steps (``final``'s t_memorize, t_select) as vertical lines on
+    every panel, when the run reached them."""
+    marks = (("t_memorize", "memorized"), ("t_select", "relevant token selected on new samples"))
+    for key, what in marks:
+        t = final.get(key)
         if isinstance(t, (int, float)) and x.size and x.min() <= t <= x.max():
+            color, ls = EVENT_STYLES[key]
+            step = f"{int(t)}" if float(t).is_integer() and t < 1e6 else f"{t:.4g}"
             for i, ax in enumerate(axes):
-                ax.axvline(
-                    t, color=color, lw=0.9, ls=(0, (4, 2)), label=f"{what} (step {t:.4g})" if i == 0 else None
-                )
+                ax.axvline(t, color=color, lw=1.0, ls=ls, label=f"{what} (step {step})" if i == 0 else None)
 
 
 def plot_groups(axes: Sequence[Axes], results: Sequence[Result], groups: Sequence[tuple]) -> None:

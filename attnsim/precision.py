@@ -49,12 +49,12 @@ def twin_arrays(twin: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def section(
-    twin: Any, traj: Any, run_arrays: dict[str, np.ndarray], final: dict[str, Any], theory: dict[str, Any]
+    twin: Any, traj: Any, run_arrays: dict[str, np.ndarray], final: dict[str, Any], times: dict[str, Any]
 ) -> dict[str, Any]:
     """The ``precision`` section: the twin's format, its first saturated step, the
     fraction of samples saturated at the end, the step it departs from the run and
-    where it stopped moving, its generalization time, regime and population error
-    (``final``, ``theory``: the twin's own final metrics and theory sections)."""
+    where it stopped moving, its selection and memorization times, regime and population error
+    (``final``, ``times``: the twin's own final metrics and measured event times)."""
     arrays = traj.arrays
     sat = arrays.get("saturated_fraction")
     out: dict[str, Any] = {
@@ -65,8 +65,8 @@ def section(
         "departure_step": departure_step(run_arrays, arrays),
         "stopped_at": traj.frozen_at,
         "status": traj.status,
-        "t_generalize": theory.get("t_generalize"),
-        "t_memorize": theory.get("t_memorize"),
+        "t_select": times.get("t_select"),
+        "t_memorize": times.get("t_memorize"),
     }
     out.update({k: final[k] for k in _FINAL_KEYS if k in final})
     out["warnings"] = list(dict.fromkeys(traj.warnings))
@@ -167,10 +167,10 @@ class Beside:
         self._job.abandon()
 
 
-def assemble(trained: tuple, run_arrays: dict, final_of, theory_of) -> dict[str, Any]:
+def assemble(trained: tuple, run_arrays: dict, final_of, times_of) -> dict[str, Any]:
     """The ``precision`` section, the twin's arrays added to ``run_arrays`` under ``twin_``;
-    ``final_of(arrays)`` and ``theory_of(traj)`` compute a trajectory's final metrics and
-    theory as the run's own."""
+    ``final_of(arrays)`` and ``times_of(traj)`` compute a trajectory's final metrics and
+    measured event times as the run's own."""
     twin, traj, reason = trained
     if traj is None:
         return {"dtype": twin.fmt, "status": "failed", "reason": reason, "warnings": [reason]}
@@ -180,6 +180,6 @@ def assemble(trained: tuple, run_arrays: dict, final_of, theory_of) -> dict[str,
     arrays = dict(traj.arrays)
     arrays["fit_step"] = traj.fit_step
     arrays["y"], arrays["y_clean"] = run_arrays["y"], run_arrays["y_clean"]
-    out = section(twin, traj, run_arrays, final_of(arrays), theory_of(traj))
+    out = section(twin, traj, run_arrays, final_of(arrays), times_of(traj))
     run_arrays.update(twin_arrays(arrays))
     return out

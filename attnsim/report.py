@@ -142,7 +142,7 @@ def _data_line(res) -> str:
 
 def format_summary(res: Result) -> str:
     """What ``attnsim run`` prints of a run (a model that is not a classifier says it itself)."""
-    c, f, th, e = res.config, res.final, res.theory, res.engine
+    c, f, e = res.config, res.final, res.engine
     spec = _own_metrics(c)
     if spec is not None:
         version = res.versions.get("attnsim", "")
@@ -182,7 +182,7 @@ def format_summary(res: Result) -> str:
     reference = _reference_line(f)
     if reference is not None:
         lines.append(reference)
-    lines.append(_times_line(c, th))
+    lines.append(_times_line(c, f))
     if res.limit:
         lines.append(_limit_line(res.limit))
     if res.precision:
@@ -191,21 +191,31 @@ def format_summary(res: Result) -> str:
     return "\n".join(lines)
 
 
-def _times_line(c: dict, th: dict) -> str:
-    """When the training set was memorized and when new samples' relevant token took over
-    (the paper's delayed generalization when that comes later), each flagged as the first
-    logged step past it unless the times were refined to the step."""
-    fresh = f"relevant-token score on new samples >= {c['gen_score']:g}"
-    t_mem, t_gen = th.get("t_memorize"), th.get("t_generalize")
+def _times_line(c: dict, f: dict) -> str:
+    """When the training set was memorized and when new samples' relevant token was selected
+    (``final``'s t_memorize, t_select; each flagged as the first logged step past it unless the
+    times were refined). Selection is a score event, not generalization: "delayed generalization"
+    (the paper's) is said only of a run that generalizes (its error within benign_error of the
+    Bayes error) and selects after it memorized; a selection at step 0 that uniform attention
+    already gives (1/T >= gen_score, T = 2) is no event."""
+    gen_score = c["gen_score"]
+    fresh = f"relevant token selected on new samples (score >= {gen_score:g})"
+    t_mem, t_sel = f.get("t_memorize"), f.get("t_select")
     memorized = (
         "memorized: no training set"
         if c.get("integrator") in FRESH_INTEGRATORS
         else _when("memorized", t_mem)
     )
-    line = f"times: {memorized}; {_when(fresh, t_gen, 'from')}"
-    if t_mem and t_gen and t_gen > t_mem:
-        line += f"; delayed generalization: {t_gen / t_mem:.3g}x the memorization time"
-    if (t_mem is not None or t_gen is not None) and not th.get("times_refined"):
+    T = c.get("T") or 0
+    if t_sel is not None and t_sel == 0 and T and 1.0 / T >= gen_score:
+        selected = f"{fresh}: no event (uniform attention already scores 1/T = {1.0 / T:.3g})"
+        t_sel = None
+    else:
+        selected = _when(fresh, t_sel, "from")
+    line = f"times: {memorized}; {selected}"
+    if t_mem and t_sel and t_sel > t_mem and f.get("generalized"):
+        line += f"; delayed generalization: selected {t_sel / t_mem:.3g}x the memorization time"
+    if (t_mem is not None or t_sel is not None) and not f.get("times_refined"):
         line += " (logged steps: each the first log point past the event; refine_times=true finds the step)"
     return line
 
@@ -231,7 +241,7 @@ def precision_line(pr: dict) -> str:
         "within 1% of the exact run throughout"
         if dep is None
         else f"departs (1%) by step {format_step(dep)}",
-        _when("fresh relevant score reached", pr.get("t_generalize"), "from"),
+        _when("relevant token selected on new samples", pr.get("t_select"), "from"),
     ]
     if stop is not None:
         parts.append(f"stops moving after step {format_step(stop)}")
@@ -304,7 +314,7 @@ def _sweep_axes(
     if metric not in columns:
         dotted = [
             c for c in columns if c.rpartition(".")[2] == metric
-        ]  # theory.t_generalize for t_generalize
+        ]  # limit.relevant_prob for relevant_prob
         near = dotted[0] if dotted else suggest(metric, columns)
         hint = f"; did you mean {near!r}?" if near else f"; recorded: {', '.join(columns[:12])}, ..."
         raise PlotError(f"plot --metric: {metric!r} is not recorded{hint}")

@@ -53,9 +53,45 @@ from .storage import (  # noqa: F401  (part of this module's interface)
 if TYPE_CHECKING:  # names in annotations only
     pass
 
-SCHEMA_VERSION = 5  # 2: regimes from counts; 3: refined times, the limit section, new config keys;
+SCHEMA_VERSION = 6  # 2: regimes from counts; 3: refined times, the limit section, new config keys;
 # 4: the population error from importance sampling, with pop_error_resolved; 5: regimes against the
-# Bayes error (bayes_error, excess_error over it, label_noise_cost over the clean-label twin)
+# Bayes error (bayes_error, excess_error over it, label_noise_cost over the clean-label twin);
+# 6: the measured event times in final (t_memorize, t_select, which was theory's t_generalize,
+# t_pop_loss_settled, times_refined), no longer under theory
+UPGRADED = (5,)  # the schemas read upgraded (:func:`upgraded`): their numbers mean what 6's do
+
+# schema 5's measured times, under theory there: their names in final now
+_MOVED_TIMES = {
+    "t_memorize": "t_memorize",
+    "t_generalize": "t_select",
+    "t_pop_loss_settled": "t_pop_loss_settled",
+    "times_refined": "times_refined",
+}
+
+
+def upgraded(meta: dict) -> dict:
+    """A result or sweep record of an earlier schema with this schema's names: schema 5's (and
+    earlier) measured times moved from ``theory`` to ``final`` (t_generalize as t_select), the
+    precision twin's t_generalize as t_select. A record of this schema is returned as it is."""
+    version = meta.get("schema_version", 0)
+    if not isinstance(version, int) or version >= 6:
+        return meta
+    meta = dict(meta)
+    theory = dict(meta.get("theory") or {})
+    final = dict(meta.get("final") or {})
+    for old, new in _MOVED_TIMES.items():
+        if old in theory:
+            final.setdefault(new, theory.pop(old))
+    if isinstance(meta.get("precision"), dict) and "t_generalize" in meta["precision"]:
+        precision = dict(meta["precision"])
+        precision["t_select"] = precision.pop("t_generalize")
+        meta["precision"] = precision
+    if meta.get("theory") is not None:
+        meta["theory"] = theory
+    if meta.get("final") is not None:
+        meta["final"] = final
+    meta["schema_version"] = SCHEMA_VERSION
+    return meta
 
 
 @dataclass
@@ -247,7 +283,7 @@ def _read_meta(path: Path) -> dict:
             f"{path}: written by a newer attnsim (result schema {version}; this one reads up to "
             f"{SCHEMA_VERSION}); upgrade attnsim to read it"
         )
-    return meta
+    return upgraded(meta)
 
 
 def versions() -> dict[str, str]:

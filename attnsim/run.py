@@ -274,12 +274,13 @@ def _assemble(
     )
     known = ds.mu_pos is not None and ds.sigma is not None
     theory_section = theory.summary(cfg, traj, known_signal=known)
+    final.update(theory.measured_times(cfg, traj))
     low = None
     if trained.precision is not None:
         final_of = lambda a: metrics.final_metrics(  # noqa: E731
             a, ds.n_noisy, cfg.benign_error, None, bayes, uniform, test_n=problem.info.get("test_n", 0)
         )
-        low = precision.assemble(trained.precision, arrays, final_of, lambda t: theory.summary(cfg, t, known))
+        low = precision.assemble(trained.precision, arrays, final_of, lambda t: theory.measured_times(cfg, t))
     if trained.limit is not None:
         theory_section["gen_never"] = trained.limit.get("gen_never")
     elapsed = time.perf_counter() - t0 - startup

@@ -59,23 +59,33 @@ def settle_time(steps: np.ndarray, values: np.ndarray, rel: float = 0.01) -> int
     return int(steps[0] if far.size == 0 else steps[far[-1] + 1])
 
 
-def summary(cfg: Any, traj: Any, known_signal: bool = True) -> dict:
-    """The "theory" section of result.json (``known_signal``: |mu| and sigma
-    are known, so the SNR is defined)."""
+def measured_times(cfg: Any, traj: Any) -> dict:
+    """The events a run measured, for result.json's ``final`` section: ``t_memorize`` (every training
+    sample fitted from then on), ``t_select`` (the relevant token's mean score on new samples at or
+    above ``gen_score`` from then on: a selection event, not generalization, which is the risk's),
+    ``t_pop_loss_settled`` (the population loss within 1% of its final value from then on), and
+    ``times_refined`` (False: the last two at the population log grid's resolution)."""
     a = traj.arrays
-    s = snr(cfg.signal_norm, cfg.sigma, cfg.d) if known_signal else None
     out = {
-        "snr": s,
-        "n_snr2": None if s is None else cfg.n * s * s,
         "t_memorize": None if cfg.integrator in FRESH_INTEGRATORS else memorization_time(traj.fit_step),
-        "t_generalize": None,
+        "t_select": None,
         "t_pop_loss_settled": None,
     }
     if "pop_score_relevant" in a:
-        out["t_generalize"] = stays_above_time(a["step"], a["pop_score_relevant"], cfg.gen_score)
+        out["t_select"] = stays_above_time(a["step"], a["pop_score_relevant"], cfg.gen_score)
         out["t_pop_loss_settled"] = settle_time(a["step"], a["pop_loss"])
     out["times_refined"] = bool(traj.refined)  # False: these times have the population grid's resolution
     out.update(traj.refined)
+    return out
+
+
+def summary(cfg: Any, traj: Any, known_signal: bool = True) -> dict:
+    """The "theory" section of result.json (``known_signal``: |mu| and sigma
+    are known, so the SNR is defined): the SNR and the g-law fits (the measured event times are
+    in ``final``: :func:`measured_times`)."""
+    a = traj.arrays
+    s = snr(cfg.signal_norm, cfg.sigma, cfg.d) if known_signal else None
+    out = {"snr": s, "n_snr2": None if s is None else cfg.n * s * s}
     fits = law_fits(a["step"], a, cfg.T)
     out["g_law_m"] = cfg.T - 1
     for group, fit in fits.items():

@@ -129,7 +129,7 @@ def test_limit_section_for_W_and_p_and_its_hard_limit():
     L = r.limit
     assert L["variable"] == "q" and L["feasible"] and 0.8 < L["cos"] < 1
     assert L["gen_never"] and L["relevant_prob"] < 0.5  # |mu| = 6 never generalizes
-    assert r.theory["gen_never"] is True and r.theory["t_generalize"] is None
+    assert r.theory["gen_never"] is True and r.final["t_select"] is None
     saved = r.to_json()
     assert saved["limit"]["relevant_prob"] == L["relevant_prob"]
 
@@ -139,9 +139,9 @@ def test_limit_section_for_W_and_p_and_its_hard_limit():
 def test_refined_times_do_not_depend_on_the_log_grid(integrator):
     cfg = {"signal_norm": 10.0, "integrator": integrator, "log_scale": "log", "limit": True,
            "steps": 10**9 if integrator == "flow" else 30_000}  # fmt: skip
-    a = attnsim.simulate({**cfg, "log_points": 40, "pop_log_points": 40}).theory
-    b = attnsim.simulate({**cfg, "log_points": 400, "pop_log_points": 400}).theory
-    for key in ("t_memorize", "t_generalize", "t_pop_loss_settled"):
+    a = attnsim.simulate({**cfg, "log_points": 40, "pop_log_points": 40}).final
+    b = attnsim.simulate({**cfg, "log_points": 400, "pop_log_points": 400}).final
+    for key in ("t_memorize", "t_select", "t_pop_loss_settled"):
         assert a[key] == pytest.approx(b[key], rel=1e-2 if integrator == "flow" else 0), key
     assert a["times_refined"] and b["times_refined"]
 

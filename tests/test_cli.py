@@ -26,7 +26,9 @@ def test_cli_version_and_run_writes_results(tmp_path):
     meta = json.loads((tmp_path / "r" / "result.json").read_text())
     assert meta["config"]["d"] == 60 and meta["schema_version"] >= 1
     assert set(meta["final"]) >= {"train_loss", "pop_error", "pop_error_se", "regime", "n_noisy", "test_acc"}
-    assert set(meta["theory"]) >= {"snr", "n_snr2", "t_memorize", "t_generalize"}
+    assert set(meta["theory"]) >= {"snr", "n_snr2"}
+    assert not {"t_memorize", "t_generalize"} & set(meta["theory"])
+    assert set(meta["final"]) >= {"t_memorize", "t_select", "t_pop_loss_settled", "times_refined"}
     assert meta["elapsed_s"] > meta["setup_s"] > 0 and meta["startup_s"] > 0 and "numba" in meta["versions"]
     assert (tmp_path / "r" / "scores.png").stat().st_size > 1000
     tr = np.load(tmp_path / "r" / "trajectory.npz")

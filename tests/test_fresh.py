@@ -71,4 +71,4 @@ def test_fresh_integrators_refuse_what_they_cannot_run():
 def test_fresh_runs_have_no_memorization_verdict():
     res = attnsim.simulate({**ACCEPT, "d": 200, "steps": 5, "integrator": "population", "noise_rate": 0.2})
     assert res.final["regime"] == "fresh_samples"
-    assert res.theory["t_memorize"] is None
+    assert res.final["t_memorize"] is None

@@ -775,8 +775,8 @@ def test_first_hour_dir_lists_the_lazy_api():
 
 def test_first_hour_a_theory_metric_named_without_its_section_gets_the_right_suggestion(tmp_path, capsys):
     folder = _copy("sweep", tmp_path)
-    assert main(["plot", str(folder), "--metric", "t_generalize"]) == 2
-    assert "did you mean 'theory.t_generalize'" in capsys.readouterr().err
+    assert main(["plot", str(folder), "--metric", "n_snr2"]) == 2
+    assert "did you mean 'theory.n_snr2'" in capsys.readouterr().err
 
 
 def test_first_hour_a_gd_bar_on_a_log_grid_counts_steps_not_decades(monkeypatch):

@@ -328,6 +328,7 @@ def test_data_without_signals_has_null_population(tmp_path):
 
 
 def test_final_holds_only_declared_metrics():
+    from attnsim.metric_names import MEASURED_TIMES
     from attnsim.metrics import LOG_METRICS
 
     # a 2-point grid (example_index has 2 entries) and n = number of log points (gap_token has n)
@@ -339,7 +340,7 @@ def test_final_holds_only_declared_metrics():
             for s in ("", "_se", "_resolved")} | {"clean_twin"}  # fmt: skip
     verdicts = {"pop_error_init", "pop_error_uniform", "n_noisy", "n_clean", "regime", "regime_rule",
                 "regime_borderline", "generalized"}  # fmt: skip
-    extra = set(r.final) - set(LOG_METRICS) - verdicts - twin
+    extra = set(r.final) - set(LOG_METRICS) - verdicts - twin - set(MEASURED_TIMES)
     assert not extra, extra
     r = attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 1, "pop_points": 64})
     assert "example_index" not in r.final and "selected" not in r.final
@@ -449,9 +450,9 @@ def test_refine_times_follows_the_flow_and_the_limit_unless_told():
     from attnsim.training import refines_times
 
     cfg = {"n": 6, "T": 4, "d": 30, "steps": 40, "log_every": 20, "pop_points": 64, "limit": True}
-    assert attnsim.simulate(cfg).theory["times_refined"] is not None
+    assert attnsim.simulate(cfg).final["times_refined"] is not None
     off = attnsim.simulate({**cfg, "refine_times": "false"})
-    assert off.theory["times_refined"] is False and off.limit is not None
+    assert off.final["times_refined"] is False and off.limit is not None
     assert Config(refine_times="auto").hash() == Config().hash()  # a later key, neutral by default
     assert refines_times(Config(limit=True)) and not refines_times(Config(limit=True, refine_times="false"))
     assert refines_times(Config(refine_times="true")) and not refines_times(Config())

@@ -178,19 +178,19 @@ def test_theory_section_is_consistent_with_the_trajectory():
     r = attnsim.simulate(
         {"n": 6, "T": 5, "d": 80, "steps": 300, "lr": 0.05, "pop_points": 256, "log_every": 5}
     )
-    th, tr = r.theory, r.trajectory
+    th, tr, fin = r.theory, r.trajectory, r.final
     assert th["snr"] == pytest.approx(20 / math.sqrt(80))
     assert th["n_snr2"] == pytest.approx(6 * 400 / 80)
     assert th["g_law_m"] == 4
     # memorization: the in-loop first-fit steps, and every sample fitted from then on
-    assert th["t_memorize"] == tr["fit_step"].max()
-    j = list(tr["step"]).index(th["t_memorize"]) if th["t_memorize"] in tr["step"] else None
-    after = tr["step"] >= th["t_memorize"]
+    assert fin["t_memorize"] == tr["fit_step"].max()
+    j = list(tr["step"]).index(fin["t_memorize"]) if fin["t_memorize"] in tr["step"] else None
+    after = tr["step"] >= fin["t_memorize"]
     assert np.all(tr["n_fitted"][after] == 6) and (j is None or j == 0 or tr["n_fitted"][j - 1] < 6)
-    # generalization: the fresh relevant score stays >= gen_score from t_generalize on
+    # selection: the fresh relevant score stays >= gen_score from t_select on
     ok = np.isfinite(tr["pop_score_relevant"])
     st, sc = tr["step"][ok], tr["pop_score_relevant"][ok]
-    assert np.all(sc[st >= th["t_generalize"]] >= 0.5) and np.any(sc[st < th["t_generalize"]] < 0.5)
+    assert np.all(sc[st >= fin["t_select"]] >= 0.5) and np.any(sc[st < fin["t_select"]] < 0.5)
     # the fitted g-law reproduces the clean effective gap over its fitted range
     fit = th["g_law_clean"]
     steps = tr["step"][tr["step"] >= fit["from_step"]]

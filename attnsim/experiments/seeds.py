@@ -42,8 +42,9 @@ def seeds_summary(seeds: list[int], runs: list[Result]) -> str:
     spec = registry.spec(runs[0].config["model"])
     if not spec.classifier:  # a model with metrics of its own
         return "\n".join([head, *spec.seeds_summary(runs)])
-    # t_generalize: the fresh-sample relevant score reaches gen_score for good (not the regime's word)
-    score = f"relevant-token score on new samples >= {runs[0].config.get('gen_score', 0.5):g}"
+    # t_select: the fresh-sample relevant score reaches gen_score for good (a selection event;
+    # generalization is the risk's word)
+    score = f"relevant token selected on new samples (score >= {runs[0].config.get('gen_score', 0.5):g})"
     regimes: dict[str, int] = {}
     for f in finals:
         regimes[f["regime"]] = regimes.get(f["regime"], 0) + 1
@@ -53,8 +54,8 @@ def seeds_summary(seeds: list[int], runs: list[Result]) -> str:
         f"excess over Bayes {spread([f.get('excess_error') for f in finals])}",
         f"  train acc {spread([f.get('train_acc') for f in finals])}, "
         f"noisy fitted {spread([f.get('train_acc_noisy') for f in finals])}",
-        f"  {_times('memorized', [r.theory.get('t_memorize') for r in runs])}; "
-        f"{_times(score, [r.theory.get('t_generalize') for r in runs])}",
+        f"  {_times('memorized', [r.final.get('t_memorize') for r in runs])}; "
+        f"{_times(score, [r.final.get('t_select') for r in runs])}",
         "  regimes: " + ", ".join(f"{k} {v}" for k, v in sorted(regimes.items(), key=lambda kv: -kv[1])),
     ]
     return "\n".join(lines)

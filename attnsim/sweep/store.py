@@ -19,7 +19,16 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError, from_mapping
-from ..results import SCHEMA_VERSION, DamagedFile, WriteError, atomic_write, read_json, write_csv_table
+from ..results import (
+    SCHEMA_VERSION,
+    UPGRADED,
+    DamagedFile,
+    WriteError,
+    atomic_write,
+    read_json,
+    upgraded,
+    write_csv_table,
+)
 from .spec import SweepSpec, Task, _key_of, record_key
 
 # the final metrics that are words; the rest are numbers or null
@@ -41,7 +50,7 @@ def record_problem(key: str, rec: Any, data_id: str | None = None) -> str | None
         return "not a JSON object"
     if rec.get("status") not in ("ok", "failed"):
         return "no status 'ok' or 'failed'"
-    if rec.get("schema_version") != SCHEMA_VERSION:
+    if rec.get("schema_version") not in (SCHEMA_VERSION, *UPGRADED):
         return f"schema version {rec.get('schema_version')!r}, not {SCHEMA_VERSION}"
     if not isinstance(rec.get("config"), dict):
         return "no config"
@@ -115,7 +124,7 @@ class Store:
         if problem is not None:
             self._move_aside(path, problem)
             return None
-        return rec
+        return upgraded(rec)
 
     def _move_aside(self, path: Path, problem: str) -> None:
         aside = self.dir / "damaged"

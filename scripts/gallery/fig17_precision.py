@@ -126,20 +126,20 @@ def critical(points: list[tuple[float, float | None]]) -> str:
 
 
 def draw_sweep(ax, res: list[tuple[float, dict]], horizon: int) -> list[str]:
-    """t_generalize against |mu| in the three precisions; the critical bracket of each."""
+    """t_select against |mu| in the three precisions; the critical bracket of each."""
     lines = [
         f"critical signal at a finite horizon: GD, d = 200, {horizon:g} steps (t: the first of the "
         "40 log-spaced population log points from which the relevant score stays >= 0.5)"
     ]
-    series = {"float64": [(mu, r["float32"]["theory"].get("t_generalize")) for mu, r in res]}
+    series = {"float64": [(mu, r["float32"]["final"].get("t_select")) for mu, r in res]}
     for fmt in FORMATS:
-        series[fmt] = [(mu, r[fmt]["precision"].get("t_generalize")) for mu, r in res]
+        series[fmt] = [(mu, r[fmt]["precision"].get("t_select")) for mu, r in res]
     for (name, pts), color, mark in zip(series.items(), ("k", "C0", "C3"), ("o", "s", "^")):
         got = [(mu, t) for mu, t in pts if t is not None]
         if got:
             ax.plot(*zip(*got), marker=mark, color=color, ls="-" if name == "float64" else "--", label=name)
         text = ", ".join(f"{mu:g}: {'never' if t is None else format(t, '.3g')}" for mu, t in pts)
-        lines.append(f"  {name}: critical {critical(pts)}; t_generalize by |mu|: {text}")
+        lines.append(f"  {name}: critical {critical(pts)}; t_select by |mu|: {text}")
     ax.axhline(horizon, color="0.6", lw=0.8)
     ax.set_yscale("log")
     ax.set_xlabel(MU)
@@ -163,7 +163,7 @@ def draw(ax, title: str, res: dict) -> list[str]:
     x = log_steps(tr["step"])
     m = np.isfinite(tr["pop_score_relevant"])
     ax.plot(x[m], tr["pop_score_relevant"][m], color="k", lw=2, label=f"float64 ({exact['final']['regime']})")
-    lines = [title, "  " + _describe("float64", exact["final"], exact["theory"].get("t_generalize"))]
+    lines = [title, "  " + _describe("float64", exact["final"], exact["final"].get("t_select"))]
     for fmt, color in zip(FORMATS, ("C0", "C3")):
         r = res[fmt]
         pr, t = r["precision"], arrays(r["trajectory"])
@@ -184,7 +184,7 @@ def draw(ax, title: str, res: dict) -> list[str]:
             f"{stop if stop is not None else 'never'}; departs (1 %) at step {dep}; saturated "
             f"{pr['saturated_fraction']:.0%} at the end"
         )
-        lines.append("  " + _describe(fmt, pr, pr.get("t_generalize"), extra))
+        lines.append("  " + _describe(fmt, pr, pr.get("t_select"), extra))
     ax.axhline(0.5, color="0.6", lw=0.8)
     ax.set_xscale("log")
     ax.set_ylim(-0.02, 1.02)

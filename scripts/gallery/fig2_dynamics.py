@@ -43,7 +43,7 @@ def make(outdir: Path, quick: bool = False, cache: Path | None = None) -> list[P
             f"{f['pop_error_init']:.2g}), regime {f['regime']}, "
             f"{'generalizes' if f['generalized'] else 'does not generalize'}, noisy samples fitted "
             f"{f['n_fitted_noisy']} of {f['n_noisy']} (the first from step {first_fit}), memorized at step "
-            f"{res.theory['t_memorize']}; the noisy example last selects its relevant token at step {until}"
+            f"{res.final['t_memorize']}; the noisy example last selects its relevant token at step {until}"
         )
         for row, kind in enumerate(("clean", "noisy")):
             i = tr["example_index"][row]

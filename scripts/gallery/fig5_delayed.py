@@ -59,7 +59,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     ax_tl, ax_pl, ax_sc, ax_ta, ax_pe, ax_gap = axes.ravel()
     for i, r in enumerate(recs):
-        tr, th, color = r["trajectory"], r["theory"], f"C{i}"
+        tr, th, fin, color = r["trajectory"], r["theory"], r["final"], f"C{i}"
         st = log_steps(tr["step"])
         arr = {k: np.asarray(tr[k], dtype=float) for k in SAVE}
         ok = np.isfinite(arr["pop_loss"])
@@ -75,10 +75,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             tau = st[st >= fit["from_step"]]
             ax_gap.plot(tau, g_inv(fit["intercept"] + fit["rate"] * tau, th["g_law_m"]), "k:", lw=1)
         for ax in (ax_tl, ax_ta, ax_pl, ax_pe, ax_sc):
-            if (th.get("t_memorize") or 0) >= 1:  # at step 0 there is no place on a log axis
-                ax.axvline(th["t_memorize"], color=color, ls="--", lw=0.7)
-            if (th.get("t_generalize") or 0) >= 1 and ax is ax_sc:
-                ax.axvline(th["t_generalize"], color=color, ls=":", lw=0.9)
+            if (fin.get("t_memorize") or 0) >= 1:  # at step 0 there is no place on a log axis
+                ax.axvline(fin["t_memorize"], color=color, ls="--", lw=0.7)
+            if (fin.get("t_select") or 0) >= 1 and ax is ax_sc:
+                ax.axvline(fin["t_select"], color=color, ls=":", lw=0.9)
     ax_sc.axhline(0.5, color="0.5", lw=0.7)
     titles = {
         ax_tl: "training loss",
@@ -91,7 +91,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     for ax, title in titles.items():
         ax.set_xscale("log")
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step (dashed: memorized; dotted: generalized)")
+        ax.set_xlabel("step (dashed: memorized; dotted: relevant token selected on new samples)")
     ax_pe.set_yscale("log")
     ax_tl.legend(fontsize=8)
     fig.tight_layout()
@@ -115,15 +115,15 @@ def summary(recs: list[dict]) -> list[str]:
     """One line per setting: the numbers docs/figures.md quotes."""
     lines = []
     for r in recs:
-        tr, th = r["trajectory"], r["theory"]
+        tr, fin = r["trajectory"], r["final"]
         st = np.asarray(tr["step"], dtype=float)
         keys = ("pop_loss", "pop_error", "pop_error_se", "pop_error_resolved", "pop_score_relevant")
         pl, pe, se, res, sc = (np.asarray(tr[k], dtype=float) for k in keys)
         ok = np.isfinite(pl)
         st, pl, pe, se, res, sc = st[ok], pl[ok], pe[ok], se[ok], res[ok], sc[ok]
-        tm = th.get("t_memorize")
+        tm = fin.get("t_memorize")
         mem = f"memorized at {tm}" if tm is not None else "not memorized"
-        line = f"{_label(r)}: {mem}, generalized at {th.get('t_generalize')}"
+        line = f"{_label(r)}: {mem}, relevant token selected at {fin.get('t_select')}"
         if tm is not None and tm < st[-1]:
             j = np.searchsorted(st, tm)
             line += (

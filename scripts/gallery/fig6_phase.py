@@ -197,9 +197,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     parts = []
     for n in ns:  # how long memorizing takes, against the signal: what moves the upper edge
         mem = sorted(
-            (r["config"]["signal_norm"], r["theory"]["t_memorize"])
+            (r["config"]["signal_norm"], r["final"]["t_memorize"])
             for r in recs
-            if r["config"]["n"] == n and r["theory"]["t_memorize"] is not None
+            if r["config"]["n"] == n and r["final"]["t_memorize"] is not None
         )
         if len(mem) >= 2:
             lo, hi = mem[0], mem[-1]

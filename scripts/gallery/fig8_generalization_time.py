@@ -6,7 +6,7 @@ error and relevant probability p_lim (exact quadrature). A run whose p_lim is
 below gen_score can never generalize (gen_never), however long it trains;
 this is per run. The "critical" |mu| where the seeds' mean p_lim crosses
 gen_score moves with gen_score (a convention, not a transition): it is
-reported for gen_score 0.3, 0.5 and 0.7. Three laws of t_generalize are
+reported for gen_score 0.3, 0.5 and 0.7. Three laws of t_select are
 fitted and compared (rms in decades): a power law in p_lim - 1/2, an
 essential singularity log t ~ 1/(p_lim - 1/2), and log t linear in 1/SNR^2;
 only a law that wins at every d is claimed."""
@@ -84,12 +84,12 @@ LAWS = {
 
 
 def fit_laws(recs: list[dict]) -> dict[str, dict]:
-    """Least-squares fits of log10 t_generalize for each law over the runs that
+    """Least-squares fits of log10 t_select for each law over the runs that
     generalize within the horizon (and have p_lim > 1/2): slope, intercept, rms."""
-    runs = [r for r in recs if r["theory"]["t_generalize"] is not None and r["limit"]["relevant_prob"] > 0.5]
+    runs = [r for r in recs if r["final"]["t_select"] is not None and r["limit"]["relevant_prob"] > 0.5]
     if len(runs) < 3:
         return {}
-    y = np.log10([r["theory"]["t_generalize"] for r in runs])
+    y = np.log10([r["final"]["t_select"] for r in runs])
     out = {}
     for name, var in LAWS.items():
         x = np.array([var(r) for r in runs])
@@ -110,10 +110,8 @@ def per_seed(recs: list[dict]) -> list[str]:
         runs = sorted((r for r in recs if r["config"]["signal_norm"] == m), key=lambda r: r["config"]["seed"])
         cells = []
         for r in runs:
-            t = r["theory"]["t_generalize"]
-            what = (
-                "gen_never" if r["limit"].get("gen_never") else f"generalized at {t:.3g}" if t else "not yet"
-            )
+            t = r["final"]["t_select"]
+            what = "gen_never" if r["limit"].get("gen_never") else f"selected at {t:.3g}" if t else "not yet"
             cells.append(
                 f"seed {r['config']['seed']}: p_lim {r['limit']['relevant_prob']:.3f}, "
                 f"limit error {r['limit']['pop_error']:.3g}, {what}"
@@ -130,8 +128,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     for i, (d, recs) in enumerate(data.items()):
         color = f"C{i}"
         mus = np.array(sorted({r["config"]["signal_norm"] for r in recs}))
-        for key, marker, ls in (("t_generalize", "o", "-"), ("t_memorize", "s", ":")):
-            per = [[r["theory"][key] for r in recs if r["config"]["signal_norm"] == m] for m in mus]
+        for key, marker, ls in (("t_select", "o", "-"), ("t_memorize", "s", ":")):
+            per = [[r["final"][key] for r in recs if r["config"]["signal_norm"] == m] for m in mus]
             mean = [
                 np.exp(np.mean(np.log([t for t in v if t is not None])))
                 if all(t is not None for t in v)
@@ -141,7 +139,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             for m, v in zip(mus, per):
                 ts = [t for t in v if t is not None]
                 axes[0].plot([m] * len(ts), ts, marker, color=color, ms=3, alpha=0.5)
-            label = f"d={d}: {'generalized' if key == 't_generalize' else 'memorized'}"
+            label = f"d={d}: {'generalized' if key == 't_select' else 'memorized'}"
             axes[0].plot(mus, mean, ls, color=color, label=label)
         snr = np.array([r["theory"]["snr"] for r in recs])
         axes[1].plot(snr, [r["limit"]["pop_error"] for r in recs], "o", color=color, ms=3, label=f"d={d}")
@@ -158,16 +156,14 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             wins[best] = wins.get(best, 0) + 1
             rms = "; ".join(f"{k} {v['rms']:.3f}" for k, v in fits.items())
             lines.append(
-                f"d={d}: fits of log10 t_generalize over {fits[best]['points']} runs, "
+                f"d={d}: fits of log10 t_select over {fits[best]['points']} runs, "
                 f"rms in decades: {rms} (best: {best})"
             )
             runs = [
-                r
-                for r in recs
-                if r["theory"]["t_generalize"] is not None and r["limit"]["relevant_prob"] > 0.5
+                r for r in recs if r["final"]["t_select"] is not None and r["limit"]["relevant_prob"] > 0.5
             ]
             gap = np.array([r["limit"]["relevant_prob"] - 0.5 for r in runs])
-            t = np.array([r["theory"]["t_generalize"] for r in runs])
+            t = np.array([r["final"]["t_select"] for r in runs])
             axes[2].plot(gap, t, "o", color=color, ms=3)
             g = np.logspace(np.log10(gap.min()), np.log10(gap.max()), 50)
             for name, ls in (
@@ -193,7 +189,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[1].set_title("the max-margin limit's population error, per run", fontsize=10)
     axes[2].set_xlabel(r"$p_{\lim} - 1/2$ (hard-attention relevant probability)")
     axes[2].set_xscale("log")
-    axes[2].set_title("t_generalize: power law (dashed), essential singularity (dotted)", fontsize=10)
+    axes[2].set_title("t_select: power law (dashed), essential singularity (dotted)", fontsize=10)
     axes[3].set_xlabel(r"$1/\mathrm{SNR}^2 = d/\|\mu\|^2$")
     axes[3].set_title(r"generalization step: $\log t$ linear in $1/\mathrm{SNR}^2$ (dashed)", fontsize=10)
     for ax in axes:
