@@ -454,7 +454,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
             f"plot: {folder} is neither a run (result.json), nor an --seeds folder (seed-K/), nor a sweep "
             "(sweep.json)"
         )
-    path, notes = plot_folder(folder, args.out, args.metric, args.x_key, args.logy, args.y_key, args.logx)
+    path, notes = plot_folder(
+        folder, args.out, args.metric, args.x_key, args.logy, args.y_key, args.logx, logz=args.logz
+    )
     for note in notes:
         print(f"attnsim: {note}", file=sys.stderr)
     print(f"wrote {path}")

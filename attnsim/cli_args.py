@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--logx", action="store_true", help="sweeps: logarithmic x axis")
     pl.add_argument("--logy", action="store_true", help="sweeps: logarithmic y axis")
+    pl.add_argument("--logz", action="store_true", help="heatmaps (--y): logarithmic colour scale")
     pl.add_argument(
         "--out",
         help="the figure to write, .png, .pdf or .svg (default: FOLDER/plot.png, or "

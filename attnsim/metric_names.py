@@ -69,7 +69,7 @@ CLASSIFIER_METRICS: dict[str, str] = {
         MEASURED_TIMES := {
             "t_memorize": "the step from which every training sample stays fitted (null: not within the run)",
             "t_select": "the step from which fresh samples' mean relevant-token score stays >= gen_score",
-            "t_pop_loss_settled": "the step from which the population loss stays within 1% of its final value",
+            "t_pop_loss_settled": "the step from which the population loss stays within 1% of its end value",
             "times_refined": "whether t_select and t_pop_loss_settled were located to the step",
         }
     ),

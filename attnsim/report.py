@@ -376,25 +376,30 @@ def plot_folder(
     logy: bool,
     y_key: str | None = None,
     logx: bool = False,
+    logz: bool = False,
 ) -> tuple[Path, list[str]]:
     """A run's folder (result.json), an ``attnsim run --seeds`` folder (seed-K runs) or a
     sweep's (sweep.json) drawn into a figure (``out``, whose suffix names the format, or a
     PNG beside it); the path written and notes for the reader (records damaged, missing or
-    failed). A sweep is drawn against one key (``x_key``), or as a heatmap over two (``y_key``)."""
+    failed, points not drawn). A sweep is drawn against one key (``x_key``), or as a heatmap over
+    two (``y_key``; ``logz``: a log colour scale)."""
     from .results import _seed_runs  # lazy: as sweep_table
     from .sweep.store import sweep_table  # lazy: a run's summary needs no sweep code (25 ms)
 
     seeds = _seed_runs(folder) if not (folder / "result.json").is_file() else []
     kind = "run" if (folder / "result.json").is_file() else "seeds" if seeds else "sweep"
     what = "a run's" if kind == "run" else "an --seeds"
-    if kind != "sweep" and (metric is not None or x_key is not None or y_key is not None or logy or logx):
+    shaped = metric is not None or x_key is not None or y_key is not None or logy or logx or logz
+    if kind != "sweep" and shaped:
         raise PlotError(
-            f"plot: --metric, --x, --y, --logx and --logy shape a sweep's plot; this is {what} folder"
+            f"plot: --metric, --x, --y, --logx, --logy and --logz shape a sweep's plot; this is {what} folder"
         )
+    if logz and y_key is None:
+        raise PlotError("plot --logz: a log colour scale is a heatmap's (give --y); a line plot takes --logy")
     if y_key is not None and (logx or logy):
         raise PlotError(
             "plot: a heatmap's cells are the grid's values in order, evenly spaced (a log grid looks "
-            "logarithmic already); --logx and --logy draw lines only"
+            "logarithmic already); --logx and --logy draw lines only (--logz: a heatmap's log colours)"
         )
     fmt = figure_format(out) if out is not None else "png"
     notes: list[str] = []
@@ -441,9 +446,9 @@ def plot_folder(
         fig, ax = plt.subplots(figsize=(7.2 if y_key else 6.5, 4.2))
         try:
             if y_key is not None:
-                plotting.plot_heatmap(ax, table, metric, x, y_key)
+                dropped = plotting.plot_heatmap(ax, table, metric, x, y_key, logz=logz)
             else:
-                plotting.plot_sweep(ax, table, metric, x, by, logy=logy, logx=logx)
+                dropped = plotting.plot_sweep(ax, table, metric, x, by, logy=logy, logx=logx)
         except PlotError:
             plt.close(fig)
             raise
@@ -451,11 +456,14 @@ def plot_folder(
         n_seeds = f"{len(spec.seeds)} seed(s), {done}"
         against = f"{x} and {y_key}" if y_key else x
         ax.set_title(f"sweep {spec.name}: {metric} against {against} ({n_seeds})", fontsize=9)
+        if dropped:
+            notes.append(dropped)
         name = (
             f"{metric}-vs-{x}"
             + (f"-{y_key}" if y_key else "")
             + ("-logx" if logx else "")
             + ("-logy" if logy else "")
+            + ("-logz" if logz else "")
         )
         path = Path(out) if out is not None else folder / f"{name}.png"
     fig.tight_layout()

@@ -23,13 +23,14 @@ def plot_sweep(
     by: list[str] | None = None,
     logy: bool = False,
     logx: bool = False,
-) -> None:
+) -> str | None:
     """A recorded metric of a sweep against one config key: one line per value
     of the other keys ``by``, the mean over seeds with a band from the smallest
     to the largest seed's value; a metric that is a word (``regime``) as the
     fraction of seeds with each value; a key whose values are words (``model``,
     ``precision_twin``) as categories in the order met. ``table``:
-    :func:`attnsim.sweep.load_sweep`. PlotError when no point has a value to draw."""
+    :func:`attnsim.sweep.load_sweep`. PlotError when no point has a value to draw.
+    Returns a note on the points not drawn (None: every point drawn)."""
     col = {k: np.asarray(table[k]) for k in table}
     ok = col["status"] == "ok"
     xs, categories = _positions(col[f"config.{x}"][ok])
@@ -39,10 +40,11 @@ def plot_sweep(
     raw = col[metric][ok]
     groups = [tuple(row) for row in zip(*(col[f"config.{k}"][ok] for k in by or []))] or [()] * xs.size
     words = [v for v in raw if isinstance(v, str)]
+    note = None
     if words:
         _plot_fractions(ax, xs, raw, groups, by or [], metric)
     else:
-        _plot_means(ax, xs, raw, groups, by or [], metric, logy)
+        note = _plot_means(ax, xs, raw, groups, by or [], metric, logy)
     ax.set_xlabel(x)
     if categories:
         ax.set_xticks(range(len(categories)), categories)
@@ -53,6 +55,26 @@ def plot_sweep(
         if values.size <= 12:  # a short grid: its own values as the ticks (no crowded minor labels)
             ax.set_xticks(values, [f"{v:g}" for v in values])
             ax.minorticks_off()
+    return _mark_dropped(ax, note)
+
+
+def _dropped(metric: str, ys: np.ndarray, log: bool) -> str | None:
+    """Words for the runs whose ``metric`` is not drawn: null (the event did not happen within
+    the run, or the value is unresolved) or, on a log scale, <= 0; None when every run is drawn."""
+    null = int((~np.isfinite(ys)).sum())
+    nonpositive = int((np.isfinite(ys) & (ys <= 0)).sum()) if log else 0
+    if not null and not nonpositive:
+        return None
+    parts = [f"{null} null (not reached within the run, or no value)"] if null else []
+    parts += [f"{nonpositive} <= 0 (no place on a log scale)"] if nonpositive else []
+    return f"{null + nonpositive} of {ys.size} runs not drawn: {metric} " + ", ".join(parts)
+
+
+def _mark_dropped(ax: Axes, note: str | None) -> str | None:
+    """The note on the plot itself (under the axes), and returned for stderr."""
+    if note:
+        ax.annotate(note, (0.0, -0.2), xycoords="axes fraction", fontsize=7, color="0.3", va="top")
+    return note
 
 
 def _positions(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -73,6 +95,8 @@ def _plot_means(ax, xs, raw, groups, by, metric, logy) -> None:
         raise PlotError(f"plot --metric {metric}: no finished point of the sweep has a value (all null)")
     if logy and not (ys[finite] > 0).any():
         raise PlotError(f"plot --logy: no point has a positive {metric}; draw it without --logy")
+    if logy:
+        ys = np.where(ys > 0, ys, np.nan)
     for i, g in enumerate(dict.fromkeys(groups)):
         sel = np.array([h == g for h in groups])
         grid = np.unique(xs[sel])
@@ -83,20 +107,23 @@ def _plot_means(ax, xs, raw, groups, by, metric, logy) -> None:
         ax.plot(grid, mean, marker="o", ms=3, color=f"C{i % 10}", label=_group_label(by, g) or None)
         if max(len(s) for s in stats) > 1:
             ax.fill_between(grid, lo, hi, color=f"C{i % 10}", alpha=0.2)
-    zero = " (0 not drawn)" if logy and (ys[finite] <= 0).any() else ""
-    ax.set_ylabel(f"{metric} (mean over seeds; band: their range){zero}", fontsize=9)
+    ax.set_ylabel(f"{metric} (mean over seeds; band: their range)", fontsize=9)
     if logy:
         ax.set_yscale("log")
     if by:
         ax.legend(fontsize=7, loc="best")
+    raw_ys = np.array([np.nan if v is None else v for v in raw], dtype=float)
+    return _dropped(metric, raw_ys, logy)
 
 
-def plot_heatmap(ax: Axes, table: Mapping[str, Any], metric: str, x: str, y: str) -> None:
+def plot_heatmap(
+    ax: Axes, table: Mapping[str, Any], metric: str, x: str, y: str, logz: bool = False
+) -> str | None:
     """A 2-D sweep as a map over two config keys, one cell per pair of grid values (in the
     grid's order, evenly spaced, labelled with the values): each cell the mean of
-    ``metric`` over its seeds (a colour bar beside), or for a word-valued metric
-    (``regime``) the value most seeds have, one colour per word (a legend; cells where the
-    seeds disagree hatched)."""
+    ``metric`` over its seeds (a colour bar beside, logarithmic with ``logz``), or for a
+    word-valued metric (``regime``) the value most seeds have, one colour per word (a legend;
+    cells where the seeds disagree hatched). Returns a note on the runs not drawn (None: all)."""
     col = {k: np.asarray(table[k]) for k in table}
     ok = col["status"] == "ok"
     xs, xcat = _positions(col[f"config.{x}"][ok])
@@ -106,6 +133,9 @@ def plot_heatmap(ax: Axes, table: Mapping[str, Any], metric: str, x: str, y: str
     cells = [[raw[(xs == u) & (ys == v)] for u in gx] for v in gy]
     words = sorted({v for v in raw if isinstance(v, str)})
     edges_x, edges_y = np.arange(gx.size + 1) - 0.5, np.arange(gy.size + 1) - 0.5
+    if words and logz:
+        raise PlotError(f"plot --logz: {metric} is a word per run (a category per colour), not a number")
+    note = None
     if words:
         grid = np.full((gy.size, gx.size), np.nan)
         split = []
@@ -130,16 +160,28 @@ def plot_heatmap(ax: Axes, table: Mapping[str, Any], metric: str, x: str, y: str
             handles.append(ax.fill_between([], [], [], hatch="//", fc="none", ec="k", label="seeds disagree"))
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=metric)
     else:
-        num = [[np.array([np.nan if v is None else v for v in c], dtype=float) for c in row] for row in cells]
+        values = np.array([np.nan if v is None else v for v in raw], dtype=float)
+        note = _dropped(metric, values, logz)
+        keep = (lambda c: np.where(c > 0, c, np.nan)) if logz else (lambda c: c)
+        num = [[keep(np.array([np.nan if v is None else v for v in c], dtype=float)) for c in row]
+               for row in cells]  # fmt: skip
         grid = np.array([[np.nanmean(c) if np.isfinite(c).any() else np.nan for c in row] for row in num])
         if not np.isfinite(grid).any():
-            raise PlotError(f"plot --metric {metric}: no finished point of the sweep has a value (all null)")
-        mesh = ax.pcolormesh(edges_x, edges_y, np.ma.masked_invalid(grid), cmap="viridis")
-        ax.figure.colorbar(mesh, ax=ax, label=f"{metric} (mean over seeds)")
+            what = "a positive value" if logz else "a value"
+            raise PlotError(f"plot --metric {metric}: no finished point of the sweep has {what}")
+        norm = None
+        if logz:
+            import matplotlib.colors as mcolors  # lazy: as matplotlib
+
+            norm = mcolors.LogNorm(vmin=np.nanmin(grid), vmax=np.nanmax(grid))
+        mesh = ax.pcolormesh(edges_x, edges_y, np.ma.masked_invalid(grid), cmap="viridis", norm=norm)
+        scale = ", log scale" if logz else ""
+        ax.figure.colorbar(mesh, ax=ax, label=f"{metric} (mean over seeds{scale}; blank: not drawn)")
     ax.set_xticks(range(gx.size), xcat or [f"{v:g}" for v in gx])
     ax.set_yticks(range(gy.size), ycat or [f"{v:g}" for v in gy])
     ax.set_xlabel(x)
     ax.set_ylabel(y)
+    return _mark_dropped(ax, note)
 
 
 def _group_label(by: list[str], g: tuple) -> str:

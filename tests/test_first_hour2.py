@@ -129,3 +129,41 @@ def test_4_a_sweep_record_of_schema_5_is_read_upgraded_not_recomputed(tmp_path):
     table = attnsim.load_sweep(tmp_path / "s" / "s")
     assert "t_select" in table.columns and "theory.t_generalize" not in table.columns
     assert record.exists()  # kept, not moved aside as damaged
+
+
+# -- 4, 5: points not drawn are said; heatmaps on a log colour scale ----------------------------
+
+
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grid")
+    path = root / "s.toml"
+    path.write_text(
+        '[sweep]\nname = "g"\nseeds = [0]\n[base]\nn = 6\nT = 4\nd = 20\npop_points = 64\n'
+        "[grid]\nsteps = [1, 400]\nsignal_norm = [2.0, 20.0]\n"
+    )
+    assert main(["sweep", str(path), "--out", str(root), "--workers", "1"]) == 0
+    return root / "g"
+
+
+def test_4_a_metric_some_runs_never_reach_is_drawn_with_a_note(grid_sweep, tmp_path, capsys):
+    table = attnsim.load_sweep(grid_sweep)
+    missing = int(table["t_select"].isna().sum())
+    assert 0 < missing < len(table)  # one step selects nothing; 400 steps at |mu| = 20 do
+    assert main(["plot", str(grid_sweep), "--metric", "t_select", "--x", "signal_norm", "--out",
+                 str(tmp_path / "p.png")]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"{missing} of {len(table)} runs not drawn: t_select {missing} null" in err, err
+
+
+def test_5_a_heatmap_on_a_log_colour_scale(grid_sweep, tmp_path, capsys):
+    out = tmp_path / "h.png"
+    assert main(["plot", str(grid_sweep), "--metric", "pop_error", "--x", "signal_norm", "--y", "steps",
+                 "--logz", "--out", str(out)]) == 0  # fmt: skip
+    assert out.stat().st_size > 1000
+    capsys.readouterr()
+    assert main(["plot", str(grid_sweep), "--metric", "pop_error", "--x", "signal_norm", "--logz"]) == 2
+    assert "--logz" in capsys.readouterr().err
+    assert main(["plot", str(grid_sweep), "--metric", "regime", "--x", "signal_norm", "--y", "steps",
+                 "--logz"]) == 2  # fmt: skip
+    assert "word" in capsys.readouterr().err
