@@ -302,7 +302,14 @@ def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
         from_mapping({**values, "seed": k})
     if args.force:  # the runs attnsim wrote there before (check_run_folder allowed nothing else)
         remove_runs(outdir)
-    runs = [_run_one(args, {**values, "seed": k}, outdir / f"seed-{k}") for k in seeds]
+    runs, start = [], time.perf_counter()
+    for i, k in enumerate(seeds, 1):
+        runs.append(_run_one(args, {**values, "seed": k}, outdir / f"seed-{k}"))
+        if not args.quiet and len(seeds) > 1:  # a line per seed: a long --seeds run is never silent
+            took = time.perf_counter() - start
+            left = "" if i == len(seeds) else f", about {_duration(took / i * (len(seeds) - i))} left"
+            print(f"attnsim: seed {k} done ({i} of {len(seeds)}; {_duration(took)} so far{left})",
+                  file=sys.stderr, flush=True)  # fmt: skip
     if not args.quiet:
         print(seeds_summary(seeds, runs))
         fixed = _fixed_by_file(args.data)
@@ -314,6 +321,16 @@ def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
             )
         print(f"wrote {len(runs)} runs in {outdir}/seed-*")
     return 0
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as a person reads them: 42 s, 3 min 5 s, 1 h 2 min."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def _fixed_by_file(data: str | None) -> list[str]:
@@ -528,6 +545,10 @@ def cmd_theory(args: argparse.Namespace) -> int:
     from .models.base import TheoryError  # lazy
 
     options = {k: getattr(args, k) for k in ("branch", "rule", "int_tol") if getattr(args, k) is not None}
+    if args.transition:
+        if args.model != "positional_semantic":
+            raise UsageError(f"theory --transition: {args.model} has no phase transition here")
+        options["transition"] = True
     values = parse_set(args.sets)
 
     def progress(msg: str) -> None:

@@ -193,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the theory's keys (positional_semantic: alpha, omega, sigma, weight_decay or teacher_A, "
         "a 2 x 2 matrix)",
     )
+    th.add_argument(
+        "--transition",
+        action="store_true",
+        help="positional_semantic: alpha_c at the given omega, where the semantic and positional "
+        "branches' free energies cross (Brent's method around the published line; --rule chooses the "
+        "rules, published by default)",
+    )
     th.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sub.add_parser("keys", help="list every config key with its default and allowed values")
     sub.add_parser("presets", help="list the presets (sister papers' settings) with their sources")

@@ -19,22 +19,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from attnsim.models.positional_semantic import replica, replica_phases
+from attnsim.models.positional_semantic.published_data import TRANSITION
 from attnsim.results import atomic_write
 
 from .common import records_of, save, sweep_mapping, write_numbers
 
-# the published transition line at sigma = 0.5 (their "spinodal" list: alpha_c per omega)
-PUBLISHED = {
-    0.0: 0.5480511155124588,
-    0.1: 0.7071599112677189,
-    0.15: 0.8180015676221762,
-    0.2: 0.9277860822926854,
-    0.25: 1.06,
-    0.3: 1.2410177405149914,
-    0.35: 1.4541109691229464,
-    0.4: 1.7505718608649372,
-    0.425: 1.93929723421423,
-}
+PUBLISHED = TRANSITION  # the published transition line at sigma = 0.5 (alpha_c per omega)
 SCALING = {"omega": 0.3, "alpha": 2.0}
 
 

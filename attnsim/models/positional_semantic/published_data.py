@@ -18,6 +18,19 @@ METRICS = {  # attnsim's name -> the published column
 }
 BRANCHES = {"semantic": "", "positional": "_para", "agnostic": "_agno"}
 
+# the published transition line at sigma = 0.5 (their "spinodal" list: alpha_c per omega)
+TRANSITION = {
+    0.0: 0.5480511155124588,
+    0.1: 0.7071599112677189,
+    0.15: 0.8180015676221762,
+    0.2: 0.9277860822926854,
+    0.25: 1.06,
+    0.3: 1.2410177405149914,
+    0.35: 1.4541109691229464,
+    0.4: 1.7505718608649372,
+    0.425: 1.93929723421423,
+}
+
 
 def gd_table(sigma: float = 0.5, weight_decay: float = 0.01) -> dict:
     """(init, alpha, omega) -> {metric: (mean, sd)} of the published GD runs (``init`` semantic for

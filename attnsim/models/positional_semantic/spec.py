@@ -159,7 +159,8 @@ class PositionalSemanticSpec(ModelSpec):
 
     def seeds_summary(self, runs: list) -> list[str]:
         finals = [r.final for r in runs]
-        return [f"  {name} {spread([f.get(name) for f in finals])}" for name in PUBLISHED]
+        lines = [f"  {name} {spread([f.get(name) for f in finals])}" for name in PUBLISHED]
+        return lines + published_comparison(runs)
 
     def theory(self, values: dict, options: dict, progress: Any) -> Theory:
         """The replica fixed point of one branch (Cui et al.'s Result 4.2; :mod:`.replica`)."""
@@ -178,6 +179,8 @@ class PositionalSemanticSpec(ModelSpec):
             settings = replica.Settings(**values)
         except replica.ReplicaError as exc:
             raise TheoryError(f"--set {exc}") from None
+        if options.get("transition"):
+            return _transition(values, options, progress)
         branch, rule = options.get("branch", "semantic"), options.get("rule", "gauss-hermite")
         sol = replica.solve(settings, branch, rule, int_tol=int_tol, progress=progress)
         if not sol.converged:
@@ -230,3 +233,91 @@ THEORY_KEYS = ("alpha", "omega", "sigma", "weight_decay", "teacher_A")  # what `
 PUBLISHED = ("gen_error", "test_error", "magnetization", "theta", "train_objective", "linear_gen_error")
 
 SPEC = PositionalSemanticSpec()
+
+
+PUBLISHED_RUNS = 24  # the runs behind each row of Cui et al.'s GD table (its README)
+PUBLISHED_D = 1000  # the dimension of every row
+NEAR = 0.02  # a published row within 2% of the run's alpha is its row (their alphas are rounded)
+
+
+def published_comparison(runs: list) -> list[str]:
+    """The published GD row nearest the seeds' setting (same init and omega, alpha within 2%, their
+    sigma, lambda, T = 2 and A), each metric's z = (mean - published)/sqrt(sd^2/k + sd_pub^2/24)
+    over the k seeds, and the teacher draws' mean |Q*|^2/d, which moves every metric of a seed
+    together (docs/positional-semantic.md); [] where no published row matches."""
+    from .keys import TEACHER_A  # lazy
+    from .published_data import gd_table  # lazy
+
+    c = runs[0].config
+    standard = [list(r) for r in c["teacher_A"]] == [list(r) for r in TEACHER_A]
+    if c["T"] != 2 or c.get("rank", 1) != 1 or not standard:
+        return []
+    alpha = c["n"] / c["d"]
+    rows = [
+        (a, row)
+        for (init, a, omega), row in gd_table(c["sigma"], c["weight_decay"]).items()
+        if init == c["init"] and abs(omega - c["omega"]) < 1e-9 and abs(a - alpha) <= NEAR * alpha
+    ]
+    if not rows:
+        return []
+    a, row = min(rows, key=lambda r: abs(r[0] - alpha))
+    if c["d"] != PUBLISHED_D:  # the objective is a sum over n = alpha d samples; finite-d shifts the rest
+        return [f"  published: the row at alpha {a:g} is at d = {PUBLISHED_D}; run that d to compare"]
+    near = "" if abs(a - alpha) < 1e-9 else f" (the nearest row to this run's alpha {alpha:.4g})"
+    k = len(runs)
+    lines = [f"  published (Cui et al. 2024, GD at d = 1000, {PUBLISHED_RUNS} runs, alpha {a:g}){near}:"]
+    for name, (pub, sd_pub) in row.items():
+        x = np.array([f.get(name) for f in (r.final for r in runs)], dtype=float)
+        x = x[np.isfinite(x)]
+        if not x.size:
+            continue
+        # one seed has no spread of its own: the published runs' stands in for it
+        var = (np.var(x, ddof=1) / x.size if x.size > 1 else sd_pub**2) + sd_pub**2 / PUBLISHED_RUNS
+        z = (x.mean() - pub) / math.sqrt(var)
+        here = f"{x.mean():.4g} here, {pub:.4g} +- {sd_pub:.2g} (sd) published"
+        lines.append(f"    {name}: {here}; z = {z:+.2f}")
+    norms = np.array([r.final.get("teacher_norm", np.nan) for r in runs], dtype=float)
+    if np.isfinite(norms).all():
+        sd = math.sqrt(2.0 / c["d"])  # |Q*|^2/d is a chi-square over d: mean 1, sd sqrt(2/d)
+        off = (norms.mean() - 1) / (sd / math.sqrt(k))
+        lines.append(
+            f"    teacher draws: mean |Q*|^2/d {norms.mean():.4f} over {k} seed(s) ({off:+.1f} standard "
+            "errors from 1); every metric moves with it (docs/positional-semantic.md)"
+        )
+    if k == 1:
+        lines.append("    (one seed: its spread taken as the published runs'; run more seeds with --seeds)")
+    return lines
+
+
+TRANSITION_XTOL = 1e-3  # Brent's tolerance on alpha_c (the answer is given with it)
+
+
+def _transition(values: dict, options: dict, progress: Any) -> Theory:
+    """alpha_c(omega) where the semantic and positional branches' Phi cross (Cui et al.'s first-order
+    transition), searched by Brent's method in [0.8, 1.25] times the published line at omega."""
+    from . import replica_phases  # lazy
+    from .published_data import TRANSITION  # lazy
+
+    if options.get("branch") is not None or "alpha" in values:
+        raise TheoryError("--transition: finds alpha itself, over both branches (drop --branch and alpha)")
+    omega = float(values.get("omega", 0.3))
+    rule = options.get("rule", "published")
+    known = sorted(TRANSITION)
+    if not known[0] <= omega <= known[-1]:
+        raise TheoryError(
+            f"--transition: omega = {omega:g} is outside the published line's range "
+            f"[{known[0]:g}, {known[-1]:g}], which brackets the search"
+        )
+    guess = float(np.interp(omega, known, [TRANSITION[o] for o in known]))
+    lo, hi = 0.8 * guess, 1.25 * guess
+    settings = {k: v for k, v in values.items() if k in ("sigma", "weight_decay", "teacher_A")}
+    kw = {"rule": rule} if rule == "published" else {"rule": rule, "order": 12}
+    progress(f"alpha_c at omega = {omega:g}: Brent's method on [{lo:.4g}, {hi:.4g}], {rule} rules")
+    alpha_c = replica_phases.transition(omega, lo, hi, xtol=TRANSITION_XTOL, settings=settings, **kw)
+    data = {"omega": omega, "alpha_c": alpha_c, "xtol": TRANSITION_XTOL, "rule": rule,
+            "published_line": guess, "bracket": [lo, hi]}  # fmt: skip
+    if alpha_c is None:
+        return Theory([], data, False, f"the branches' free energies do not cross in [{lo:.4g}, {hi:.4g}]")
+    line = f"alpha_c(omega = {omega:g}) = {alpha_c:.4f} +- {TRANSITION_XTOL:g} ({rule} rules"
+    line += ", Gauss-Hermite order 12)" if rule != "published" else ")"
+    return Theory([line, f"the published line (their spinodal list, interpolated): {guess:.4f}"], data)
