@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from ._meta import DependencyError, PlotError, SimulationError
@@ -360,7 +361,7 @@ def _run_one(args: argparse.Namespace, values: dict, outdir: Path):
             data=args.data,
             save_scores=args.save_scores,
             progress=None,
-            announce=None if quiet else _announce_compiling,
+            announce=None if quiet else _announce_compiling(values),
         )
     for w in caught:  # on stderr, once (the summary does not repeat them)
         print(f"attnsim: warning: {w.message}", file=sys.stderr)
@@ -380,12 +381,23 @@ def _run_one(args: argparse.Namespace, values: dict, outdir: Path):
     return res
 
 
-def _announce_compiling() -> None:
-    print(
-        "attnsim: compiling kernels (first run only, 10-60 s; later runs load them from the cache)",
-        file=sys.stderr,
-        flush=True,
-    )
+def _announce_compiling(values: dict) -> Callable[[], None]:
+    """The line said (once) when a run's kernels are compiled: which model and integrator, since
+    each family compiles its own the first time it runs on a machine."""
+    model, integrator = values.get("model", "attention"), values.get("integrator", "gd")
+    said: list[bool] = []
+
+    def announce() -> None:
+        if not said:
+            said.append(True)
+            print(
+                f"attnsim: compiling the kernels of model={model}, integrator={integrator} (once per "
+                "machine for each model and integrator, 10-60 s; later runs load them from the cache)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return announce
 
 
 def _default_outdir(cfg) -> Path:
@@ -432,6 +444,10 @@ def cmd_real(args: argparse.Namespace) -> int:
     if total > MAX_POINTS:
         raise UsageError(f"real: {total:.3g} points (n x eta x seeds); at most {MAX_POINTS}")
     args.data = builtin_name(args.data)
+    if args.data == "digits":  # the built-in dataset comes with the real extra's scikit-learn
+        from .data.real import require_sklearn  # lazy
+
+        require_sklearn("attnsim real digits")
     if args.data not in BUILTIN:
         if not Path(args.data).exists():
             raise UsageError(f"real: {args.data}: no such file (built-in datasets: {', '.join(BUILTIN)})")
@@ -443,7 +459,14 @@ def cmd_real(args: argparse.Namespace) -> int:
     from_mapping(base)  # every --set value checked now, as a sweep checks its base
     check_output_dir(args.out)
     report, rows, messages = run_protocol(
-        args.data, args.n, args.eta, list(range(args.seeds)), base, args.out, workers=args.workers
+        args.data,
+        args.n,
+        args.eta,
+        list(range(args.seeds)),
+        base,
+        args.out,
+        workers=args.workers,
+        progress=True,  # minutes of runs: a bar on stderr even when the output goes to a file
     )
     for msg in messages:
         print(f"attnsim: {msg}", file=sys.stderr)

@@ -226,3 +226,28 @@ def test_7_the_transition_has_a_command(capsys):
 def test_7_the_transition_refuses_what_it_cannot_search(capsys, argv, words):
     assert main(argv) == 2
     assert words in capsys.readouterr().err
+
+
+# -- 2, 10: the compile line names what compiles; real data names its extra ---------------------
+
+
+def test_2_the_compile_line_names_the_model_and_integrator(capsys):
+    from attnsim.cli import _announce_compiling
+
+    say = _announce_compiling({"model": "positional_semantic"})
+    say()
+    say()  # once per run, however many kernels compile
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and "model=positional_semantic, integrator=gd" in err[0]
+    assert "first run only" not in err[0]
+
+
+def test_10_real_digits_without_scikit_learn_names_the_command_and_extra(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    missing = lambda name, *a: None if name == "sklearn" else real(name, *a)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    assert main(["real", "digits", "--n", "20", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "attnsim real digits: needs scikit-learn" in err and "attnsim[real]" in err and "--data" not in err
