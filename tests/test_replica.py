@@ -376,3 +376,45 @@ def test_cli_text_and_refusals(capsys, monkeypatch):
     code = main(["theory", "positional_semantic", "--branch", "positional", "--int-tol", "1e-9", "--json"])
     captured = capsys.readouterr()
     assert code == 1 and json.loads(captured.out)["q"] is None and "not converged" in captured.err
+
+
+@pytest.mark.parametrize("rule, order, warm", [("gauss-hermite", 8, False), ("gauss-hermite", 12, True),
+                                               ("published", None, False)])  # fmt: skip
+def test_the_compiled_proximal_map_is_the_numpy_one_to_the_last_bit(rule, order, warm):
+    """replica_kernels runs replica_maps.prox's Newton method point by point: same starts, shift,
+    line search and stop; measured bit for bit equal (x, y, E and the converged flags)."""
+    from attnsim.models.positional_semantic.replica_kernels import prox_compiled
+
+    s = R.Settings(alpha=1.5, omega=0.3)
+    rules = R._rules(rule, order)
+    for state in (R.STARTS["semantic"], R.STARTS["positional"], (0.3, 0.1, 5.0, 0.05)):
+        h1, h2, M, *_ = R._fields(state, s, rules.eqs, rules.eqs)
+        ref = maps.prox(h1, h2, M, state[2], s.sigma**2)
+        start = (ref[0] + 0.1, ref[1] - 0.1) if warm else None
+        if warm:
+            ref = maps.prox(h1, h2, M, state[2], s.sigma**2, start)
+        got = prox_compiled(h1, h2, M, state[2], s.sigma**2, start)
+        for a, b in zip(ref, got):
+            np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-15)
+        assert np.array_equal(ref[3], got[3])
+
+
+def test_the_solver_uses_the_compiled_map_and_gets_the_numpy_maps_fixed_point():
+    s = R.Settings(alpha=1.5, omega=0.3)
+    a = R.iterate(s, "semantic", order=8)
+    b = R.iterate(s, "semantic", order=8, proximal="numpy")
+    assert R._rules("gauss-hermite", 8).prox is maps.PROXIMAL["global"]
+    assert a.converged and b.converged and a.iterations == b.iterations
+    for key in ("q", "m", "V", "theta", "mse", "Phi"):
+        assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-12, abs=1e-15), key
+
+
+def test_a_long_solve_says_how_far_it_is_every_two_seconds(monkeypatch):
+    """F09 of the second hostile pass: minutes at omega = 0 with nothing said. The iteration tells
+    its progress callback how far it is every PROGRESS_S seconds (0 here: every iteration)."""
+    monkeypatch.setattr(R, "PROGRESS_S", 0.0)
+    said = []
+    sol = R.solve(R.Settings(alpha=1.5, omega=0.3), "semantic", orders=(8,), progress=said.append)
+    assert not sol.converged and "one Gauss-Hermite order (8) gives no accuracy check" in sol.message
+    steps = [m for m in said if "iteration" in m]
+    assert len(steps) >= 3 and all(m.startswith("semantic: order 8: iteration ") for m in steps), said

@@ -36,6 +36,7 @@ that were made with a looser stop, by continuation or on a local minimum (docs/p
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -55,6 +56,7 @@ from .replica_maps import (  # noqa: F401  (prox_from_origin: part of this modul
 
 BRANCHES = ("semantic", "positional", "agnostic")
 RULES = ("gauss-hermite", "published")
+PROGRESS_S = 2.0  # iterate() says how far it is this often, when given a progress callback
 ORDERS = (8, 12, 16, 24)  # the Gauss-Hermite orders ``solve`` tries, per axis (order^4 proximal maps)
 # The published notebook's starts (q, m, V, theta), one per branch; the agnostic branch starts from
 # the positional start with m = theta = 0 and holds them there.
@@ -298,6 +300,7 @@ def iterate(
     published_stop: float | None = None,
     anderson: int | None = None,
     proximal: str = "global",
+    progress: Callable[[str], None] | None = None,
 ) -> Solution:
     """The damped fixed-point iteration x <- damping x + (1 - damping) F(x) from ``start`` (the
     branch's published start by default) until the undamped update F(x) - x is below ``tol``
@@ -312,7 +315,8 @@ def iterate(
     rule, off (0) otherwise) is the notebook's stop: absolute moves of q, m and theta below it,
     answering the state before that update. ``proximal`` "notebook" swaps attnsim's global
     proximal map for the notebook's local one (``prox_from_origin``; seconds per iteration instead
-    of milliseconds). The agnostic branch holds m = theta = 0."""
+    of milliseconds). The agnostic branch holds m = theta = 0. ``progress`` is told how far the
+    iteration is every ``PROGRESS_S`` seconds (a long solve is never silent)."""
     if branch not in BRANCHES:
         raise ReplicaError(f"branch: {branch!r} is not one of {', '.join(BRANCHES)}")
     if not 0.0 <= damping < 1.0:
@@ -329,6 +333,7 @@ def iterate(
     scale = np.maximum(np.abs(state), 1e-2)  # the iteration's coordinates: overlaps over their size
     warm, k = None, 0
     past_x, past_f = [], []
+    said = time.monotonic()
 
     def failed(msg):
         return Solution(
@@ -358,6 +363,11 @@ def iterate(
                     hats, warm, bad = conjugates(tuple(state), s, rules, warm)
                     break
                 f = (new - state) / scale
+                if progress is not None and time.monotonic() - said > PROGRESS_S:
+                    said = time.monotonic()
+                    where = f"order {rules.order}" if rules.order else f"{rules.name} rules"
+                    move = float(np.max(np.abs(f)))
+                    progress(f"{branch}: {where}: iteration {k}, largest relative move {move:.2g}")
                 damped = state + (1 - damping) * (new - state)
                 step = damped
                 if anderson:
@@ -408,11 +418,11 @@ def solve(
     converged when the last order still moves more). The published rule is fixed: its answer
     reproduces the published rows, with no accuracy claim (integration_error None)."""
     if rule == "published":
-        return iterate(s, branch, "published", None, **kw)
+        return iterate(s, branch, "published", None, progress=progress, **kw)
     prev, history = None, []
     for order in orders or ORDERS:
         start = kw.pop("start", None) if prev is None else prev.state()
-        sol = iterate(s, branch, rule, order, start=start or None, **kw)
+        sol = iterate(s, branch, rule, order, start=start or None, progress=progress, **kw)
         if progress:
             progress(
                 f"{branch}: order {order}: "
@@ -434,10 +444,13 @@ def solve(
             if sol.integration_error < int_tol:
                 return sol
         prev = sol
-    message = (
-        f"the answer still moves by {sol.integration_error:.2g} relative between orders "
-        f"{history[-2][0]} and {history[-1][0]} (int_tol {int_tol:g}); history has each order's numbers"
-    )
+    if len(history) < 2:  # one order given: nothing to check its accuracy against
+        message = f"one Gauss-Hermite order ({history[-1][0]}) gives no accuracy check; give two or more"
+    else:
+        message = (
+            f"the answer still moves by {sol.integration_error:.2g} relative between orders "
+            f"{history[-2][0]} and {history[-1][0]} (int_tol {int_tol:g}); history has each order's numbers"
+        )
     return Solution(
         None,
         None,
