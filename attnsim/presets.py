@@ -23,7 +23,7 @@ class Preset:
     values: dict[str, Any] = field(default_factory=dict)  # config keys
     notes: str = ""  # what differs from the paper, and why
     runnable: bool = True  # False: the paper's model is not attnsim's; its boundary is an overlay
-    model: str = "attention"  # the model whose keys the preset sets
+    models: tuple[str, ...] = ("attention",)  # the models whose keys the preset sets
 
 
 PRESETS: dict[str, Preset] = {
@@ -101,11 +101,14 @@ def resolve(values: dict[str, Any]) -> dict[str, Any]:
     preset = PRESETS[name]
     if not preset.runnable:
         raise ValueError(f"preset: {name} has no run ({preset.notes})")
-    model = values.get("model", "attention")
-    if model != preset.model:
-        own = [k for k, p in PRESETS.items() if p.model == model]
+    wanted = values.get("model", "attention")
+    if wanted not in preset.models:
+        own = [k for k, p in PRESETS.items() if wanted in p.models]
         which = f"its presets: {', '.join(own)}" if own else "it has none"
-        raise ValueError(f"preset: {name} sets the keys of model={preset.model}, not model={model} ({which})")
+        raise ValueError(
+            f"preset: {name} sets the keys of model={' or '.join(preset.models)}, not model={wanted} "
+            f"({which})"
+        )
     merged = {**preset.values, **values, "preset": name}
     # a preset's key that the user's own keys make inapplicable is dropped (its log_every when the
     # user logs geometrically): the conditions every model's keys obey (registry.CONDITIONS)

@@ -232,7 +232,7 @@ def test_7_the_transition_refuses_what_it_cannot_search(capsys, argv, words):
 
 
 def test_2_the_compile_line_names_the_model_and_integrator(capsys):
-    from attnsim.cli import _announce_compiling
+    from attnsim.cli_run import _announce_compiling
 
     say = _announce_compiling({"model": "positional_semantic"})
     say()

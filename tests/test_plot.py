@@ -33,10 +33,11 @@ def _copy(src, tmp_path):
 
 
 def _legend_texts(monkeypatch, argv):
-    import attnsim.report
+    import attnsim.report_figures
 
     made = []
-    monkeypatch.setattr(attnsim.report, "save_png", lambda fig, path, dpi=110, fmt="png": made.append(fig))
+    keep = lambda fig, path, dpi=110, fmt="png": made.append(fig)  # noqa: E731
+    monkeypatch.setattr(attnsim.report_figures, "save_png", keep)
     assert main(argv) == 0
     return [t.get_text() for ax in made[0].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
 

@@ -278,7 +278,8 @@ def test_graph_without_a_twin_is_refused():
 def test_the_twin_is_saved_loaded_summarized_and_plotted(tmp_path):
     """A frozen bfloat16 twin: its section and twin_ arrays survive a save and a load, the
     summary says where it stopped, and the run's plot draws it."""
-    from attnsim.report import format_summary, plot_result
+    from attnsim.report import format_summary
+    from attnsim.report_figures import plot_result
     from attnsim.results import load
 
     with pytest.warns(UserWarning, match="precision twin .bfloat16.: stops moving after step 1415"):

@@ -17,7 +17,7 @@ KEYS = None
 def check(cfg: Any) -> None:
     """No keys of its own; the coupled decay x <- (1 - lr weight_decay) x - lr g grows without
     bound once lr weight_decay >= 2 (|1 - lr weight_decay| >= 1 whatever the gradient does)."""
-    from .. import registry
+    from .. import registry  # lazy: the optimizers' modules load while the registry is assembled
 
     product = cfg.lr * registry.weight_decay(cfg)
     if product >= 2:

@@ -154,6 +154,8 @@ class LinearAttentionSpec(ModelSpec):
         other = sorted(set(values) - set(THEORY_KEYS))
         if other:
             raise TheoryError(f"--set {other[0]}: the saddles take only {', '.join(THEORY_KEYS)}")
+        if options.get("transition"):
+            raise TheoryError("--transition: linear_attention has no phase transition here")
         if any(options.get(k) is not None for k in ("branch", "rule", "int_tol")):
             raise TheoryError("--branch, --rule and --int-tol: the saddles' closed form takes none")
         try:

@@ -193,6 +193,8 @@ class LinearICLSpec(ModelSpec):
             raise TheoryError(
                 f"--set {other[0]}: the theory (d -> infinity) takes only {', '.join(THEORY_KEYS)}"
             )
+        if options.get("transition"):
+            raise TheoryError("--transition: linear_icl has no phase transition here")
         if options.get("branch") is not None or options.get("int_tol") is not None:
             raise TheoryError("--branch and --int-tol: positional_semantic's; linear_icl takes --rule only")
         rule = options.get("rule", "exact")

@@ -15,20 +15,20 @@ MAX_ITER = 100  # Newton steps per start (replica_maps._newton's max_iter)
 LINE_SEARCH = 40  # halvings of a Newton step
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _sigmoid(u):
     e = math.exp(-abs(u))
     return 1.0 / (1.0 + e) if u >= 0 else e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _energy(x, y, h1, h2, m00, m01, m10, m11, V, s2):
     a, b = _sigmoid(x * (x - y)), _sigmoid(y * (y - x))
     frob = (a - m00) ** 2 + (1 - a - m01) ** 2 + (1 - b - m10) ** 2 + (b - m11) ** 2
     return ((x - h1) ** 2 + (y - h2) ** 2) / V + s2 * frob
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _newton(x, y, h1, h2, m00, m01, m10, m11, V, s2):
     """replica_maps._newton at one point: (x, y, E, converged)."""
     floor = 1e-8 / V
@@ -75,7 +75,7 @@ def _newton(x, y, h1, h2, m00, m01, m10, m11, V, s2):
     return x, y, _energy(x, y, h1, h2, m00, m01, m10, m11, V, s2), done
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, error_model="numpy")  # 0/0 is NaN, as in NumPy
 def _prox_all(h1, h2, M, V, s2, w1, w2, has_warm, x, y, E, ok):
     for i in prange(h1.size):
         m00, m01, m10, m11 = M[i, 0, 0], M[i, 0, 1], M[i, 1, 0], M[i, 1, 1]
