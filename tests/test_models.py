@@ -449,7 +449,8 @@ def test_every_outcome_has_its_message():
 def _toy_suite(kind: str) -> subprocess.CompletedProcess:
     """This module's suite on the toy model alone, in a process where it is registered."""
     env = dict(os.environ, ATTNSIM_TEST_TOY=kind)
-    cmd = [sys.executable, "-m", "pytest", str(Path(__file__)), "-q", "-p", "no:cacheprovider", "-k", "toy"]
+    cmd = [sys.executable, "-m", "pytest", str(Path(__file__)), "-q", "-p", "no:cacheprovider", "-n", "0",
+           "-k", "toy"]  # fmt: skip
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=TESTS.parent)
 
 
