@@ -13,6 +13,7 @@ target's setting; unset, it uses every core).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -45,6 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--plot", help="write a bar chart of the two times per case")
+    ap.add_argument("--json", default="", help="write the measurements here")
     args = ap.parse_args()
     timed({"alpha": 1.5}, "semantic", "global")  # the compiled map loaded (or compiled) once
     env = {k: os.environ.get(k, "unset") for k in ("OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")}
@@ -52,7 +54,7 @@ def main() -> None:
     print(f"{pinned}; median of {args.reps}, each solve() from scratch")
     print("| fixed point | orders | compiled s (spread) | NumPy s (spread) | ratio | same answer |")
     print("|---|---|---|---|---:|---|")
-    rows = []
+    rows, table = [], []
     for label, settings, branch in CASES:
         fast, slow, sols = [], [], []
         for _ in range(args.reps):  # interleaved: the machine's load falls on both alike
@@ -68,12 +70,18 @@ def main() -> None:
         orders = ",".join(str(h[0]) for h in (a.history or [])) or "-"
         mf, ms = statistics.median(fast), statistics.median(slow)
         rows.append((label, mf, ms))
+        table.append({"case": label, "orders": orders, "compiled_s": mf, "compiled_min": min(fast),
+                      "compiled_max": max(fast), "numpy_s": ms, "numpy_min": min(slow),
+                      "numpy_max": max(slow), "same": same})  # fmt: skip
         print(f"| {label} | {orders} | {mf:.3f} ({min(fast):.3f}-{max(fast):.3f}) | {ms:.2f} "
               f"({min(slow):.2f}-{max(slow):.2f}) | {ms / mf:.0f}x | {same} |")  # fmt: skip
         sys.stdout.flush()
     ratios = [s / f for _, f, s in rows]
     print(f"ratio: median {statistics.median(ratios):.0f}x, range {min(ratios):.0f}-{max(ratios):.0f}x; "
           f"slowest compiled fixed point {max(f for _, f, _ in rows):.2f} s")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"rows": table, "threads": env, "reps": args.reps}, fh)
     if args.plot:
         import matplotlib
 

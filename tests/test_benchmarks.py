@@ -213,3 +213,12 @@ def test_the_targets_table_says_met_or_not_and_when_a_bound_rules_a_target_out()
         "[The 39 × 39 heatmap (figure 3) from scratch](#the-39--39-heatmap-figure-3-from-scratch)"
         in lines[-4]
     )
+
+
+def test_the_replica_section_is_written_from_its_json():
+    run_all = _load("run_all")
+    row = {"case": "semantic, alpha 1.5", "orders": "8,12", "compiled_s": 0.5, "compiled_min": 0.4,
+           "compiled_max": 0.6, "numpy_s": 10.0, "numpy_min": 9.0, "numpy_max": 11.0,
+           "same": "bit for bit"}  # fmt: skip
+    lines = run_all.section_replica({"rows": [row], "threads": {"NUMBA_NUM_THREADS": "1"}, "reps": 3})
+    assert "| semantic, alpha 1.5 | 8,12 | 0.5 (0.4–0.6) | 10 (9–11) | 20× | bit for bit |" in lines
