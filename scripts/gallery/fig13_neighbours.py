@@ -40,7 +40,7 @@ def fig6_phase_describe(fit: dict) -> str:
 
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
-    fig, grid = plt.subplots(2, 2, figsize=(13, 9.5))
+    fig, grid = plt.subplots(2, 2, figsize=(13, 10.5), layout="constrained")
     axes = grid.ravel()
     lines = []
     # (a) the paper's own setting
@@ -119,5 +119,4 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     )
     for edge, fit in found.items():
         lines.append(f"(d) {edge} edge after 1000 steps, SNR = c n^b: {fig6_phase_describe(fit)}")
-    fig.tight_layout()
     return [save(fig, outdir / "fig13_neighbours.png"), write_numbers(outdir, "fig13_neighbours", lines)]

@@ -109,8 +109,8 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
     mesh = ax.pcolormesh(
         cell_edges(snr), cell_edges(ns), log_err, cmap="viridis", vmin=-6, vmax=np.log10(0.5)
     )
-    ax.plot(X[c["benign"]], Y[c["benign"]], "w.", ms=5)
-    ax.plot(X[c["unfit"]], Y[c["unfit"]], "rx", ms=4)
+    ax.plot(X[c["benign"]], Y[c["benign"]], "w.", ms=5, label="benign: every seed")
+    ax.plot(X[c["unfit"]], Y[c["unfit"]], "rx", ms=4, label="a seed leaves a flipped label unfitted")
     per_seed = seed_edges(ns, snr, c)
     lines = []
     for edge, color in zip(EDGES, ("w", "tab:orange")):
@@ -187,7 +187,9 @@ def draw(ax, recs: list[dict]) -> tuple[list[str], object]:
     ax.set_yscale("log")
     ax.set_xlabel(r"SNR $= \|\mu\| / (\sigma\sqrt{d})$")
     ax.set_ylabel("n")
-    ax.legend(fontsize=7, loc="upper right")
+    # below the axes (the markers sit on every part of the map), on grey (the white ones are seen)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, facecolor="0.6",
+              framealpha=1)  # fmt: skip
     for i, n in enumerate(ns):
         ok = snr[c["benign"][i]]
         band = (
@@ -234,7 +236,7 @@ def _upper_note(ns: np.ndarray, snr: np.ndarray, c: dict, fits: list[dict]) -> s
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     recs = records(quick, cache)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 6.2), layout="constrained")
     lines, mesh = draw(ax, recs)
     fig.colorbar(mesh, ax=ax, label="log10 population error after two steps (median of seeds)")
     ax.set_title(f"magen2025 preset: two GD steps, $d$ = {D}, {ETA} = 0.1 (i.i.d.), lr $d$ = 600", fontsize=9)

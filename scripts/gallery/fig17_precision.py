@@ -144,7 +144,7 @@ def draw_sweep(ax, res: list[tuple[float, dict]], horizon: int) -> list[str]:
     ax.set_yscale("log")
     ax.set_xlabel(MU)
     ax.set_ylabel("step the relevant score reaches 0.5")
-    ax.set_title(f"softmax, GD, d = 200: generalization within {horizon:g} steps", fontsize=9)
+    ax.set_title(f"softmax, GD, d = 200: relevant token selected within {horizon:g} steps", fontsize=9)
     ax.legend(fontsize=7)
     return lines
 
@@ -198,15 +198,22 @@ def draw(ax, title: str, res: dict) -> list[str]:
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     by = records(quick, cache)
     res = runs(quick, by)
-    fig, axes = plt.subplots(2, len(SETTINGS), figsize=(4.0 * len(SETTINGS), 7.6))
+    panels = len(SETTINGS) + len(STABLE) + 1  # every setting, its StableMax twin where it has one, the sweep
+    cols = 3
+    rows = -(-panels // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(13, 3.4 * rows), layout="constrained")
+    cells = list(grid.ravel())
+    for ax in cells[panels:]:
+        ax.axis("off")
+    letters = "abcdefghijklmnopqrstuvwxyz"
     lines = [
         "float64 (the exact run), float32 and bfloat16 (precision twins as torch computes on CPU, matrix "
         "products summed in NumPy's BLAS order: bfloat16 parts from torch's loop by one unit in a few "
         "entries, docs/precision.md); dotted: the first step a score rounds to 1; x: the bfloat16 twin "
         "stops moving"
     ]
-    for ax, (title, r) in zip([*axes[0], *axes[1][: len(STABLE)]], res):
-        lines += draw(ax, title, r)
-    lines += draw_sweep(axes[1][-1], sweep(quick, by), 10**4 if quick else SWEEP_STEPS)
-    fig.tight_layout()
+    for k, (ax, (title, r)) in enumerate(zip(cells, res)):
+        lines += draw(ax, f"({letters[k]}) {title}", r)
+    lines += draw_sweep(cells[panels - 1], sweep(quick, by), 10**4 if quick else SWEEP_STEPS)
+    cells[panels - 1].set_title(f"({letters[panels - 1]}) " + cells[panels - 1].get_title(), fontsize=9)
     return [save(fig, outdir / "fig17_precision.png"), write_numbers(outdir, "fig17_precision", lines)]

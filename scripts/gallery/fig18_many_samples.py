@@ -1,9 +1,9 @@
-"""Figure 18: the many-sample limit (SPEC §17). (a) Finite training sets of n = 20 ... 2000
-samples against gradient flow on the population risk (n -> infinity); (b) online SGD at
-d = 10^3 ... 10^5 with lr = c / d against the d -> infinity ODE (the population flow with
-online SGD's variance term), the deviation's rate in d fitted with its uncertainty;
-(c) the exit time from uniform attention (the fresh relevant score reaches 0.3) against d, the
-ODE's O(d) law beside the fit."""
+"""Figure 18: the many-sample limit (SPEC §17). (a), (b) Finite training sets of n = 20 ... 2000
+samples against gradient flow on the population risk (n -> infinity): the error and the fresh
+relevant score; (c) online SGD at d = 10^3 ... 10^5 with lr = c / d against the d -> infinity ODE
+(the population flow with online SGD's variance term), (d) the deviation's rate in d fitted with
+its uncertainty; (e) the exit time from uniform attention (the fresh relevant score reaches 0.3)
+against d, the ODE's O(d) law beside the fit."""
 
 from __future__ import annotations
 
@@ -115,7 +115,10 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     finite, online, ode = (records_of(cache, m) for m in sweeps(quick))
     by_n = {r["config"]["n"]: arrays(r["trajectory"]) for r in finite if r["config"]["integrator"] == "gd"}
     flow = next(arrays(r["trajectory"]) for r in finite if r["config"]["integrator"] == "population_flow")
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
+    fig, grid = plt.subplots(2, 3, figsize=(13.5, 8), layout="constrained")
+    # (a) error, (b) score, (c) |q| against time, (d) deviation from the ODE, (e) exit time
+    axes = [grid[0, 0], grid[0, 1], grid[0, 2], grid[1, 0], grid[1, 1]]
+    grid[1, 2].axis("off")
     lines = []
     # (a) finite n against the population flow
     for i, n in enumerate(ns):
@@ -156,8 +159,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         exits.append(ex)
         sd = float(np.nanstd(ex, ddof=1)) if len(ex) > 1 else float("nan")
         lines.append(
-            f"(b) d = {d}: rms deviation of |q| from the ODE {rms[-1]:.3g} over {len(seeds)} seeds and "
-            f"{LOGS} log points; (c) exit step {np.nanmean(ex):.5g} +- {sd / np.sqrt(len(ex)):.2g} "
+            f"(d) d = {d}: rms deviation of |q| from the ODE {rms[-1]:.3g} over {len(seeds)} seeds and "
+            f"{LOGS} log points; (e) exit step {np.nanmean(ex):.5g} +- {sd / np.sqrt(len(ex)):.2g} "
             f"(sd {sd:.3g})"
         )
     axes[2].plot(t_ode, ode_norm, "k--", lw=1.6, label="ODE (d -> inf)")
@@ -172,8 +175,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     mean_ex = np.nanmean(ex, axis=1)
     eslope, _, eicpt = _fit(np.array(ds, float), mean_ex)
     t_star = exit_step(ode_tr)
-    ax2 = axes[3].twinx()
-    ax2.loglog(np.repeat(ds, ex.shape[1]), ex.ravel(), "s", color="C0", ms=3, alpha=0.6)
+    ax2 = axes[4]
+    ax2.loglog(np.repeat(ds, ex.shape[1]), ex.ravel(), "s", color="C0", ms=3, alpha=0.6, label="each seed")
     ax2.loglog(
         dd,
         np.exp(eicpt) * dd**eslope,
@@ -184,8 +187,9 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     )
     if np.isfinite(t_star):
         ax2.loglog(dd, t_star / D_ODE * dd, "--", color="C0", lw=1.0, label="ODE: O(d), (t*/d) d")
-    ax2.set_ylabel(f"exit step (score reaches {EXIT})", color="C0")
-    ax2.legend(fontsize=7, loc="upper center")
+    ax2.set_ylabel(f"exit step (fresh relevant score reaches {EXIT})")
+    ax2.set_xlabel("d")
+    ax2.legend(fontsize=7, loc="upper left")
     n_seeds, g = len(seeds), err["groups"]
     spread = (
         f"; {len(g)} disjoint groups of {GROUP} seeds give {g[:, 0].min():.3f} to {g[:, 0].max():.3f} "
@@ -194,19 +198,20 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         else ""
     )
     lines.append(
-        f"(b) deviation rate over {n_seeds} seeds: rms ~ d^{slope:.3f} +- {se:.3f} (bootstrap over seeds; "
+        f"(d) deviation rate over {n_seeds} seeds: rms ~ d^{slope:.3f} +- {se:.3f} (bootstrap over seeds; "
         f"1/sqrt(d): -0.5){spread}"
     )
     lines.append(
-        f"(c) exit step (score {EXIT}) over {n_seeds} seeds ~ d^{eslope:.4f} +- {ese:.4f} (bootstrap over "
+        f"(e) exit step (score {EXIT}) over {n_seeds} seeds ~ d^{eslope:.4f} +- {ese:.4f} (bootstrap over "
         f"seeds); the ODE's exit {t_star / D_ODE:.4f} d steps (information exponent 1: O(d)); measured mean "
         "exit / d " + ", ".join(f"{m / d:.4f}" for m, d in zip(mean_ex, ds))
     )
     titles = (
-        "(a) population error: finite n against the population flow",
-        "(a) fresh relevant score",
-        f"(b) |q| against time (steps / d), lr = {C:g}/d, batch {BATCH}",
-        f"(b) deviation from the ODE; (c) exit time against d ({len(seeds)} seeds, errors: bootstrap)",
+        "(a) population error: finite n and the population flow",
+        "(b) fresh-sample relevant score",
+        f"(c) online SGD: |q| against steps / d (lr {C:g}/d, batch {BATCH})",
+        f"(d) rms deviation of |q| from the ODE ({len(seeds)} seeds)",
+        f"(e) exit time against d ({len(seeds)} seeds; errors: bootstrap)",
     )
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
@@ -215,9 +220,8 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         ax.set_xlabel("step")
     axes[2].set_xlabel("step / d")
     axes[3].set_xlabel("d")
-    axes[3].set_ylabel("rms deviation of |q|", color="C3")
+    axes[3].set_ylabel("rms deviation of |q| from the ODE")
     axes[0].legend(fontsize=7)
     axes[2].legend(fontsize=7)
-    axes[3].legend(fontsize=7, loc="lower center")
-    fig.tight_layout()
+    axes[3].legend(fontsize=7, loc="lower left")
     return [save(fig, outdir / "fig18_many_samples.png"), write_numbers(outdir, "fig18_many_samples", lines)]

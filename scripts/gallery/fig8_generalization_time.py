@@ -122,7 +122,8 @@ def per_seed(recs: list[dict]) -> list[str]:
 
 def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")) -> list[Path]:
     data = records(quick, cache)
-    fig, axes = plt.subplots(1, 4, figsize=(21, 4.8))
+    fig, grid = plt.subplots(2, 2, figsize=(12, 9), layout="constrained")
+    axes = grid.ravel()
     lines = []
     wins: dict[str, int] = {}
     for i, (d, recs) in enumerate(data.items()):
@@ -139,7 +140,7 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             for m, v in zip(mus, per):
                 ts = [t for t in v if t is not None]
                 axes[0].plot([m] * len(ts), ts, marker, color=color, ms=3, alpha=0.5)
-            label = f"d={d}: {'generalized' if key == 't_select' else 'memorized'}"
+            label = f"d={d}: {'relevant token selected' if key == 't_select' else 'memorized'}"
             axes[0].plot(mus, mean, ls, color=color, label=label)
         snr = np.array([r["theory"]["snr"] for r in recs])
         axes[1].plot(snr, [r["limit"]["pop_error"] for r in recs], "o", color=color, ms=3, label=f"d={d}")
@@ -184,14 +185,14 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
             "law: " + (f"{every[0]} wins at every d" if every else "no law wins at every d: none is claimed")
         )
     axes[0].set_xlabel(MU)
-    axes[0].set_title("memorization (squares) and generalization (dots), per seed", fontsize=10)
+    axes[0].set_title("(a) memorization (squares) and selection on new samples (dots), per seed", fontsize=10)
     axes[1].set_xlabel(SNR)
-    axes[1].set_title("the max-margin limit's population error, per run", fontsize=10)
+    axes[1].set_title("(b) the max-margin limit's population error, per run", fontsize=10)
     axes[2].set_xlabel(r"$p_{\lim} - 1/2$ (hard-attention relevant probability)")
     axes[2].set_xscale("log")
-    axes[2].set_title("t_select: power law (dashed), essential singularity (dotted)", fontsize=10)
+    axes[2].set_title("(c) t_select: power law (dashed), essential singularity (dotted)", fontsize=10)
     axes[3].set_xlabel(r"$1/\mathrm{SNR}^2 = d/\|\mu\|^2$")
-    axes[3].set_title(r"generalization step: $\log t$ linear in $1/\mathrm{SNR}^2$ (dashed)", fontsize=10)
+    axes[3].set_title(r"(d) t_select: $\log t$ linear in $1/\mathrm{SNR}^2$ (dashed)", fontsize=10)
     for ax in axes:
         ax.set_yscale("log")
     for ax in (axes[0], axes[2], axes[3]):
@@ -199,7 +200,6 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
     axes[1].set_ylabel("limit error")
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
-    fig.tight_layout()
     return [
         save(fig, outdir / "fig8_generalization_time.png"),
         write_numbers(outdir, "fig8_generalization_time", lines),
