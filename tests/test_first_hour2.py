@@ -19,14 +19,19 @@ def test_10_a_result_prints_as_one_line(tmp_path):
         assert "model=attention" in text and "regime=" in text
 
 
-def test_10_trajectories_of_a_sweep_that_saves_none_are_refused_in_words(tmp_path):
-    path = tmp_path / "s.toml"
+def _tiny_sweep(root, lrs: str):
+    """A sweep of tiny runs over lr (its folder): --out holds the sweep's folder, by its name."""
+    path = root / "s.toml"
     path.write_text(
         '[sweep]\nname = "s"\nseeds = [0]\n[base]\nn = 6\nT = 4\nd = 20\nsteps = 5\npop_points = 64\n'
-        "[grid]\nlr = [0.05, 0.1]\n"
+        f"[grid]\nlr = {lrs}\n"
     )
-    assert main(["sweep", str(path), "--out", str(tmp_path / "s"), "--workers", "1"]) == 0
-    folder = tmp_path / "s" / "s"  # --out holds the sweep's folder, by its name
+    assert main(["sweep", str(path), "--out", str(root / "s"), "--workers", "1"]) == 0
+    return root / "s" / "s"
+
+
+def test_10_trajectories_of_a_sweep_that_saves_none_are_refused_in_words(tmp_path):
+    folder = _tiny_sweep(tmp_path, "[0.05, 0.1]")
     with pytest.raises(ConfigError, match="saves no trajectories"):
         attnsim.load_trajectories(folder)
     with open(folder / "records.csv") as fh:
@@ -114,19 +119,14 @@ def test_4_measured_times_are_in_final_and_old_files_read_upgraded(tmp_path):
 def test_4_a_sweep_record_of_schema_5_is_read_upgraded_not_recomputed(tmp_path):
     import json
 
-    path = tmp_path / "s.toml"
-    path.write_text(
-        '[sweep]\nname = "s"\nseeds = [0]\n[base]\nn = 6\nT = 4\nd = 20\nsteps = 5\npop_points = 64\n'
-        "[grid]\nlr = [0.05]\n"
-    )
-    assert main(["sweep", str(path), "--out", str(tmp_path / "s"), "--workers", "1"]) == 0
-    (record,) = (tmp_path / "s" / "s" / "records").glob("*.json")
+    folder = _tiny_sweep(tmp_path, "[0.05]")
+    (record,) = (folder / "records").glob("*.json")
     rec = json.loads(record.read_text())
     rec["schema_version"] = 5
     rec["theory"]["t_generalize"] = rec["final"].pop("t_select")
     rec["theory"]["t_memorize"] = rec["final"].pop("t_memorize")
     record.write_text(json.dumps(rec))
-    table = attnsim.load_sweep(tmp_path / "s" / "s")
+    table = attnsim.load_sweep(folder)
     assert "t_select" in table.columns and "theory.t_generalize" not in table.columns
     assert record.exists()  # kept, not moved aside as damaged
 
