@@ -208,7 +208,7 @@ PLOT_KINDS = {  # attnsim plot on folders of each kind: (run keys or sweep grid,
 def test_attnsim_plot_layout_is_readable(kind, tmp_path, monkeypatch):
     """Every kind of ``attnsim plot`` under the figure layout checks; run plots keep
     their legends off the curves."""
-    import attnsim.report
+    import attnsim.report_figures
     from attnsim.cli import main
 
     keys, flags = PLOT_KINDS[kind]
@@ -219,7 +219,7 @@ def test_attnsim_plot_layout_is_readable(kind, tmp_path, monkeypatch):
         made.append(fig)
         return path
 
-    monkeypatch.setattr(attnsim.report, "save_png", keep)
+    monkeypatch.setattr(attnsim.report_figures, "save_png", keep)
     folder = tmp_path / kind
     if kind.startswith("run"):
         preset = ["--preset", keys.pop("preset")] if "preset" in keys else []
