@@ -43,6 +43,9 @@ STATES = {
     "T16_mu26": {"T": 16, "d": 3000, "signal_norm": 26, "n": 20, "lr": 0.1},
     "T32_mu24": {"T": 32, "d": 3000, "signal_norm": 24, "n": 20, "lr": 0.1},
     "T32_mu25": {"T": 32, "d": 3000, "signal_norm": 25, "n": 20, "lr": 0.1},
+    # the outside referee's states (its report: +-2 se covered 91 % and 88 % of 100 redraws)
+    "ref_T16": {"T": 16, "d": 3000, "signal_norm": 20, "n": 20, "noise_rate": 0.1, "lr": 0.1},
+    "ref_T32": {"T": 32, "d": 3000, "signal_norm": 20, "n": 20, "noise_rate": 0.1, "lr": 0.1},
     "T32": {
         "T": 32,
         "n_relevant": 2,

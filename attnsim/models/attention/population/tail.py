@@ -51,7 +51,8 @@ importance sampling.
    1 % of the error (figure 14's state: 80 % of them, its true failures near
    another design point left to the floor share, the weights heavy-tailed and
    the se too small in most draws). So the first eighth of the points
-   (:func:`pilot_count`) is spent on the FORM shares, and the estimate comes
+   (:func:`pilot_count`) is spent evenly over the components (the defensive share kept:
+   the FORM shares would starve the component they misjudge), and the estimate comes
    from the rest, shared in proportion to each component's part of the pilot's
    estimate, sum_n h_n r_nk with r_nk = its term of the mixture density at
    point n over the whole (the mixture-weight update of population Monte Carlo,
@@ -233,7 +234,11 @@ class TailError:
         if K == 0:  # every design point beyond MAX_BETA
             return 0.0, 0.0, FLOOR_BOUND
         args = (K, n_groups, c, y, aq, anu, kappa, b, sdc)
-        self._stage(0, *args)  # the pilot: FORM shares
+        # the pilot's strata even over the components (the defensive share kept), not the FORM
+        # masses: those can starve the component that carries the error, and the pilot then
+        # cannot see it (step 5)
+        design_kernels.stratum_counts(np.ones(K), w.s.size, DEFENSIVE, FLOOR, w.counts, w.starts)
+        self._stage(0, *args)  # the pilot
         self._pilot_shares(K)
         p, se = self._stage(1, *args)
         return p, se, 0.0
