@@ -1,8 +1,8 @@
-"""The replica theory's fixed points: the compiled proximal map against the vectorized NumPy one
-it replaced (the same Newton method, bit for bit the same answers), side by side in one process on
-the published settings (sigma = 0.5, lambda = 0.01; omega 0-0.5, alpha 0.1-3, both teacher
-matrices, the three branches), each solve() from scratch (Gauss-Hermite orders raised until the
-answer stops moving), median of the repetitions:
+"""The replica theory's fixed points: the compiled proximal map against the vectorized NumPy one it
+replaced (the same Newton method; the table says whether the answers agree to the bit), side by side
+in one process on the published settings (sigma = 0.5, lambda = 0.01; omega 0-0.5, alpha 0.1-3, both
+teacher matrices, the three branches), each solve() from scratch (Gauss-Hermite orders raised until
+the answer stops moving), median of the repetitions:
 
     OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_replica.py [--reps 3] [--plot F.png]
 

@@ -243,23 +243,28 @@ def make(outdir: Path, quick: bool = False, cache: Path = Path("sweeps/figures")
         label=r"attnsim $\alpha_c$, the published notebook's rules",
     )
     lo_order, hi_order = (str(o) for o in _plan(quick)["gh_alpha_c"])
-    gh = [
-        (float(o), a, abs(a - th["alpha_c_gh"][lo_order][o]))
+    lower = th["alpha_c_gh"][lo_order]
+    gh = [  # a point whose lower order did not converge is drawn without its bar (an open marker)
+        (float(o), a, abs(a - lower[o]) if lower.get(o) is not None else np.nan)
         for o, a in th["alpha_c_gh"][hi_order].items()
-        if a is not None and th["alpha_c_gh"][lo_order].get(o) is not None
+        if a is not None
     ]
     if gh:
-        omegas, alphas, spread = zip(*sorted(gh))
+        omegas, alphas, spread = (np.array(v) for v in zip(*sorted(gh)))
         ax.errorbar(
             alphas,
             omegas,
-            xerr=spread,
+            xerr=np.nan_to_num(spread),
             fmt="o-",
             color="k",
             ms=5,
             capsize=3,
             label=rf"attnsim $\alpha_c$, Gauss-Hermite {hi_order} ($\pm$ move from {lo_order})",
         )
+        bare = np.isnan(spread)
+        if bare.any():
+            ax.plot(alphas[bare], omegas[bare], "o", mfc="w", mec="k", ms=7, zorder=5,
+                    label=f"(open: order {lo_order} did not converge there; no bar)")  # fmt: skip
     for branch, marker in (("semantic", "<"), ("positional", ">")):
         pts = [(v[branch][0], float(o)) for o, v in th["spinodal"].items() if v[branch][1] is not None]
         if pts:
