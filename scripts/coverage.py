@@ -43,9 +43,12 @@ STATES = {
     "T16_mu26": {"T": 16, "d": 3000, "signal_norm": 26, "n": 20, "lr": 0.1},
     "T32_mu24": {"T": 32, "d": 3000, "signal_norm": 24, "n": 20, "lr": 0.1},
     "T32_mu25": {"T": 32, "d": 3000, "signal_norm": 25, "n": 20, "lr": 0.1},
-    # the outside referee's states (its report: +-2 se covered 91 % and 88 % of 100 redraws)
-    "ref_T16": {"T": 16, "d": 3000, "signal_norm": 20, "n": 20, "noise_rate": 0.1, "lr": 0.1},
-    "ref_T32": {"T": 32, "d": 3000, "signal_norm": 20, "n": 20, "noise_rate": 0.1, "lr": 0.1},
+    # the outside referee's states, lr and steps at their defaults (its report: +-2 se covered
+    # 91 % and 88 % of 100 redraws), and two more with eta != 0.2
+    "ref_T16": {"T": 16, "d": 3000, "signal_norm": 20, "n": 20, "noise_rate": 0.1},
+    "ref_T32": {"T": 32, "d": 3000, "signal_norm": 20, "n": 20, "noise_rate": 0.1},
+    "T16_mu18_eta03": {"T": 16, "d": 3000, "signal_norm": 18, "n": 20, "noise_rate": 0.3},
+    "T8_mu12_eta01": {"T": 8, "d": 2000, "signal_norm": 12, "n": 20, "noise_rate": 0.1},
     "T32": {
         "T": 32,
         "n_relevant": 2,

@@ -251,3 +251,13 @@ def test_10_real_digits_without_scikit_learn_names_the_command_and_extra(monkeyp
     assert main(["real", "digits", "--n", "20", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "attnsim real digits: needs scikit-learn" in err and "attnsim[real]" in err and "--data" not in err
+
+
+def test_10_seed_times_print_mean_and_spread_in_one_format():
+    from attnsim.experiments.seeds import _times
+
+    assert _times("memorized", [3000.0, 8000.0, None]) == (
+        "memorized at step 5500 +- 3536 (sd) (1 never within the run)"
+    )
+    assert _times("memorized", [2e12, 4e12]) == "memorized at step 3e+12 +- 1.41e+12 (sd)"
+    assert _times("memorized", [None]) == "memorized: never within the run"

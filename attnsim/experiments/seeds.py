@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .. import registry
 from .._meta import ConfigError
 from ..models.own import spread
@@ -65,8 +67,11 @@ def _times(what: str, times: list) -> str:
     never = sum(1 for t in times if t is None)
     if never == len(times):
         return f"{what}: never within the run"
-    done = [t for t in times if t is not None]
-    return f"{what} at step {spread(done)}" + (f" ({never} never within the run)" if never else "")
+    done = np.array([t for t in times if t is not None], dtype=float)
+    # steps in one format, mean and spread alike: 3874 +- 4940 (sd), 1.39e+04 +- 2.1e+03 past 1e6
+    step = (lambda x: f"{x:.0f}") if done.max() < 1e6 else (lambda x: f"{x:.3g}")
+    text = step(done.mean()) + (f" +- {step(done.std(ddof=1))} (sd)" if done.size > 1 else "")
+    return f"{what} at step {text}" + (f" ({never} never within the run)" if never else "")
 
 
 def _seed_text(seeds: list[int]) -> str:
