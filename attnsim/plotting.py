@@ -191,7 +191,7 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
         y = np.asarray(fresh, dtype=float)[keep]
         m = np.isfinite(y)  # at the population's log points only
         ax.plot(x[m], y[m], color="k", lw=1.6, label="fresh samples: relevant")
-    ax.set_ylabel("attention score per role (summed over its tokens)", fontsize=9)
+    ax.set_ylabel("score per role (summed over tokens)", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
     _mark_times(axes, result.final, x)
     curves = {"train loss": "train_loss", "population loss": "pop_loss", "test loss": "test_loss"}
@@ -204,6 +204,7 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
         ax.set_xlabel("step")
         if logx:
             ax.set_xscale("log")
+            _few_log_ticks(ax)
         if not ax.get_legend_handles_labels()[0]:
             ax.text(0.5, 0.5, "nothing finite to draw", transform=ax.transAxes, ha="center", color="0.4")
         elif i == 0:  # eight curves: below the axes, never over them
@@ -214,6 +215,14 @@ def plot_run(axes: Sequence[Axes], result: Result) -> None:
 
 # the event lines: black and grey dash-dots, a style no data curve uses
 EVENT_STYLES = {"t_memorize": ("k", (0, (6, 2, 1, 2))), "t_select": ("0.4", (0, (1, 2)))}
+
+
+def _few_log_ticks(ax: Axes) -> None:
+    """At most six labelled decades on a log x axis (a run to 1e14 labels every decade otherwise,
+    and at a talk's width the labels overprint)."""
+    from matplotlib.ticker import LogLocator  # lazy: as matplotlib
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
 
 
 def _mark_times(axes: Sequence[Axes], final: Mapping[str, Any], x: np.ndarray) -> None:

@@ -419,7 +419,7 @@ def test_plot_draws_a_finished_run(tmp_path, monkeypatch, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 20_000
     labels = seen[0]
     assert [y for _, y, _ in labels] == [
-        "attention score per role (summed over its tokens)",
+        "score per role (summed over tokens)",
         "loss",
         "error (log; bars: 2 se)",
     ]
