@@ -193,7 +193,7 @@ class PSStepper(Stepper):
             objective = loss + 0.5 * self.wd * float(np.vdot(self.Q, self.Q)) if self.wd else loss
             if self.start is None:
                 self.start = objective
-            elif objective > self.GROWTH * self.start and objective > 1e-300:
+            elif self.start > 0.0 and objective > self.GROWTH * self.start:  # a start at 0: no scale
                 self.detail = (
                     f"diverged at step {step}: the training objective grew from {self.start:.4g} to "
                     f"{objective:.4g} (more than {self.GROWTH:g}x its start); the step is unstable "
