@@ -15,6 +15,7 @@ import numpy as np
 
 from attnsim.metrics import format_error
 from attnsim.plotting import log_steps
+from attnsim.report import format_step
 from attnsim.theory import g_inv
 
 from .common import records_of, save, sweep_mapping, write_numbers
@@ -38,7 +39,9 @@ NORMS = [5.0, 7.5, 10.0, 15.0, 20.0]
 
 def sweeps(quick: bool) -> list[dict]:
     steps = 10_000 if quick else 1_000_000
-    base = {"steps": steps, "log_scale": "log", "log_points": 120, "pop_log_points": 120, "engine": "reduced"}
+    # refine_times: the selection step located to the step, not the first log point past it
+    base = {"steps": steps, "log_scale": "log", "log_points": 120, "pop_log_points": 120, "engine": "reduced",
+            "refine_times": "true"}  # fmt: skip
     return [
         sweep_mapping("fig5_delayed", base, {"d": [2000], "signal_norm": NORMS}, [0], SAVE),
         sweep_mapping("fig5_delayed_4500", base, {"d": [4500], "signal_norm": [5.0]}, [0], SAVE),
@@ -123,7 +126,8 @@ def summary(recs: list[dict]) -> list[str]:
         st, pl, pe, se, res, sc = st[ok], pl[ok], pe[ok], se[ok], res[ok], sc[ok]
         tm = fin.get("t_memorize")
         mem = f"memorized at {tm}" if tm is not None else "not memorized"
-        line = f"{_label(r)}: {mem}, relevant token selected at {fin.get('t_select')}"
+        ts = fin.get("t_select")
+        line = f"{_label(r)}: {mem}, relevant token selected at {format_step(ts) if ts is not None else None}"
         if tm is not None and tm < st[-1]:
             j = np.searchsorted(st, tm)
             line += (
