@@ -21,7 +21,7 @@ from ..runtime.resources import format_bytes, physical_memory, tqdm_class
 from .executors import _connect, _release, _run_executor, _run_local, _take_workers, _Worker, dask_executor
 from .point import setup_group
 from .spec import SweepSpec, Task, record_key
-from .store import Store, SweepReport, write_csv
+from .store import Store, SweepReport, _flat, spec_digest, write_csv
 
 TAIL_POINTS = 8  # points per task of a setup group whose setup is cheap (see _chunks)
 
@@ -166,12 +166,12 @@ class _Plan:
         self.spec = spec
         self.store = Store(Path(out) / spec.name, spec.data_id)
         text = json.dumps(spec.to_dict(), indent=2)
-        claims.enter_context(self.store.computing(hashlib.sha256(text.encode()).hexdigest()[:16]))
+        claims.enter_context(self.store.computing(spec_digest(spec)))
         _write_spec(self.store, text)
         self.points = spec.points()
         self.keys = [record_key(c, spec.data_id) for c in self.points]
         self.report = SweepReport(self.store, self.keys)
-        self.missing = len({f"{k}.json" for k in self.keys} - set(os.listdir(self.store.dir)))
+        self.missing = len(set(self.keys) - self.store.keys())
         self.tasks: list[tuple[float, list[Task]]] = []
 
     def schedule(self, workers: int, whole_below: float = 0.0) -> None:
@@ -233,7 +233,9 @@ class _Plan:
         if report.retried:
             report.messages.append(f"retried {report.retried} point(s) that had failed before")
         report.messages += _outcomes(final)
-        write_csv(store, self.keys, records=report.records())
+        rows = [_flat(r) for r in report.records()]
+        write_csv(store, rows=rows)
+        report.keep_table(self.spec, rows)
         return report
 
 

@@ -1,11 +1,12 @@
-"""The records of a sweep: one locked, verified JSON file per point, the tidy CSV,
-and reading a finished sweep back as a table."""
+"""The records of a sweep: one locked, verified JSON file per point (packed into a few files
+once there are many, :mod:`.packs`), the tidy CSV, and reading a finished sweep back as a table."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -29,6 +30,8 @@ from ..results import (
     upgraded,
     write_csv_table,
 )
+from . import packs as packing
+from .packs import Packs, folder_locked, read_table, write_table
 from .spec import SweepSpec, Task, _key_of, record_key
 
 # the final metrics that are words; the rest are numbers or null
@@ -89,8 +92,8 @@ def _hashes_to(point: dict, data_id: str | None, key: str) -> bool:
 
 
 class Store:
-    """One JSON file per record under ``root/records``; writes are atomic, and
-    every record read is verified (:func:`record_problem`)."""
+    """One JSON file per record under ``root/records`` (many of them packed, :mod:`.packs`);
+    writes are atomic, and every record read is verified (:func:`record_problem`)."""
 
     def __init__(self, root: Path, data_id: str | None = None, create: bool = True):
         self.root = Path(root)
@@ -102,6 +105,7 @@ class Store:
             except OSError as exc:
                 raise WriteError(f"{self.dir}: cannot create the records folder ({exc.strerror})") from None
         self.damaged: list[str] = []
+        self.packs = Packs(self.dir)
 
     def path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
@@ -114,7 +118,7 @@ class Store:
         try:
             rec = read_json(path)
         except FileNotFoundError:
-            return None
+            return self._packed(key)
         except DamagedFile as exc:
             rec, problem = None, str(exc)
         except OSError as exc:
@@ -125,6 +129,32 @@ class Store:
             self._move_aside(path, problem)
             return None
         return upgraded(rec)
+
+    def _packed(self, key: str) -> dict | None:
+        """The packed record of ``key`` (None: none, or a damaged line, reported: its point is
+        computed again and its single record then overrides the line)."""
+        raw = self.packs.raw(key)
+        if raw is None:
+            return None
+        try:
+            rec = json.loads(raw)
+        except (ValueError, RecursionError):
+            problem = "not JSON"
+        else:
+            problem = record_problem(key, rec, self.data_id)
+        if problem is not None:
+            self.damaged.append(f"{key} in a pack ({problem})")
+            return None
+        return upgraded(rec)
+
+    def keys(self) -> set[str]:
+        """The keys with a record, single or packed."""
+        return {p.stem for p in self.dir.glob("*.json")} | self.packs.keys()
+
+    def pack(self, merge: bool = False) -> Path | None:
+        """Pack the single records once there are :data:`.packs.PACK_AT` of them; ``merge``:
+        every pack and single record into one pack, if there is a pack (the end of a sweep)."""
+        return packing.pack_loose(self.dir, self.packs, self.read, packing.PACK_AT, merge)
 
     def _move_aside(self, path: Path, problem: str) -> None:
         aside = self.dir / "damaged"
@@ -141,7 +171,7 @@ class Store:
 
     def done(self) -> set[str]:
         """Keys whose record finished successfully."""
-        return {p.stem for p in self.dir.glob("*.json") if (self.read(p.stem) or {}).get("status") == "ok"}
+        return {k for k in self.keys() if (self.read(k) or {}).get("status") == "ok"}
 
     def write(self, key: str, record: dict) -> None:
         """Atomically; without fsync (a record lost to an OS crash is detected
@@ -153,7 +183,7 @@ class Store:
     def records(self, keys: list[str] | None = None) -> list[dict]:
         """Records of ``keys`` (all records when None), in that order; missing ones skipped."""
         if keys is None:
-            keys = sorted(p.stem for p in self.dir.glob("*.json"))
+            keys = sorted(self.keys())
         return [r for r in (self.read(k) for k in keys) if r is not None]
 
     @contextlib.contextmanager
@@ -209,7 +239,7 @@ class Store:
         share the folder. The claim is a lock file per grid, checked and taken under a lock
         of the folder itself, and removed by the last sweep of its grid to leave."""
         mine = self.root / f".computing.{grid}.lock"
-        with _folder_locked(self.root):
+        with folder_locked(self.root):
             for other in self.root.glob(".computing.*.lock"):
                 if other != mine and _held(other):
                     raise ConfigError(
@@ -224,7 +254,7 @@ class Store:
         try:
             yield
         finally:
-            with _folder_locked(self.root):
+            with folder_locked(self.root):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the last of its grid here
                 except BlockingIOError:
@@ -242,17 +272,6 @@ class Store:
                 return False
             self.write(task.key, stamped(task, run(task.config, task.save, task.data)))
             return True
-
-
-@contextlib.contextmanager
-def _folder_locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock of the folder itself (no file is left behind)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _held(path: Path) -> bool:
@@ -319,11 +338,16 @@ def _flat(rec: dict) -> dict:
 
 
 def write_csv(
-    store: Store, keys: list[str] | None = None, path: Path | None = None, records: list[dict] | None = None
+    store: Store,
+    keys: list[str] | None = None,
+    path: Path | None = None,
+    records: list[dict] | None = None,
+    rows: list[dict] | None = None,
 ) -> Path:
     """A tidy table of the records of ``keys`` (one row per run; ``records``:
-    those records, already read)."""
-    rows = [_flat(r) for r in (store.records(keys) if records is None else records)]
+    those records, already read; ``rows``: their :func:`_flat` rows)."""
+    if rows is None:
+        rows = [_flat(r) for r in (store.records(keys) if records is None else records)]
     cols: dict[str, None] = {}
     for row in rows:
         cols.update(dict.fromkeys(row))
@@ -344,6 +368,7 @@ class SweepReport:
     workers: int = 0  # worker processes started (0: everything ran in this process)
     messages: list[str] = field(default_factory=list)
     final: dict[str, dict | None] | None = field(default=None, repr=False)  # the records as the sweep ended
+    _since_pack: int = field(default=0, repr=False)
 
     def records(self) -> list[dict]:
         """The sweep's records in grid order (as read when it ended; missing ones skipped)."""
@@ -361,6 +386,27 @@ class SweepReport:
         self.computed += computed
         self.final[key] = self.store.read(key)
         bar.update(1)
+        self._since_pack += 1
+        if self._since_pack >= packing.PACK_AT:  # a long sweep packs as it goes (the check lists the folder)
+            self._since_pack = 0
+            self.store.pack()
+
+    def keep_table(self, spec: SweepSpec, rows: list[dict]) -> None:
+        """At the sweep's end: pack its records if there are many (:meth:`Store.pack`, merging)
+        and keep its table (``rows``: :func:`_flat` of :meth:`records`) beside the pack."""
+        pack = self.store.pack(merge=True)
+        if pack is None and not self.store.packs.files():
+            return  # one file per record: a small sweep
+        only = self.store.packs.files()
+        if len(only) != 1 or any(self.store.dir.glob("*.json")):
+            return  # another sweep is writing here too: the table is read from the records
+        recs = self.records()
+        held = {
+            "points": len(self.keys),
+            "records": len(recs),
+            "failed": sum(1 for r in recs if r.get("status") != "ok"),
+        }
+        write_table(only[0], spec_digest(spec), held, _columns(rows))
 
 
 def load_records(root: str | Path) -> list[dict]:
@@ -419,7 +465,12 @@ def sweep_table(root: str | Path) -> tuple[SweepSpec, Any, dict]:
     """(spec, :func:`load_sweep`'s table, what the table holds: ``points`` the sweep's
     point count, ``records`` those with a record, ``failed`` those whose record is a
     failure, ``damaged`` the records found damaged now and moved aside)."""
-    spec, records, damaged = _current_records(root)
+    spec = load_spec(root)
+    kept = read_table(Path(root) / "records", spec_digest(spec))
+    if kept is not None:  # a packed sweep's table, as its last run left it (packs.py)
+        held, columns = kept
+        return spec, _table_of(columns), {**held, "damaged": []}
+    spec, records, damaged = _current_records(root, spec)
     held = {
         "points": len(spec.points()),
         "records": len(records),
@@ -429,22 +480,39 @@ def sweep_table(root: str | Path) -> tuple[SweepSpec, Any, dict]:
     return spec, _table([_flat(r) for r in records]), held
 
 
-def _current_records(root: str | Path) -> tuple[SweepSpec, list[dict], list[str]]:
+def spec_digest(spec: SweepSpec) -> str:
+    """A short hash of a sweep's description (its grid, seeds, base...)."""
+    text = json.dumps(spec.to_dict(), indent=2)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _current_records(
+    root: str | Path, spec: SweepSpec | None = None
+) -> tuple[SweepSpec, list[dict], list[str]]:
     """The spec a sweep folder was last run with, the records of its points (read without
     creating anything) and those found damaged and moved aside while reading."""
-    spec = load_spec(root)
+    spec = load_spec(root) if spec is None else spec
     store = Store(Path(root), spec.data_id, create=False)
     records = store.records([record_key(c, spec.data_id) for c in spec.points()])
     return spec, records, list(store.damaged)
 
 
+def _columns(rows: list[dict]) -> dict[str, list]:
+    cols = dict.fromkeys(k for row in rows for k in row)
+    return {c: [row.get(c) for row in rows] for c in cols}
+
+
 def _table(rows: list[dict]) -> Any:
-    cols = list(dict.fromkeys(k for row in rows for k in row))
+    return _table_of(_columns(rows))
+
+
+def _table_of(columns: dict[str, list]) -> Any:
+    """A pandas DataFrame of the columns when pandas is installed, else a dict of NumPy columns."""
     try:
         import pandas as pd  # optional dependency (the table extra)
     except ImportError:
-        return {c: _column([row.get(c) for row in rows]) for c in cols}
-    return pd.DataFrame(rows, columns=cols)
+        return {c: _column(v) for c, v in columns.items()}
+    return pd.DataFrame(columns, columns=list(columns))
 
 
 def _column(values: list) -> np.ndarray:
