@@ -326,8 +326,15 @@ def optimizer_module(name: str) -> Any:
     return importlib.import_module(OPTIMIZERS[name])
 
 
+@functools.cache
 def _fields(keys: Any) -> tuple:
+    """A keys dataclass's fields (by the class itself: a model's KEYS replaced is a new entry)."""
     return () if keys is None else dataclasses.fields(keys)
+
+
+@functools.cache
+def _names(keys: Any) -> frozenset[str]:
+    return frozenset(f.name for f in _fields(keys))
 
 
 def own_keys(model: str) -> dict[str, Any]:
@@ -358,7 +365,7 @@ def foreign_keys(model: str) -> dict[str, Any]:
 
 def owner(key: str) -> str | None:
     """The model that owns ``key`` (None: a key of every model)."""
-    return next((name for name in MODELS if key in own_keys(name)), None)
+    return next((name for name in MODELS if key in _names(keys_module(name).KEYS)), None)
 
 
 def optimizer_owner(key: str) -> str | None:
