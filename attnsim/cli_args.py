@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         "model's own metrics",
     )
     r.add_argument("--seeds", help="several seeds (0-4, 0,3,7): each run in OUT/seed-K, one summary of all")
+    r.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="with --seeds: worker processes (default: every core once each has 4 seeds)",
+    )
     r.add_argument("--csv", action="store_true", help="also write trajectory.csv (one row per log point)")
     r.add_argument("--save-scores", action="store_true", help="keep all per-sample scores")
     r.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")

@@ -84,6 +84,8 @@ def cmd_run(args: argparse.Namespace, t_start: float) -> int:
     check_run_folder(outdir, args.force)
     if args.seeds is not None:
         return _run_seeds(args, values, outdir)
+    if args.workers is not None:
+        raise UsageError("--workers: runs the seeds of --seeds side by side; one run has one process")
     res = _run_one(args, values, outdir)
     if not args.quiet:
         from .report import format_summary  # lazy
@@ -122,14 +124,26 @@ def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
         from_mapping({**values, "seed": k})
     if args.force:  # the runs attnsim wrote there before (check_run_folder allowed nothing else)
         remove_runs(outdir)
-    runs, start = [], time.perf_counter()
-    for i, k in enumerate(seeds, 1):
-        runs.append(_run_one(args, {**values, "seed": k}, outdir / f"seed-{k}"))
+    start = time.perf_counter()
+    finished: list[int] = []
+
+    def done(k: int) -> None:
+        finished.append(k)
+        i = len(finished)
         if not args.quiet and len(seeds) > 1:  # a line per seed: a long --seeds run is never silent
             took = time.perf_counter() - start
             left = "" if i == len(seeds) else f", about {_duration(took / i * (len(seeds) - i))} left"
             print(f"attnsim: seed {k} done ({i} of {len(seeds)}; {_duration(took)} so far{left})",
                   file=sys.stderr, flush=True)  # fmt: skip
+
+    workers = _seed_workers(args.workers, len(seeds))
+    if workers > 1:
+        runs = _seeds_in_workers(args, values, outdir, seeds, workers, done)
+    else:
+        runs = []
+        for k in seeds:
+            runs.append(_run_one(args, {**values, "seed": k}, outdir / f"seed-{k}"))
+            done(k)
     if not args.quiet:
         print(seeds_summary(seeds, runs))
         fixed = _fixed_by_file(args.data)
@@ -141,6 +155,52 @@ def _run_seeds(args: argparse.Namespace, values: dict, outdir: Path) -> int:
             )
         print(f"wrote {len(runs)} runs in {outdir}/seed-*")
     return 0
+
+
+SEEDS_PER_WORKER = 4  # --seeds runs on worker processes once there are this many seeds per core
+
+
+def _seed_workers(asked: int | None, seeds: int) -> int:
+    """Worker processes for ``run --seeds``: ``--workers``, else every core once each has
+    SEEDS_PER_WORKER seeds (a worker's start, about a second, is then paid back), else none."""
+    import os  # lazy: as the rest of this module's needs
+
+    if asked is not None:
+        if asked < 1:
+            raise UsageError("--workers: must be >= 1")
+        return min(asked, seeds)
+    cores = os.cpu_count() or 1
+    return max(1, min(cores, seeds // SEEDS_PER_WORKER))
+
+
+def _seeds_in_workers(args, values: dict, outdir: Path, seeds: list[int], workers: int, done) -> list:
+    """Every seed's run (:func:`_run_one`) on ``workers`` spawned processes, each saved in its
+    folder as alone; ``done(k)`` as each finishes; the runs read back in seed order. A seed whose
+    run fails stops the rest (the error is the run's own, as without workers)."""
+    import multiprocessing as mp  # lazy
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # lazy
+
+    from .results import load  # lazy
+    from .sweep.executors import worker_env  # lazy
+
+    job = {k: v for k, v in vars(args).items() if k != "func"}
+    paths: dict[int, str] = {}
+    with worker_env():
+        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+        try:
+            futures = {pool.submit(_seed_job, job, {**values, "seed": k}, str(outdir / f"seed-{k}")): k
+                       for k in seeds}  # fmt: skip
+            for fut in as_completed(futures):
+                paths[futures[fut]] = fut.result()
+                done(futures[fut])
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return [load(paths[k]) for k in seeds]
+
+
+def _seed_job(job: dict, values: dict, outdir: str) -> str:
+    """One seed of ``run --seeds`` in a worker process: its run saved; the folder it is in."""
+    return str(_run_one(argparse.Namespace(**job), values, Path(outdir)).path)
 
 
 def _duration(seconds: float) -> str:

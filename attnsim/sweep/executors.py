@@ -131,18 +131,26 @@ def _release(pool: list[_Worker]) -> None:
         _stop(pool)
 
 
-def _spawn() -> _Worker:
+@contextlib.contextmanager
+def worker_env() -> Iterator[None]:
+    """The environment worker processes spawned inside the block start with (they read it
+    before importing numpy): one BLAS, OpenMP and Numba thread each."""
     env = {**_WORKER_ENV, HUGEPAGE_ENV[0]: os.environ.get(*HUGEPAGE_ENV)}  # the user's choice, else off
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # spawned workers read these before importing numpy
+    os.environ.update(env)
     try:
-        return _Worker(mp.get_context("spawn"))  # Numba's threads do not survive fork
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _spawn() -> _Worker:
+    with worker_env():
+        return _Worker(mp.get_context("spawn"))  # Numba's threads do not survive fork
 
 
 def _run_local(
