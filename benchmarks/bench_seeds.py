@@ -1,0 +1,84 @@
+"""``attnsim run --seeds`` of the default experiment: wall time of the whole command, side by side,
+interleaved, median of ``--reps``: this checkout on its worker processes (the default), this
+checkout with ``--workers 1``, and any older checkouts given (``--baseline DIR``, a git worktree:
+``git worktree add /tmp/base 70b8a38``), each run once first so its kernels are compiled:
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_seeds.py [--seeds 0-199] [--reps 3]
+        [--baseline DIR ...] [--plot F.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = "import sys; from attnsim.cli import main; sys.exit(main())"
+
+
+def timed(source: Path, seeds: str, extra: list[str], out: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-c", CLI, "run", "--seeds", seeds, "--out", str(out), "--quiet", *extra]
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0-199")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--baseline", action="append", default=[], help="an older checkout (repeatable)")
+    ap.add_argument("--plot", help="write a bar chart of the medians")
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    variants = [
+        ("this checkout (workers: default)", ROOT, []),
+        ("this checkout, --workers 1", ROOT, ["--workers", "1"]),
+    ]
+    variants += [(f"{Path(b).name} ({_revision(b)})", Path(b), []) for b in args.baseline]
+    with tempfile.TemporaryDirectory() as tmp:
+        for _, source, extra in variants:  # compile (or load) each checkout's kernels first
+            timed(source, "0-1", extra, Path(tmp) / "warm")
+        times: dict[str, list[float]] = {name: [] for name, *_ in variants}
+        for _ in range(args.reps):
+            for name, source, extra in variants:
+                times[name].append(timed(source, args.seeds, extra, Path(tmp) / "out"))
+    base = statistics.median(times[variants[-1][0]])
+    print(f"attnsim run --seeds {args.seeds} (default experiment); OPENBLAS_NUM_THREADS="
+          f"{os.environ['OPENBLAS_NUM_THREADS']}, {os.cpu_count()} cores, median of {args.reps}")  # fmt: skip
+    width = max(len(n) for n in times)
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"{name:<{width}}  {med:7.1f} s  ({min(ts):.1f}-{max(ts):.1f})  {base / med:5.2f}x the last row"
+        )
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 0.6 * len(times) + 1.2))
+        ax.barh(list(times), [statistics.median(t) for t in times.values()])
+        ax.set_xlabel(f"seconds for --seeds {args.seeds}")
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"wrote {args.plot}")
+
+
+def _revision(path: str) -> str:
+    out = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+if __name__ == "__main__":
+    main()
