@@ -1,15 +1,18 @@
 """``attnsim run --seeds`` of the default experiment: wall time of the whole command, side by side,
 interleaved, median of ``--reps``: this checkout on its worker processes (the default), this
-checkout with ``--workers 1``, and any older checkouts given (``--baseline DIR``, a git worktree:
-``git worktree add /tmp/base 70b8a38``), each run once first so its kernels are compiled:
+checkout with ``--workers 1``, and older revisions (``--baseline REV``: a revision of this
+repository, checked out into a temporary worktree and removed after, or a checkout's folder),
+each run once first so its kernels are compiled:
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_seeds.py [--seeds 0-199] [--reps 3]
-        [--baseline DIR ...] [--plot F.png]
+        [--baseline 70b8a38 ...] [--plot F.png] [--json F.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -53,6 +56,12 @@ def main() -> None:
             for name, source, extra in variants:
                 times[name].append(timed(source, args.seeds, extra, Path(tmp) / "out"))
     base = statistics.median(times[variants[-1][0]])
+    if args.json:
+        rows = {n: {"s": statistics.median(ts), "min": min(ts), "max": max(ts)} for n, ts in times.items()}
+        data = {"seeds": args.seeds, "reps": args.reps, "rows": rows, "baseline": variants[-1][0],
+                "threads": os.environ["OPENBLAS_NUM_THREADS"], "cores": os.cpu_count()}  # fmt: skip
+        with open(args.json, "w") as fh:
+            json.dump(data, fh)
     print(f"attnsim run --seeds {args.seeds} (default experiment); OPENBLAS_NUM_THREADS="
           f"{os.environ['OPENBLAS_NUM_THREADS']}, {os.cpu_count()} cores, median of {args.reps}")  # fmt: skip
     width = max(len(n) for n in times)
@@ -75,9 +84,22 @@ def main() -> None:
         print(f"wrote {args.plot}")
 
 
-def _revision(path: str) -> str:
-    out = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "?"
+def _revision(path: Path) -> str:
+    cmd = ["git", "-C", str(path), "rev-parse", "--short", "HEAD"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    return f"revision {out.stdout.strip() or '?'}" + (" (this checkout)" if path == ROOT else "")
+
+
+@contextlib.contextmanager
+def _worktree(rev: str, where: Path):
+    """Revision ``rev`` of this repository checked out at ``where`` (a detached worktree), removed after."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        yield where
+    finally:
+        cmd = ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)]
+        subprocess.run(cmd, capture_output=True)
 
 
 if __name__ == "__main__":

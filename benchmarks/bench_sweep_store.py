@@ -8,12 +8,13 @@ then run again to the end. Then ``load_sweep`` is timed in fresh processes (its 
 once from the packed records themselves):
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_sweep_store.py [--points 100000] [--workers 2]
-        [--out DIR] [--plot F.png]
+        [--out DIR] [--plot F.png] [--json F.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -77,6 +78,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", help="the sweep's folder (default: a temporary one, removed)")
     ap.add_argument("--plot", help="write a bar chart of the times")
+    ap.add_argument("--json", default="", help="write the measurements here")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     tmp = tempfile.TemporaryDirectory() if args.out is None else None
@@ -118,6 +120,18 @@ def main() -> None:
          f"({min(t for t, _ in loads):.2f}-{max(t for t, _ in loads):.2f}), {loads[0][1]} rows"),
         ("load_sweep, packed records (s)", f"{raw[0]:.2f}, {raw[1]} rows"),
     ]  # fmt: skip
+    if args.json:
+        kept = [t for t, _ in loads]
+        data = {
+            "points": args.points, "workers": args.workers, "killed_s": first, "kept": before,
+            "resumed_s": second, "computed": int(m[3]) if m else None, "expected": args.points - before,
+            "ok": int(m[1]) if m else None, "failed": int(m[4]) if m else None, "files": files,
+            "load_s": statistics.median(kept), "load_min": min(kept), "load_max": max(kept),
+            "reps": args.reps,
+            "load_records_s": raw[0], "rows": loads[0][1], "threads": os.environ["OPENBLAS_NUM_THREADS"],
+        }  # fmt: skip
+        with open(args.json, "w") as fh:
+            json.dump(data, fh)
     width = max(len(r[0]) for r in rows)
     print(f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, {args.workers} workers")
     for name, value in rows:

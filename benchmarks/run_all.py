@@ -59,6 +59,10 @@ BENCHMARKS = [
       "{perf}/bench_positional_semantic.png"]),
     ("replica", "bench_replica.py", ["--reps", "3", "--plot", "{perf}/bench_replica.png"],
      ["--reps", "1", "--plot", "{perf}/bench_replica.png"]),
+    ("seeds", "bench_seeds.py", ["--seeds", "0-199", "--reps", "3", "--baseline", "70b8a38"],
+     ["--seeds", "0-39", "--reps", "1", "--baseline", "70b8a38"]),
+    ("sweep_store", "bench_sweep_store.py", ["--points", "100000", "--reps", "3"],
+     ["--points", "5000", "--reps", "1"]),
 ]  # fmt: skip
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -357,6 +361,32 @@ def section_startup(res: dict) -> list[str]:
     return lines
 
 
+def section_seeds(res: dict) -> list[str]:
+    lines = ["| | seconds | × the last row |", "|---|---:|---:|"]
+    last = res["rows"][res["baseline"]]["s"]
+    for name, r in res["rows"].items():
+        lines.append(f"| {name} | {spread(r['s'], r['min'], r['max'])} | {last / r['s']:.2f}× |")
+    lines += ["", f"`attnsim run --seeds {res['seeds']}` of the default experiment, the whole command; "
+              f"median (min–max) of {res['reps']} interleaved rounds after a warm-up; {res['cores']} cores, "
+              f"OPENBLAS_NUM_THREADS={res['threads']}."]  # fmt: skip
+    return lines
+
+
+def section_sweep_store(res: dict) -> list[str]:
+    return [
+        "| | |", "|---|---|",
+        f"| points (10-step runs) | {res['points']} on {res['workers']} workers |",
+        f"| killed (SIGKILL, the process group) after | {res['killed_s']:.0f} s, {res['kept']} records "
+        "kept |",
+        f"| resumed | {res['resumed_s']:.0f} s: {res['ok']} ok, {res['failed']} failed, {res['computed']} "
+        f"computed (the {res['expected']} missing) |",
+        f"| files left in records/ | {len(res['files'])}: {', '.join(res['files'])} |",
+        f"| `load_sweep` (its kept table) | {spread(res['load_s'], res['load_min'], res['load_max'])} s, "
+        f"{res['rows']} rows; median of {res['reps']} fresh processes |",
+        f"| `load_sweep` from the packed records | {res['load_records_s']:.3g} s |",
+    ]  # fmt: skip
+
+
 SECTIONS = {
     "engines": ("The default run and d from 500 to 10⁶",
                 "attnsim's `elapsed_s` (data, setup, training and every metric, the clean-label twin "
@@ -428,6 +458,16 @@ SECTIONS = {
                 "the answers bit for bit equal), on the published settings. Target: every fixed point ≤ 1 s "
                 "on one core, ≥ 10× the NumPy map.",
                 section_replica, "bench_replica.png"),
+    "seeds": ("Many seeds: attnsim run --seeds",
+              "The default experiment over 200 seeds, the whole command as a user runs it: this checkout on "
+              "its worker processes (the default), with --workers 1, and revision 70b8a38 (a temporary "
+              "worktree). Target: ≥ 4× 70b8a38.",
+              section_seeds, None),
+    "sweep_store": ("A sweep of 100 000 points",
+                    "100 000 runs of 10 steps through `attnsim sweep`, killed once, resumed, then read back "
+                    "with `load_sweep` in fresh processes. Target: completes, resumes without recomputing, "
+                    "`load_sweep` ≤ 10 s.",
+                    section_sweep_store, None),
 }  # fmt: skip
 
 WHY = """## Why it is fast

@@ -17,7 +17,7 @@ class Target(NamedTuple):
     what: str
     bench: str  # the benchmark whose JSON holds the value (its section on the page)
     value: Callable[[dict], float]  # the measured value from that JSON
-    unit: str  # "x", "s" or "%"
+    unit: str  # "x", "s", "%" or "n" (a count)
     limit: float
     at_least: bool = False  # the value must be >= limit (else <=)
     bound: Callable[[dict], float] | None = None  # a lower bound of the value
@@ -39,6 +39,12 @@ def _startup(name: str, key: str = "s") -> Callable[[dict], float]:
 def _implicit_8000(j: dict) -> float:
     row = j["d"]["8000"]
     return row["torch-official"] / row["implicit"]
+
+
+def _seeds_ratio(j: dict) -> float:
+    if j["seeds"] != "0-199":
+        return math.nan
+    return j["rows"][j["baseline"]]["s"] / j["rows"]["this checkout (workers: default)"]["s"]
 
 
 def _gallery_bound(j: dict) -> float:
@@ -86,6 +92,11 @@ TARGETS = (
     Target("positional/semantic GD step at d = 1000, the published loop (float32) over attnsim",
            "positional_semantic", lambda j: next(r["x_float32"] for r in j["rows"] if r["d"] == 1000),
            "x", 1.0, at_least=True),
+    Target("`attnsim run --seeds 0-199`, × revision 70b8a38", "seeds", _seeds_ratio, "x", 4.0, at_least=True),
+    Target("a 100 000-point sweep: `load_sweep`, seconds", "sweep_store",
+           lambda j: j["load_s"] if j["points"] >= 100_000 else math.nan, "s", 10),
+    Target("a 100 000-point sweep: files left in records/", "sweep_store",
+           lambda j: len(j["files"]) if j["points"] >= 100_000 else math.nan, "n", 10),
 )  # fmt: skip
 
 
@@ -94,6 +105,8 @@ def _fmt(v: float, unit: str) -> str:
         return f"{v:.0f}×" if v >= 100 else f"{v:.2f}×"
     if unit == "%":
         return f"{v:.1f} %"
+    if unit == "n":
+        return f"{v:.0f}"
     return f"{v:.3g} s" if v < 1000 else f"{v:.0f} s"
 
 
@@ -104,6 +117,8 @@ def evaluate(t: Target, results: dict) -> tuple[str, str, str, str]:
     try:
         v = float(t.value(data))
     except (KeyError, TypeError, StopIteration, ZeroDivisionError):
+        return "—", limit, "not measured", ""
+    if math.isnan(v):  # measured at another size (--quick)
         return "—", limit, "not measured", ""
     where = t.bound_bench or t.bench
     b = math.nan

@@ -209,9 +209,9 @@ def test_the_targets_table_says_met_or_not_and_when_a_bound_rules_a_target_out()
     assert rows["flow vector field, × its floor"] == ("—", "≤ 1.30×", "not measured", "")  # floors absent
     lines = tg.section(results, {"heatmap": "The 39 × 39 heatmap (figure 3) from scratch"})
     assert len(lines) == 2 + len(tg.TARGETS)
+    (heat_row,) = [line for line in lines if line.startswith("| the 39 × 39 heatmap from scratch")]
     assert (
-        "[The 39 × 39 heatmap (figure 3) from scratch](#the-39--39-heatmap-figure-3-from-scratch)"
-        in lines[-4]
+        "[The 39 × 39 heatmap (figure 3) from scratch](#the-39--39-heatmap-figure-3-from-scratch)" in heat_row
     )
 
 
@@ -222,3 +222,28 @@ def test_the_replica_section_is_written_from_its_json():
            "same": "bit for bit"}  # fmt: skip
     lines = run_all.section_replica({"rows": [row], "threads": {"NUMBA_NUM_THREADS": "1"}, "reps": 3})
     assert "| semantic, alpha 1.5 | 8,12 | 0.5 (0.4–0.6) | 10 (9–11) | 20× | bit for bit |" in lines
+
+
+def test_the_seeds_and_sweep_store_targets_read_their_json():
+    tg, run_all = _load("targets"), _load("run_all")
+    base, here = "revision 70b8a38", "this checkout (workers: default)"
+    seeds = {
+        "seeds": "0-199",
+        "reps": 3,
+        "baseline": base,
+        "threads": "1",
+        "cores": 2,
+        "rows": {here: {"s": 20.0, "min": 19.0, "max": 21.0}, base: {"s": 60.0, "min": 58.0, "max": 61.0}},
+    }
+    store = {"points": 100_000, "workers": 2, "killed_s": 300.0, "kept": 30_000, "resumed_s": 700.0,
+             "computed": 70_000, "expected": 70_000, "ok": 100_000, "failed": 0,
+             "files": ["pack-000071.jsonl", "pack-000071.table"], "load_s": 4.0, "load_min": 3.9,
+             "load_max": 4.2, "reps": 3, "load_records_s": 40.0, "rows": 100_000, "threads": "1"}  # fmt: skip
+    rows = {t.what: tg.evaluate(t, {"seeds": seeds, "sweep_store": store}) for t in tg.TARGETS}
+    assert rows["`attnsim run --seeds 0-199`, × revision 70b8a38"][:3] == ("3.00×", "≥ 4.00×", "**not met**")
+    assert rows["a 100 000-point sweep: `load_sweep`, seconds"][:3] == ("4 s", "≤ 10 s", "met")
+    assert rows["a 100 000-point sweep: files left in records/"][:3] == ("2", "≤ 10", "met")
+    quick = {**store, "points": 5000}
+    assert tg.evaluate(tg.TARGETS[-1], {"sweep_store": quick})[2] == "not measured"
+    assert "| revision 70b8a38 | 60 (58–61) | 1.00× |" in run_all.section_seeds(seeds)
+    assert any("70000 computed (the 70000 missing)" in line for line in run_all.section_sweep_store(store))
