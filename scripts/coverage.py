@@ -14,6 +14,13 @@ Prints, per state, the share of resolved redraws whose interval covers the refer
 many missed low and high, and the spread of (estimate - reference) / se (1 for an honest
 se). The same for the Bayes error at shuffled positions (``bayes``), against its estimate
 with 16 times the points. docs/population.md quotes these numbers.
+
+``--heaviest K`` shows instead, for K draws of each state's class +1 estimate, the share of the
+estimate its largest point carries and where its three largest points lie (the relevant, weak
+aligned and weak opposite tokens' noises, the largest irrelevant ones and their sum) beside the
+design points (the same coordinates, with each component's FORM index beta):
+
+    python scripts/coverage.py ref_T32 --heaviest 6
 """
 
 import argparse
@@ -81,13 +88,51 @@ def independent_reference(args: tuple, points: int) -> tuple[float, float]:
     return 0.5 * (per_class[0][0] + per_class[1][0]), 0.5 * math.hypot(per_class[0][1], per_class[1][1])
 
 
-def population_coverage(name: str, redraws: int, ref_draws: int, independent: int) -> str:
+def _state(name: str):
+    """(config, error arguments' scalars, roles) of a state's final parameters."""
     res = attnsim.simulate({"pop_log_points": 2, "log_every": 500, **STATES[name]})
     c = res.config
     st = res.state
     scalars = state_scalars(res.problem, None, st["p"], st["nu"], q=state_q(st))
     counts = (c["n_relevant"], c["n_weak_aligned"], c["n_weak_opposite"])
-    roles = np.repeat(np.arange(4), (*counts, c["T"] - sum(counts)))
+    return c, scalars, np.repeat(np.arange(4), (*counts, c["T"] - sum(counts)))
+
+
+def heaviest(name: str, draws: int) -> list[str]:
+    """Where the largest terms of the tail estimate of class +1 lie, ``draws`` estimates (the
+    estimator's work arrays after its second stage: each point's term, its stratum, its folded
+    noises; the paper's roles: tokens 0, 1, 2 relevant, weak aligned, weak opposite)."""
+    c, scalars, roles = _state(name)
+    lines = []
+    for seed in range(draws):
+        pop = Population(roles, c["rho"], c["sigma"], population_points(roles.size, c["pop_points"],
+                         np.random.default_rng(seed)))  # fmt: skip
+        aq, anu, kappa, b, sdc = pop.error_arguments(*scalars)
+        p, se = pop.tail.class_error(0, 1.0, aq[0], anu[0], kappa, b, sdc)
+        terms = pop.tail._vecs[1][2]  # h: the kernel leaves each point's term h / den there
+        w = pop.tail._work[1]
+        strata = np.repeat(np.arange(w.counts.size), w.counts)[: terms.size]
+        K = int(np.count_nonzero(w.counts)) - 1
+        share = terms.max() / terms.sum()
+        lines.append(f"{name} draw {seed}: P+ {p:.4g} +- {se:.2g}; the largest point carries {share:.1%} "
+                     f"of it; points per stratum {w.counts[:K + 1].tolist()}")  # fmt: skip
+        for i in np.argsort(terms)[::-1][:3]:
+            z = w.zeta[:, i]
+            irr = np.sort(z[3:])[::-1]
+            lines.append(f"  {terms[i] / terms.mean():6.0f}x the mean term (stratum {strata[i]}): relevant "
+                         f"{z[0]:.2f}, weak {z[1]:.2f} / {z[2]:.2f}, irrelevant largest {irr[0]:.2f}, "
+                         f"{irr[1]:.2f}, sum {irr.sum():.2f}")  # fmt: skip
+        if seed == 0:
+            for k in range(K):
+                z = w.Z[k]
+                lines.append(f"  design point {k + 1}: relevant {z[0]:.2f}, weak {z[1]:.2f} / {z[2]:.2f}, "
+                             f"irrelevant largest {z[3:].max():.2f}, sum {z[3:].sum():.2f}; beta "
+                             f"{w.beta[k]:.2f}")  # fmt: skip
+    return lines
+
+
+def population_coverage(name: str, redraws: int, ref_draws: int, independent: int) -> str:
+    c, scalars, roles = _state(name)
 
     def population(seed: int, points: int) -> Population:
         return Population(
@@ -146,9 +191,12 @@ def main() -> None:
     ap.add_argument(
         "--independent", type=float, default=0, help="points per class of the independent sampler"
     )
+    ap.add_argument("--heaviest", type=int, default=0, help="where the largest terms lie, in K draws")
     args = ap.parse_args()
     for name in args.states or [*STATES, "bayes"]:
-        if name == "bayes":
+        if args.heaviest:
+            print("\n".join(heaviest(name, args.heaviest)), flush=True)
+        elif name == "bayes":
             print("\n".join(bayes_coverage(args.redraws)), flush=True)
         else:
             print(population_coverage(name, args.redraws, args.ref_draws, int(args.independent)), flush=True)
