@@ -123,12 +123,33 @@ def heaviest(name: str, draws: int) -> list[str]:
                          f"{z[0]:.2f}, weak {z[1]:.2f} / {z[2]:.2f}, irrelevant largest {irr[0]:.2f}, "
                          f"{irr[1]:.2f}, sum {irr.sum():.2f}")  # fmt: skip
         if seed == 0:
+            lines += _curvature(aq[0], anu[0], kappa, b, sdc, roles.size)
             for k in range(K):
                 z = w.Z[k]
                 lines.append(f"  design point {k + 1}: relevant {z[0]:.2f}, weak {z[1]:.2f} / {z[2]:.2f}, "
                              f"irrelevant largest {z[3:].max():.2f}, sum {z[3:].sum():.2f}; beta "
                              f"{w.beta[k]:.2f}")  # fmt: skip
     return lines
+
+
+def _curvature(aq, an, kappa, b, sdc, T: int, h: float = 1e-3) -> list[str]:
+    """The slope and curvature of log Phi(-t) along one irrelevant token's noise (central
+    differences of tests/naive.py's integrand) where the relevant token's noise is z and the
+    others' 0: a skew normal component holds the slope, not the curvature."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import naive
+
+    out = []
+    for z in (-4.45, -5.5, -6.65):
+        z0 = np.zeros(T)
+        z0[0] = z
+        e = np.zeros(T)
+        e[3] = h
+        f = [float(naive.log_error_integrand(z0 + k * e, aq, an, kappa, b, sdc, 1.0)) for k in (-1, 0, 1)]
+        slope, curve = (f[2] - f[0]) / (2 * h), (f[2] - 2 * f[1] + f[0]) / h**2
+        out.append(f"  relevant noise {z}, the others 0: along one irrelevant noise, log Phi(-t) has slope "
+                   f"{slope:.3f} and curvature {curve:.3f}")  # fmt: skip
+    return out
 
 
 def population_coverage(name: str, redraws: int, ref_draws: int, independent: int) -> str:
