@@ -160,8 +160,8 @@ def cui(folder: str) -> list[Quote]:
         "linear gen error": "linear_gen_error",
     }
     quotes, row = [], None
-    pattern = r"^\| ([^|]*) \| ([^|]+) \| ([\d.]+) ± ([\d.]+) \| [^|]+ \| ([−\d.]+) \| ([−\d.]+) \|$"
-    for m in re.finditer(pattern, doc.split("Seeds 0–23")[1].split("(a selection")[0], re.M):
+    pattern = r"^\|([^|]*)\| ([^|]+) \| ([\d.]+) ± ([\d.]+) \| [^|]+ \| ([−\d.]+) \| ([−\d.]+) \|$"
+    for m in re.finditer(pattern, doc.split("Seeds 0–23 (`--seeds 0-23`")[-1].split("(a selection")[0], re.M):
         label, metric, mean_s, sd_s, z_s, zcv_s = m.groups()
         if label.strip():
             init, _, rest = label.strip().partition(", α = ")
