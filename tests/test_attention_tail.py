@@ -264,3 +264,62 @@ def test_tail_error_with_groups_rising_together_covers_an_independent_reference(
         covered += abs(out["pop_error"] - truth) <= 2 * out["pop_error_se"]
     assert np.std(v) < 0.06 * truth, np.std(v) / truth
     assert covered >= 88, covered
+
+
+# a T = 32 state of the paper's roles (29 irrelevant tokens) with a large margin, as the outside
+# referee's (q.mu 3.2, |q| 0.62): along each irrelevant token's noise log Phi(-t) curves upwards
+# where the relevant token's falls
+def _deep_32():
+    roles = np.repeat(np.arange(4), (1, 1, 1, 29))
+    pop = Population(roles, 0.1, 1.0, population_points(32, 16, np.random.default_rng(0)))
+    return pop.error_arguments(3.2, 3.3, -5.8e-4, 0.62, 0.7071067811865475, -0.7071067811865475, 0.0025)
+
+
+def _components(args, y=1.0, N=2048, seed=5):
+    aq, anu, kappa, b, sdc = args
+    tail = TailError(*tail_points(aq.shape[1], N, np.random.default_rng(seed)))
+    tail.class_error(0, y, aq[0], anu[0], kappa, b, sdc)
+    return tail
+
+
+def test_widened_copies_only_along_a_large_group_that_curves():
+    """A component gets a widened copy (design_kernels._inflated_copies) only along a group of
+    INFLATE_MIN or more tokens, where log Phi(-t) curves upwards along it: none at T = 8 (the
+    default run's numbers are those of the estimator without them), some at T = 32, each a
+    copy of an earlier component with its group's variance at most 1 / (1 - CURVE_MAX)."""
+    eight = _components(_class_args([0, 1, 2, 3, 3, 3, 3, 3], *LEVELS[3]))  # five irrelevant tokens
+    assert design_kernels.INFLATE_MIN > 5 and eight._w.inflate[0] == -1
+    tail = _components(_deep_32())
+    w = tail._w
+    K = int(np.count_nonzero(w.counts)) - 1
+    sig = w.sig[:K]
+    assert w.inflate[0] >= 0 and np.any(sig > 1.0), sig
+    assert np.all(sig <= 1.0 / math.sqrt(1.0 - design_kernels.CURVE_MAX) + 1e-12)
+    for k in np.flatnonzero(sig > 1.0):  # a copy: the same design point as a component before it
+        assert any(np.array_equal(w.Z[k], w.Z[m]) and sig[m] == 1.0 for m in range(k)), k
+
+
+def test_a_widened_copy_has_the_density_of_its_scaled_skew_normal():
+    """The kernel's density of a widened copy at every point, log Phi(-u) + LR - log mass
+    (u at the point scaled back, LR the Gaussian and Jacobian factors), against the definition
+    q(D^-1 zeta) / (det D phi(zeta)), q the copy's skew normal phi Phi(-off - G . xi) / Phi(-beta)."""
+    tail = _components(_deep_32())
+    w, work = tail._w, tail._work[1]
+    K = int(np.count_nonzero(w.counts)) - 1
+    gi = int(w.inflate[0])
+    members = w.members[w.offsets[gi] : w.offsets[gi + 1]]
+    zeta = work.zeta
+    checked = 0
+    for k in np.flatnonzero(w.sig[:K] > 1.0):
+        scaled = members[1:] if w.rep[k] == gi else members
+        d = np.ones(zeta.shape[0])
+        d[scaled] = w.sig[k]
+        xi = zeta / d[:, None]
+        ref = (
+            -0.5 * np.sum(xi * xi, axis=0) + 0.5 * np.sum(zeta * zeta, axis=0) - np.log(d).sum()
+            + log_ndtr(-(w.off[k] + w.G[k] @ xi)) - w.log_mass[k]
+        )  # fmt: skip
+        got = log_ndtr(-work.U[k]) + work.LR[k] - w.log_mass[k]
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+        checked += 1
+    assert checked >= 1

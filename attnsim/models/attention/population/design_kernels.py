@@ -25,6 +25,11 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 PLANE_ITERS = 40  # Newton iterations of a design point at most (converged in 5-10 at the defaults)
 
 
+INFLATE_MIN = 8  # groups of at least this many tokens get widened components (:func:`_inflated_copies`)
+CURVE_MIN = 0.05  # the curvature along the group above which a component gets a widened copy
+CURVE_MAX = 0.5  # the curvature the widening follows at most (a variance of at most 2)
+
+
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL)
 def _erfcx(a):
     """Scaled complementary error function e^{a^2} erfc(a), for a >= 0 without
@@ -371,6 +376,59 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
+def _inflated_copies(aq, an, kappa, b, sdc, y, members, offsets, n_groups, K, w):
+    """Widened copies of the first K components along the largest group of ``INFLATE_MIN`` or
+    more exchangeable tokens (not the margin's): where log Phi(-t) curves upwards along one of
+    its members' noises by c > ``CURVE_MIN`` at a component's design point (the integrand then
+    falls like e^{-(1 - c) zeta^2 / 2} there, slower than any skew normal), a copy of the
+    component with that group's coordinates scaled by sig = (1 - min(c, CURVE_MAX))^(-1/2)
+    (the member a component favours left alone). Writes w.inflate[0] (the group, -1: none) and
+    w.sig (1 for the first K, the scale for the copies, appended after them); returns the new K."""
+    T = aq.size
+    w.inflate[0] = -1
+    for m in range(K):
+        w.sig[m] = 1.0
+    top = aq.max()
+    r, best = 0, -math.inf
+    for i in range(T):
+        v = math.exp(aq[i] - top) * y * an[i]
+        if v > best:
+            best, r = v, i
+    gi, size = -1, 0
+    for g in range(n_groups):
+        n_g = offsets[g + 1] - offsets[g]
+        holds_r = False
+        for m in range(offsets[g], offsets[g + 1]):
+            holds_r = holds_r or members[m] == r
+        if n_g >= INFLATE_MIN and n_g > size and not holds_r:
+            gi, size = g, n_g
+    if gi < 0:
+        return K
+    w.inflate[0] = gi
+    s, grad, z = np.empty(T), np.empty(T), np.empty(T)
+    h = 1e-3
+    K1 = K
+    for m in range(K):
+        j = members[offsets[gi] + 1] if w.rep[m] == gi else members[offsets[gi]]
+        L = np.empty(3)
+        for q in range(3):
+            for i in range(T):
+                z[i] = w.Z[m, i]
+            z[j] += (q - 1) * h
+            L[q] = _log_upper(_t_grad(z, aq, an, kappa, b, sdc, y, s, grad))
+        c = (L[2] - 2.0 * L[1] + L[0]) / (h * h)
+        if not (c > CURVE_MIN) or K1 >= w.sig.size:
+            continue
+        for i in range(T):
+            w.Z[K1, i] = w.Z[m, i]
+            w.G[K1, i] = w.G[m, i]
+        w.off[K1], w.beta[K1], w.rep[K1], w.log_mass[K1] = w.off[m], w.beta[m], w.rep[m], w.log_mass[m]
+        w.sig[K1] = 1.0 / math.sqrt(1.0 - min(c, CURVE_MAX))
+        K1 += 1
+    return K1
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def stratum_counts(mass, N, defensive, floor, counts, starts):
     """The strata of N points for components of (relative) masses ``mass`` (K,): ``defensive``
     of them for N(0, I) (stratum 0), the rest in proportion to the masses, each component's
@@ -455,6 +513,7 @@ def _tail_components(aq, an, kappa, b, sdc, y, N, settings, w):
         if log_mass[m] < cut:
             K = m
             break
+    K = _inflated_copies(aq, an, kappa, b, sdc, y, members, offsets, n_groups, K, w)
     mass = np.empty(K)
     for m in range(K):
         mass[m] = math.exp(log_mass[m] - top)

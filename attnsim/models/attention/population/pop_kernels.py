@@ -338,7 +338,7 @@ def scramble_means(err: np.ndarray, loss: np.ndarray, R: int, M: int) -> tuple[n
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_finish(
-    E, U, GU, zeta, an, b, sdc, y, keep, log_mass, factor, K, counts, starts, t, g, h, den, tail
+    E, U, GU, zeta, an, b, sdc, y, keep, log_mass, factor, K, counts, starts, t, g, h, den, tail, sig, LR
 ):
     """One class of :mod:`.tail` from the exponentials on: t per point
     (:func:`_tail_t`), e^{-t^2/2}, and the estimate with its standard error
@@ -346,7 +346,7 @@ def _tail_finish(
     _tail_t(E, zeta, an, b, sdc, y, t, g)
     for n in range(t.size):
         g[n] = math.exp(g[n])
-    return _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail)
+    return _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail, sig, LR)
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
@@ -370,7 +370,7 @@ def _tail_t(E, zeta, an, b, sdc, y, t, g):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
-def _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail):
+def _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, den, tail, sig, LR):
     """The balance-heuristic estimate of one class's error with its standard
     error, from t and g = e^{-t^2/2} per (folded) point (the integrand
     h = Phi(-t), times keep) and each component's u_k (U (K, N)) with
@@ -378,7 +378,8 @@ def _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, de
     den = n_0/N + sum_k factor_k (n_k/N) Phi(-u_k)/Phi(-beta_k), the mixture's
     density on the fundamental domain over M phi (factor_k = 1 for a
     component symmetric within groups, 1/|g| for one favouring group g's
-    representative). The standard error is the root of sum over strata of
+    representative), times e^LR_k for a widened copy (sig_k > 1). The standard error is the
+    root of sum over strata of
     n_k Var_k / N^2 (two passes, deviations in units of the estimate: squares
     of terms near 1e-200 would underflow). h, den, tail: (N,) work arrays;
     h ends holding the terms."""
@@ -389,8 +390,13 @@ def _tail_estimate(t, g, keep, U, GU, log_mass, factor, K, counts, starts, h, de
     for m in range(K):
         scale = factor[m] * counts[m + 1] / N * math.exp(-log_mass[m])
         _upper_tails(U[m], GU[m], tail)
-        for n in range(N):
-            den[n] += scale * tail[n]
+        if sig[m] > 1.0:  # a widened copy: its density's other factor, e^LR
+            lr = LR[m]
+            for n in range(N):
+                den[n] += scale * tail[n] * math.exp(lr[n])
+        else:
+            for n in range(N):
+                den[n] += scale * tail[n]
     for n in range(N):
         h[n] = keep[n] * h[n] / den[n]
     total = 0.0

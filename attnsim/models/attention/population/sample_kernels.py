@@ -130,7 +130,29 @@ def normal_quantile(p: np.ndarray) -> np.ndarray:
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _tail_arguments(
-    X, s, starts, A, rep, members, offsets, n_groups, aq, kappa, G, off, K, zeta, keep, E, U, GU, c, s_work
+    X,
+    s,
+    starts,
+    A,
+    rep,
+    members,
+    offsets,
+    n_groups,
+    aq,
+    kappa,
+    G,
+    off,
+    K,
+    zeta,
+    keep,
+    E,
+    U,
+    GU,
+    c,
+    s_work,
+    sig,
+    gi,
+    LR,
 ):
     """The importance points, folded into the fundamental domain D (each
     group's largest coordinate in its representative's place: the integrand
@@ -145,7 +167,11 @@ def _tail_arguments(
     The points of stratum k >= 1 (columns starts[k]..starts[k+1]-1) are
     X[:T] + (s - X . a) a[:T], a = A[k]: the (T+1)-dim normals X (T+1, N) with
     their coordinate along a replaced by s (drawn > beta_k), the last
-    coordinate dropped; stratum 0 (defensive) is X[:T]. c, s_work: (N,) work arrays."""
+    coordinate dropped; stratum 0 (defensive) is X[:T]. c, s_work: (N,) work arrays.
+    A widened copy (sig[k] > 1: :func:`.design_kernels._inflated_copies`) has group gi's
+    coordinates (but the member it favours) scaled by sig[k] before folding; its u is taken at
+    the point scaled back, and LR[k] (K, N) gets the log of its density's other factor,
+    |zeta_gi|^2 (1 - 1/sig^2) / 2 - (its scaled coordinates) log sig (0 for the others)."""
     T, N = zeta.shape
     for k in range(K + 1):
         lo, hi = starts[k], starts[k + 1]
@@ -168,6 +194,12 @@ def _tail_arguments(
             for n in range(hi - lo):
                 zv[n] = xv[n] + cv[n] * a
         g_rep = rep[k - 1] if k > 0 else -1
+        if k > 0 and sig[k - 1] > 1.0:  # a widened copy: its group's coordinates scaled
+            start = offsets[gi] + 1 if g_rep == gi else offsets[gi]
+            for m in range(start, offsets[gi + 1]):
+                zv = zeta[members[m], lo:hi]
+                for n in range(hi - lo):
+                    zv[n] *= sig[k - 1]
         kv = keep[lo:hi]
         for n in range(hi - lo):
             kv[n] = 1.0
@@ -215,6 +247,21 @@ def _tail_arguments(
             g, zv = G[m, t], zeta[t]
             for n in range(N):
                 uv[n] += g * zv[n]
+        lv = LR[m]
+        for n in range(N):
+            lv[n] = 0.0
+        if sig[m] > 1.0:  # a widened copy, density q(D^-1 zeta) / det D: u at D^-1 zeta, and
+            inv = 1.0 / sig[m]  # log of phi(D^-1 zeta) / (phi(zeta) det D) into LR
+            start = offsets[gi] + 1 if rep[m] == gi else offsets[gi]
+            for mm in range(start, offsets[gi + 1]):
+                t = members[mm]
+                g, zv = G[m, t], zeta[t]
+                for n in range(N):
+                    uv[n] -= (1.0 - inv) * g * zv[n]
+                    lv[n] += 0.5 * (1.0 - inv * inv) * zv[n] * zv[n]
+            shrink = (offsets[gi + 1] - start) * math.log(sig[m])
+            for n in range(N):
+                lv[n] -= shrink
         for n in range(N):
             gv[n] = -0.5 * uv[n] * uv[n]
 
@@ -261,6 +308,9 @@ def _tail_sample(K, n_groups, aq, kappa, u, log_u, X, w, keep, c, s_work):
         GU,
         c,
         s_work,
+        w.sig,
+        w.inflate[0],
+        w.LR,
     )
     for m in range(K):
         g = rep[m]

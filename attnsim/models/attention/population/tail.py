@@ -61,6 +61,18 @@ importance sampling.
    are those of item 4; the pilot's own estimate is not used (at the states
    where FORM misplaces the points its variance would dominate).
 
+6. Widened copies. Along a large group of exchangeable tokens (``INFLATE_MIN``
+   or more: the irrelevant tokens at T >= 16) log Phi(-t) can curve upwards
+   where the margin's token falls (the referee's T = 32 state: curvature 0.3
+   to 1.1 along each of 29 irrelevant noises), so the integrand falls along
+   those directions like e^{-(1-c) zeta^2/2}, slower than any skew normal:
+   a few points with typical-but-favourable irrelevant noises then carry
+   heavy weights, and the interval misses low. A component whose design
+   point has curvature c above ``CURVE_MIN`` along the group gets a copy
+   with the group's coordinates scaled by (1 - min(c, CURVE_MAX))^(-1/2)
+   (:func:`.design_kernels._inflated_copies`): density
+   q(D^-1 zeta) / det D, exact in the mixture like every other component.
+
 The design points only shape the proposal: a poor one costs variance, not
 bias. What the estimator cannot see is mass far from every design point and
 from the origin; the structure of the integrand (a softmax over tokens whose
@@ -128,6 +140,9 @@ class TailWork(NamedTuple):
     U: np.ndarray  # (K, N) each component's u
     GU: np.ndarray  # (K, N) e^{-u^2/2}
     factor: np.ndarray  # (K,) components' factors on the fundamental domain
+    sig: np.ndarray  # (K,) widened copies' scales (1: not widened)
+    inflate: np.ndarray  # (1,) the group the copies widen (-1: none)
+    LR: np.ndarray  # (K, N) widened copies' log density factors
 
 
 class TailError:
@@ -160,7 +175,7 @@ class TailError:
         """The work arrays the kernels fill, reused: at most K = 2 T components per class;
         the two stages share the components and have their own strata and points."""
         T = self.T
-        K = 2 * T
+        K = 4 * T  # the design's at most 2 T, and a widened copy of each
         shared = {
             "Z": np.empty((K, T)),
             "G": np.empty((K, T)),
@@ -173,6 +188,8 @@ class TailError:
             "log_mass": np.empty(K),
             "A": np.zeros((K + 1, T + 1)),
             "factor": np.ones(K),
+            "sig": np.ones(K),
+            "inflate": np.full(1, -1, dtype=np.int64),
         }
         self._work, self._vecs = [], []
         for X, _ in self._stages:
@@ -186,6 +203,7 @@ class TailError:
                     E=np.empty((T, N)),
                     U=np.empty((K, N)),
                     GU=np.empty((K, N)),
+                    LR=np.zeros((K, N)),
                     **shared,
                 )
             )
@@ -271,6 +289,8 @@ class TailError:
             h,
             den,
             tail,
+            w.sig,
+            w.LR,
         )
 
     def _pilot_shares(self, K: int) -> None:
@@ -282,7 +302,7 @@ class TailError:
         _, _, h, den, _, _ = self._vecs[0]
         n1 = h.size
         with np.errstate(over="ignore", invalid="ignore"):
-            log_r = log_ndtr(-w1.U[:K]) - w1.log_mass[:K, None]
+            log_r = log_ndtr(-w1.U[:K]) - w1.log_mass[:K, None] + w1.LR[:K]
             r = np.exp(log_r) * (w1.factor[:K] * w1.counts[1 : K + 1] / n1)[:, None] / den
             mass = r @ h
         if not (np.isfinite(mass.sum()) and mass.sum() > 0.0):
