@@ -141,7 +141,7 @@ def plot_folder(
     failed, points not drawn). A sweep is drawn against one key (``x_key``), or as a heatmap over
     two (``y_key``; ``logz``: a log colour scale)."""
     from .results import _seed_runs  # lazy: as sweep_table
-    from .sweep.store import sweep_table  # lazy: a run's summary needs no sweep code (25 ms)
+    from .sweep.tables import sweep_table  # lazy: a run's summary needs no sweep code (25 ms)
 
     seeds = _seed_runs(folder) if not (folder / "result.json").is_file() else []
     kind = "run" if (folder / "result.json").is_file() else "seeds" if seeds else "sweep"

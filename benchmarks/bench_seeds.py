@@ -39,16 +39,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-199")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--baseline", action="append", default=[], help="an older checkout (repeatable)")
+    ap.add_argument("--baseline", action="append", default=[], help="an older revision or checkout")
     ap.add_argument("--plot", help="write a bar chart of the medians")
+    ap.add_argument("--json", default="", help="write the measurements here")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     variants = [
         ("this checkout (workers: default)", ROOT, []),
         ("this checkout, --workers 1", ROOT, ["--workers", "1"]),
     ]
-    variants += [(f"{Path(b).name} ({_revision(b)})", Path(b), []) for b in args.baseline]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as trees:
+        for b in args.baseline:
+            tree = Path(b) if Path(b).is_dir() else None
+            source = tree or trees.enter_context(_worktree(b, Path(tmp) / f"rev-{b}"))
+            variants.append((_revision(source), source, []))
         for _, source, extra in variants:  # compile (or load) each checkout's kernels first
             timed(source, "0-1", extra, Path(tmp) / "warm")
         times: dict[str, list[float]] = {name: [] for name, *_ in variants}

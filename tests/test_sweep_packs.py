@@ -14,7 +14,7 @@ import pytest
 from attnsim.sweep import load_sweep, packs
 from attnsim.sweep.run import run_sweep
 from attnsim.sweep.spec import parse_sweep
-from attnsim.sweep.store import _current_records, _flat, _table, sweep_table
+from attnsim.sweep.tables import _current_records, _flat, _table, sweep_table
 
 BASE = {"n": 6, "T": 4, "d": 40, "steps": 10, "log_every": 5, "pop_points": 128, "pop_log_points": 2}
 
@@ -42,12 +42,12 @@ def _from_records(root):
 @pytest.fixture
 def small_packs(monkeypatch):
     monkeypatch.setattr(packs, "PACK_AT", 5)
-    monkeypatch.setattr(sys.modules["attnsim.sweep.store"], "_table_of", _dicts)
+    monkeypatch.setattr(sys.modules["attnsim.sweep.tables"], "_table_of", _dicts)
 
 
 def _dicts(columns):
     """load_sweep's dict of NumPy columns (as without pandas), whichever is installed."""
-    from attnsim.sweep.store import _column
+    from attnsim.sweep.tables import _column
 
     return {c: _column(v) for c, v in columns.items()}
 

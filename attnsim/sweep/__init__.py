@@ -39,7 +39,8 @@ current sweep file's records.
 
 from .run import run_sweep
 from .spec import SweepSpec, parse_sweep, read_spec, record_key
-from .store import Store, load_records, load_spec, load_sweep, load_trajectories, write_csv
+from .store import Store, load_records
+from .tables import load_spec, load_sweep, load_trajectories, write_csv
 
 __all__ = [
     "Store",

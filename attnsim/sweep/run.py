@@ -21,7 +21,8 @@ from ..runtime.resources import format_bytes, physical_memory, tqdm_class
 from .executors import _connect, _release, _run_executor, _run_local, _take_workers, _Worker, dask_executor
 from .point import setup_group
 from .spec import SweepSpec, Task, record_key
-from .store import Store, SweepReport, _flat, spec_digest, write_csv
+from .store import Store, SweepReport
+from .tables import _flat, keep_table, spec_digest, write_csv
 
 TAIL_POINTS = 8  # points per task of a setup group whose setup is cheap (see _chunks)
 
@@ -235,7 +236,7 @@ class _Plan:
         report.messages += _outcomes(final)
         rows = [_flat(r) for r in report.records()]
         write_csv(store, rows=rows)
-        report.keep_table(self.spec, rows)
+        keep_table(report, self.spec, rows)
         return report
 
 

@@ -5,7 +5,9 @@ limit-state surface) and the mixture components built on them.
 Every ``@njit`` function here calls only functions of this file: ``_erfcx``
 is a copy of :func:`.moment_kernels._erfcx` for that reason (numba's cache
 does not notice edits to callees in other files; tests/test_attention_population.py
-checks the two agree bit for bit).
+checks the two agree bit for bit). Kept in one module for that reason too: the design search,
+the components and their widened copies all call ``_t_grad`` and ``_log_upper``; split, each
+part would need its own copy of them.
 """
 
 from __future__ import annotations
