@@ -27,11 +27,19 @@ CLI = "import sys; from attnsim.cli import main; sys.exit(main())"
 
 
 def timed(source: Path, seeds: str, extra: list[str], out: Path) -> float:
+    """Seconds of the whole command with the attnsim of ``source``, run from ``out``'s folder
+    (from a checkout, python -c would import the attnsim of the working directory first)."""
     env = {**os.environ, "PYTHONPATH": str(source)}
     shutil.rmtree(out, ignore_errors=True)
+    where = subprocess.run([sys.executable, "-c", "import attnsim; print(attnsim.__file__)"], env=env,
+                           cwd=out.parent, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not Path(where).resolve().is_relative_to(source.resolve()):
+        raise SystemExit(f"{source}: its attnsim is not the one imported ({where})")
     cmd = [sys.executable, "-c", CLI, "run", "--seeds", seeds, "--out", str(out), "--quiet", *extra]
     t = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        cmd, env=env, cwd=out.parent, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - t
 
 
@@ -52,7 +60,7 @@ def main() -> None:
         for b in args.baseline:
             tree = Path(b) if Path(b).is_dir() else None
             source = tree or trees.enter_context(_worktree(b, Path(tmp) / f"rev-{b}"))
-            variants.append((_revision(source), source, []))
+            variants.append((_revision(source) + (f" at {b}" if tree else ""), source, []))
         for _, source, extra in variants:  # compile (or load) each checkout's kernels first
             timed(source, "0-1", extra, Path(tmp) / "warm")
         times: dict[str, list[float]] = {name: [] for name, *_ in variants}
