@@ -31,8 +31,9 @@ def timed(source: Path, seeds: str, extra: list[str], out: Path) -> float:
     (from a checkout, python -c would import the attnsim of the working directory first)."""
     env = {**os.environ, "PYTHONPATH": str(source)}
     shutil.rmtree(out, ignore_errors=True)
-    where = subprocess.run([sys.executable, "-c", "import attnsim; print(attnsim.__file__)"], env=env,
-                           cwd=out.parent, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    probe = [sys.executable, "-c", "import attnsim; print(attnsim.__file__)"]
+    where = subprocess.run(probe, env=env, cwd=out.parent, capture_output=True, text=True, check=True).stdout
+    where = where.strip()
     if not Path(where).resolve().is_relative_to(source.resolve()):
         raise SystemExit(f"{source}: its attnsim is not the one imported ({where})")
     cmd = [sys.executable, "-c", CLI, "run", "--seeds", seeds, "--out", str(out), "--quiet", *extra]
