@@ -51,6 +51,7 @@ class Packs:
         self._seen: tuple | None = None
         self._index: dict[str, tuple[int, int, int]] = {}  # key -> (pack, start, end) of its JSON
         self._maps: list[mmap.mmap | bytes] = []
+        self._packs: dict[str, tuple] = {}  # each pack indexed once: name -> (its bytes, key -> (start, end))
 
     def files(self) -> list[Path]:
         try:
@@ -60,33 +61,29 @@ class Packs:
         return [self.folder / n for n in names]
 
     def refresh(self) -> None:
-        """Index the packs again if the folder's packs changed."""
+        """Index the packs again if the folder's packs changed (a pack never changes: only the
+        new ones are read; the merged index is rebuilt)."""
         files = self.files()
         seen = tuple(p.name for p in files)
         if seen == self._seen:
             return
-        index, maps = {}, []
-        for i, path in enumerate(files):
+        for name in [n for n in self._packs if n not in seen]:  # merged away
+            data = self._packs.pop(name)[0]
+            if isinstance(data, mmap.mmap):
+                data.close()
+        for path in files:
+            if path.name in self._packs:
+                continue
             try:
-                with open(path, "rb") as fh:
-                    size = os.fstat(fh.fileno()).st_size
-                    data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                self._packs[path.name] = _indexed(path)
             except FileNotFoundError:  # replaced by a merge since it was listed: look again
-                self._seen = None
                 return self.refresh()
+        index, maps = {}, []
+        for i, name in enumerate(seen):
+            data, keys = self._packs[name]
             maps.append(data)
-            pos, n = 0, len(data)
-            while pos < n:
-                end = data.find(b"\n", pos)
-                if end < 0:
-                    break  # a pack is written whole: a partial line is damage, and no record
-                tab = data.find(b"\t", pos, end)
-                if tab > pos:
-                    index[data[pos:tab].decode("ascii", "replace")] = (i, tab + 1, end)
-                pos = end + 1
-        for old in self._maps:
-            if isinstance(old, mmap.mmap):
-                old.close()
+            for key, (start, end) in keys.items():
+                index[key] = (i, start, end)
         self._index, self._maps, self._seen = index, maps, seen
 
     def keys(self) -> set[str]:
@@ -130,10 +127,28 @@ class Packs:
         return path
 
     def close(self) -> None:
-        for old in self._maps:
-            if isinstance(old, mmap.mmap):
-                old.close()
-        self._maps, self._index, self._seen = [], {}, None
+        for data, _ in self._packs.values():
+            if isinstance(data, mmap.mmap):
+                data.close()
+        self._packs, self._maps, self._index, self._seen = {}, [], {}, None
+
+
+def _indexed(path: Path) -> tuple:
+    """(a pack's bytes, mapped; key -> (start, end) of its JSON text)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    keys = {}
+    pos, n = 0, len(data)
+    while pos < n:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break  # a pack is written whole: a partial line is damage, and no record
+        tab = data.find(b"\t", pos, end)
+        if tab > pos:
+            keys[data[pos:tab].decode("ascii", "replace")] = (tab + 1, end)
+        pos = end + 1
+    return data, keys
 
 
 def table_path(pack: Path) -> Path:
