@@ -7,6 +7,7 @@ in the function that needs it ("lazy"), as there.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -163,8 +164,6 @@ SEEDS_PER_WORKER = 4  # --seeds runs on worker processes once there are this man
 def _seed_workers(asked: int | None, seeds: int) -> int:
     """Worker processes for ``run --seeds``: ``--workers``, else every core once each has
     SEEDS_PER_WORKER seeds (a worker's start, about a second, is then paid back), else none."""
-    import os  # lazy: as the rest of this module's needs
-
     if asked is not None:
         if asked < 1:
             raise UsageError("--workers: must be >= 1")

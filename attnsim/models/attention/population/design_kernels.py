@@ -301,6 +301,18 @@ def _arc_points(dg, dj, lead, aq, an, kappa, b, sdc, y, zeta, s, Z, G, t0, K):
 
 
 @njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
+def _margin_token(aq, an, y):
+    """The token that carries the margin: y an_t s_t largest at zeta = 0 (the anchor's)."""
+    top = aq.max()
+    r, best = 0, -math.inf
+    for i in range(aq.size):
+        v = math.exp(aq[i] - top) * y * an[i]
+        if v > best:
+            best, r = v, i
+    return r
+
+
+@njit(cache=CACHE, fastmath=FASTMATH, error_model=ERROR_MODEL, nogil=True)
 def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t0, rep):
     """Design points of one class's error integrand phi(zeta) Phi(-t(zeta)):
     the origin; the maximum of psi = -|zeta|^2/2 + log Phi(-t) on the line of
@@ -316,13 +328,7 @@ def _design_points(aq, an, kappa, b, sdc, y, members, offsets, n_groups, Z, G, t
     T = aq.size
     s = np.empty(T)
     zeta = np.zeros(T)
-    top = aq.max()
-    r = 0
-    best = -math.inf
-    for i in range(T):
-        v = math.exp(aq[i] - top) * y * an[i]
-        if v > best:
-            best, r = v, i
+    r = _margin_token(aq, an, y)
     eg = np.zeros(T)
     anchor = 0
     for g in range(n_groups):
@@ -390,12 +396,7 @@ def _inflated_copies(aq, an, kappa, b, sdc, y, members, offsets, n_groups, K, w)
     w.inflate[0] = -1
     for m in range(K):
         w.sig[m] = 1.0
-    top = aq.max()
-    r, best = 0, -math.inf
-    for i in range(T):
-        v = math.exp(aq[i] - top) * y * an[i]
-        if v > best:
-            best, r = v, i
+    r = _margin_token(aq, an, y)
     gi, size = -1, 0
     for g in range(n_groups):
         n_g = offsets[g + 1] - offsets[g]
@@ -410,9 +411,9 @@ def _inflated_copies(aq, an, kappa, b, sdc, y, members, offsets, n_groups, K, w)
     s, grad, z = np.empty(T), np.empty(T), np.empty(T)
     h = 1e-3
     K1 = K
+    L = np.empty(3)
     for m in range(K):
         j = members[offsets[gi] + 1] if w.rep[m] == gi else members[offsets[gi]]
-        L = np.empty(3)
         for q in range(3):
             for i in range(T):
                 z[i] = w.Z[m, i]
