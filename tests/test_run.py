@@ -362,6 +362,15 @@ def test_stalled_flow_stops_with_a_message(monkeypatch):
         attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 100, "lr": 1e300, "integrator": "flow"})
 
 
+def test_a_flow_that_barely_begins_its_span_stops_after_the_stall_check():
+    """Steps of 1e-120 of the span: stalled after STALL_EVALS evaluations in it, not the whole budget."""
+    from attnsim.models.attention.steppers import FlowField
+
+    n = FlowField.STALL_EVALS
+    with pytest.raises(SimulationError, match=f"stalled between steps 0 and .*: {n} evaluations"):
+        attnsim.simulate({"n": 6, "T": 4, "d": 30, "steps": 100, "lr": 1e300, "integrator": "flow"})
+
+
 def test_sparse_log_points_use_the_x_w_form_with_the_same_results():
     """Log points 1000 steps apart: the GD kernel keeps X W (faster); the
     final state matches a run logged every 10 steps (the W form) to rounding."""

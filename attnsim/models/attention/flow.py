@@ -76,6 +76,7 @@ class GradientFlow(ClassifierStepper):
 
     def _integrate(self, step0: float, nsteps: float, theta0: np.ndarray, dense: bool):
         span = (self.lr * step0, self.lr * (step0 + nsteps))
+        self.field.begin(span)
         try:
             with np.errstate(over="ignore", invalid="ignore"):
                 sol = self._solve(
@@ -90,8 +91,9 @@ class GradientFlow(ClassifierStepper):
         except EvaluationBudgetExceeded as exc:
             self.detail = (
                 f"gradient flow stalled between steps {step0:g} and {step0 + nsteps:g} (at step "
-                f"{exc.args[0] / self.lr:.4g}): {self.field.max_evals} evaluations of the vector field; the "
-                f"logits are too large for the step-size control (reduce lr={self.lr:g} or steps)"
+                f"{exc.args[0] / self.lr:.4g}): {self.field.evals - self.field.span_evals} evaluations of "
+                "the vector field in it; the logits are too large for the step-size control (reduce "
+                f"lr={self.lr:g} or steps)"
             )
             return Outcome.STALLED
         if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):

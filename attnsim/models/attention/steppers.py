@@ -437,11 +437,22 @@ class FlowField(AttentionModel):
     """
 
     max_evals = 500_000  # legitimate flows to 1e14 steps need 5 000 - 15 000
+    # a span the solver has crossed less than STALL_FRACTION of after STALL_EVALS evaluations in it
+    # stops at once (a stall, as past max_evals): its steps are the span's 1e-9 or less, and a
+    # legitimate flow crosses a span in a few thousand
+    STALL_EVALS = 10_000
+    STALL_FRACTION = 1e-9
 
     def __init__(self, arrays: ModelArrays) -> None:
         super().__init__(arrays)
         self.evals = 0
         self._rhs = _flow_rhs
+        self.span: tuple[float, float] | None = None  # the solver's span (begin)
+        self.span_evals = 0  # evaluations before it
+
+    def begin(self, span: tuple[float, float]) -> None:
+        """The solver starts integrating over ``span`` (the stall check's reference)."""
+        self.span, self.span_evals = span, self.evals
 
     def pack(self, W: np.ndarray, p: np.ndarray, nu: np.ndarray, S: np.ndarray) -> np.ndarray:
         tw, tp, tn = self.train
@@ -465,6 +476,10 @@ class FlowField(AttentionModel):
         self.evals += 1
         if self.evals > self.max_evals:
             raise EvaluationBudgetExceeded(t)
+        if self.evals - self.span_evals == self.STALL_EVALS and self.span is not None:
+            a, b = self.span
+            if t - a < self.STALL_FRACTION * (b - a):
+                raise EvaluationBudgetExceeded(t)
         if not (isinstance(theta, np.ndarray) and theta.dtype == _F64 and theta.flags.c_contiguous):
             theta = np.ascontiguousarray(theta, dtype=np.float64)  # the solver's states already are
         out = np.empty(theta.shape)
