@@ -14,8 +14,9 @@ NAMES, make = GALLERY.NAMES, GALLERY.make
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(NAMES))
 def test_figure_quick_smoke(name, tmp_path, monkeypatch):
-    """Every figure in quick mode: its PNGs and numbers file, the cache reused, and (for the
-    figures in LAYOUT) the layout checks on each figure as it is saved."""
+    """Every figure in quick mode: its PNGs and numbers file, the cache reused (the figure's
+    sweeps again: nothing in the cache written anew), and (for the figures in LAYOUT) the
+    layout checks on each figure as it is saved."""
     import importlib
 
     mod = importlib.import_module(f"gallery.{NAMES[name]}")
@@ -33,8 +34,30 @@ def test_figure_quick_smoke(name, tmp_path, monkeypatch):
     assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
     numbers = [p for p in paths if p.suffix == ".txt"]  # the numbers docs/figures.md quotes
     assert len(numbers) == 1 and numbers[0].read_text().strip()
-    again = make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
-    assert again == paths  # cached sweep records are reused
+    cached = _files(tmp_path / "cache")
+    assert GALLERY.sweeps_only([name], quick=True, cache=tmp_path / "cache") == []
+    assert _files(tmp_path / "cache") == cached  # cached sweep records are reused
+
+
+def _files(folder) -> dict:
+    """Every file under ``folder`` with its contents, and a record's time of last change (a sweep
+    rewrites its summaries, the same, each time it ends)."""
+    return {
+        p: (p.read_bytes(), p.stat().st_mtime_ns if "records" in p.parent.name else 0)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_a_figure_made_again_reads_its_cache_and_draws_the_same_files(tmp_path):
+    paths = make(
+        ["dynamics"], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None
+    )
+    cached = _files(tmp_path / "cache")
+    again = make(
+        ["dynamics"], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None
+    )
+    assert again == paths and _files(tmp_path / "cache") == cached
 
 
 def test_figures_cli_rejects_unknown_names(capsys):

@@ -62,13 +62,8 @@ def make(
     from .common import READ_ONLY  # lazy: as matplotlib
 
     matplotlib.use("Agg")
-    unknown = [n for n in names or [] if n not in NAMES]
-    if unknown:
-        raise ValueError(f"unknown figure(s) {unknown}; choose from {', '.join(NAMES)}")
-    names = names or list(NAMES)
+    names, modules, sweeps = _figures(names, quick)
     root = Path(cache) / ("quick" if quick else "full")
-    modules = {name: importlib.import_module(f".{NAMES[name]}", __name__) for name in names}
-    sweeps = {name: getattr(modules[name], "sweeps", lambda quick: [])(quick) for name in names}
     out: list[Path] = []
     notes: list[str] = []
     with _sweeping(sweeps, root, notes) as next_ready:
@@ -84,6 +79,30 @@ def make(
     for note in notes:
         log(note)
     return out
+
+
+def sweeps_only(
+    names: list[str] | None = None, quick: bool = False, cache: str | Path = "sweeps/figures"
+) -> list[str]:
+    """The named figures' sweeps run (or read from the cache, where done) without drawing; what
+    the sweeps report of failed points."""
+    names, _, sweeps = _figures(names, quick)
+    notes: list[str] = []
+    with _sweeping(sweeps, Path(cache) / ("quick" if quick else "full"), notes) as next_ready:
+        for _ in next_ready(names):
+            pass
+    return notes
+
+
+def _figures(names: list[str] | None, quick: bool) -> tuple[list[str], dict, dict]:
+    """(names, their modules, their sweep mappings); every figure when ``names`` is None."""
+    unknown = [n for n in names or [] if n not in NAMES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; choose from {', '.join(NAMES)}")
+    names = names or list(NAMES)
+    modules = {name: importlib.import_module(f".{NAMES[name]}", __name__) for name in names}
+    sweeps = {name: getattr(modules[name], "sweeps", lambda quick: [])(quick) for name in names}
+    return names, modules, sweeps
 
 
 @contextlib.contextmanager
