@@ -372,8 +372,27 @@ def _connect(scheduler: str):
             f"or wss://, not {scheme}://"
         )
     try:
+        if scheme == "tcp":
+            _refused(scheduler)
         return Client(scheduler, timeout=10)
     except (OSError, TimeoutError, ValueError, TypeError) as exc:
         raise ConfigError(
             f"--scheduler: cannot connect to {scheduler!r} ({type(exc).__name__}: {exc})"
         ) from None
+
+
+def _refused(scheduler: str) -> None:
+    """Raise ConnectionRefusedError at once when nothing listens at a tcp:// address (Dask's
+    client retries a refused connection until its timeout, 10 s); anything else is left to it."""
+    import socket  # lazy: only --scheduler gets here
+
+    host, _, port = scheduler.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not port.isdigit():
+        return  # no port given: the client's default, its own errors
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except ConnectionRefusedError:
+        raise
+    except OSError:
+        return  # unresolved, unreachable or slow: the client's timeout and message
