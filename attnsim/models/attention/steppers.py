@@ -437,18 +437,15 @@ class FlowField(AttentionModel):
     """
 
     max_evals = 500_000  # legitimate flows to 1e14 steps need 5 000 - 15 000
-    # a span the solver has crossed less than STALL_FRACTION of after STALL_EVALS evaluations in it
-    # stops at once (a stall, as past max_evals): its steps are the span's 1e-9 or less, and a
-    # legitimate flow crosses a span in a few thousand
-    STALL_EVALS = 10_000
-    STALL_FRACTION = 1e-9
+    # a span crossed less than STALL_FRACTION of after STALL_EVALS evaluations in it stalls then (a
+    # legitimate flow crosses a span in a few thousand)
+    STALL_EVALS, STALL_FRACTION = 10_000, 1e-9
 
     def __init__(self, arrays: ModelArrays) -> None:
         super().__init__(arrays)
         self.evals = 0
         self._rhs = _flow_rhs
-        self.span: tuple[float, float] | None = None  # the solver's span (begin)
-        self.span_evals = 0  # evaluations before it
+        self.span, self.span_evals = None, 0  # the solver's span (begin), evaluations before it
 
     def begin(self, span: tuple[float, float]) -> None:
         """The solver starts integrating over ``span`` (the stall check's reference)."""
