@@ -11,12 +11,21 @@ GALLERY = load_gallery()  # scripts/gallery of this checkout
 NAMES, make = GALLERY.NAMES, GALLERY.make
 
 
+@pytest.fixture(scope="session")
+def figure_cache(tmp_path_factory):
+    """One sweep cache for the quick figures (a figure that reads another's sweeps, as figure 13
+    reads 6, 15 and 16's, finds them there): they run on one worker (their xdist_group)."""
+    return tmp_path_factory.mktemp("figure-cache")
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("quick-figures")
 @pytest.mark.parametrize("name", list(NAMES))
-def test_figure_quick_smoke(name, tmp_path, monkeypatch):
+def test_figure_quick_smoke(name, tmp_path, monkeypatch, figure_cache):
     """Every figure in quick mode: its PNGs and numbers file, the cache reused (the figure's
     sweeps again: nothing in the cache written anew), and (for the figures in LAYOUT) the
-    layout checks on each figure as it is saved."""
+    layout checks on each figure as it is saved. The figures share one cache, as
+    ``attnsim figures`` does."""
     import importlib
 
     mod = importlib.import_module(f"gallery.{NAMES[name]}")
@@ -29,14 +38,14 @@ def test_figure_quick_smoke(name, tmp_path, monkeypatch):
         return real_save(fig, path, *args, **kwargs)
 
     monkeypatch.setattr(mod, "save", checked)
-    paths = make([name], outdir=tmp_path / "figs", quick=True, cache=tmp_path / "cache", log=lambda *_: None)
+    paths = make([name], outdir=tmp_path / "figs", quick=True, cache=figure_cache, log=lambda *_: None)
     pngs = [p for p in paths if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 10_000 for p in pngs)
     numbers = [p for p in paths if p.suffix == ".txt"]  # the numbers docs/figures.md quotes
     assert len(numbers) == 1 and numbers[0].read_text().strip()
-    cached = _files(tmp_path / "cache")
-    assert GALLERY.sweeps_only([name], quick=True, cache=tmp_path / "cache") == []
-    assert _files(tmp_path / "cache") == cached  # cached sweep records are reused
+    cached = _files(figure_cache)
+    assert GALLERY.sweeps_only([name], quick=True, cache=figure_cache) == []
+    assert _files(figure_cache) == cached  # cached sweep records are reused
 
 
 def _files(folder) -> dict:
