@@ -71,6 +71,42 @@ def _pair(loop, floor, calls: int, reps: int) -> dict:
             "floor_max": 1e6 * float(b.max()), "x_floor": float(np.median(a / b))}  # fmt: skip
 
 
+def default_problem():
+    """The default run's reduced problem: (cfg, pb, ds, the steppers' ModelArrays)."""
+    from attnsim.config import Config
+    from attnsim.data.dataset import make_streams
+    from attnsim.models.attention import engines, steppers
+    from attnsim.runtime.workspace import Workspace
+
+    cfg = Config()
+    pb, ds = engines.build(cfg, None, make_streams(cfg.seed), "reduced", "benchmark", Workspace())
+    rel = ds.relevant_indicator(pb.T)
+    prob = steppers.ModelArrays(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+    return cfg, pb, ds, prob
+
+
+def population_floor_args(cfg, ds) -> tuple:
+    """(Population, its evaluate's arguments, FK.population_floor's arguments) at the default run's
+    state after its steps."""
+    import attnsim
+    from attnsim.models.attention import population
+
+    res = attnsim.simulate({"log_every": 10**9, "pop_log_points": 2})
+    scal = population.state_scalars(res.problem, res.state["W"], res.state["p"], res.state["nu"])
+    roles = np.repeat(np.arange(4), ds.role_counts)
+    pts = population.population_points(cfg.T, cfg.pop_points, np.random.default_rng(0))
+    pop = population.Population(roles, cfg.rho, ds.sigma, pts, cfg.loss)
+    D = np.ascontiguousarray(pts[0].reshape(-1, cfg.T).T)
+    D = D - D.max(axis=0)
+    tail_D = np.ascontiguousarray(pts[1])  # (class, T + 1, points)
+    aq, anu = pop.class_means(scal[0], scal[1], scal[4], scal[5])
+    wa = np.exp(aq - aq.max(axis=1, keepdims=True))
+    sq = float(np.sqrt(scal[3]))
+    s0, s1 = np.empty(2), np.empty(2)
+    E, tail_E, cdf = np.empty_like(D), np.empty_like(tail_D), np.empty(2 * D.shape[1] + 2 * tail_D.shape[2])
+    return pop, scal, (D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf), (pts, aq, anu, sq)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20000, help="GD steps per block")
@@ -78,16 +114,9 @@ def main() -> int:
     ap.add_argument("--json", help="also write the table as JSON here")
     args = ap.parse_args()
 
-    import attnsim
-    from attnsim.config import Config
-    from attnsim.data.dataset import make_streams
-    from attnsim.models.attention import engines, population, steppers
-    from attnsim.runtime.workspace import Workspace
+    from attnsim.models.attention import steppers
 
-    cfg = Config()
-    pb, ds = engines.build(cfg, None, make_streams(cfg.seed), "reduced", "benchmark", Workspace())
-    rel = ds.relevant_indicator(pb.T)
-    prob = steppers.ModelArrays(pb.X2, pb.y, pb.W0, pb.p0, pb.nu0, pb.T, cfg.lr, cfg.train_set, cfg.loss, rel)
+    cfg, pb, ds, prob = default_problem()
     X = np.ascontiguousarray(pb.X2)
     nT, k = X.shape
     r = pb.p0.size
@@ -127,25 +156,11 @@ def main() -> int:
         calls,
         args.reps,
     )
-    res = attnsim.simulate({"log_every": 10**9, "pop_log_points": 2})
-    scal = population.state_scalars(res.problem, res.state["W"], res.state["p"], res.state["nu"])
-    roles = np.repeat(np.arange(4), ds.role_counts)
-    pts = population.population_points(cfg.T, cfg.pop_points, np.random.default_rng(0))
-    pop = population.Population(roles, cfg.rho, ds.sigma, pts, cfg.loss)
-    D = np.ascontiguousarray(pts[0].reshape(-1, cfg.T).T)
-    D = D - D.max(axis=0)
-    tail_D = np.ascontiguousarray(pts[1])  # (class, T + 1, points)
-    aq, anu = pop.class_means(scal[0], scal[1], scal[4], scal[5])
-    wa = np.exp(aq - aq.max(axis=1, keepdims=True))
-    sq = float(np.sqrt(scal[3]))
-    s0, s1 = np.empty(2), np.empty(2)
-    E, tail_E, cdf = np.empty_like(D), np.empty_like(tail_D), np.empty(2 * D.shape[1] + 2 * tail_D.shape[2])
+    pop, scal, fargs, (pts, aq, anu, sq) = population_floor_args(cfg, ds)
+    D, tail_D, *_ = fargs
     evals = max(1, args.steps // 200)
     rows["population evaluation"] = _pair(
-        _calls(lambda: pop.evaluate(*scal)),
-        _calls(lambda: FK.population_floor(D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf)),
-        evals,
-        args.reps,
+        _calls(lambda: pop.evaluate(*scal)), _calls(lambda: FK.population_floor(*fargs)), evals, args.reps
     )
     qhat_nu = scal[2] / sq
     tail_args = (
@@ -158,11 +173,7 @@ def main() -> int:
     U = np.empty((2 * cfg.T, tail_D.shape[2]))  # at most 2 T components per class
     rows["population evaluation (floor with the tail's design search and mixture weights)"] = _pair(
         _calls(lambda: pop.evaluate(*scal)),
-        _calls(
-            lambda: FK.population_floor_with_tail(
-                pop, tail_args, D, tail_D, sq, wa, anu, s0, s1, E, tail_E, cdf, U
-            )
-        ),
+        _calls(lambda: FK.population_floor_with_tail(pop, tail_args, *fargs, U)),
         evals,
         args.reps,
     )

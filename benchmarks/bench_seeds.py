@@ -44,6 +44,67 @@ def timed(source: Path, seeds: str, extra: list[str], out: Path) -> float:
     return time.perf_counter() - t
 
 
+def seed_floor(reps: int) -> dict:
+    """Seconds per seed, one core, of the work every implementation of a default run with these
+    results does: W(0)'s d^2 draws and its two products with the k- and r-column bases (4 d^2 k
+    flops: M = Q^T W(0) and the Gram matrix of W(0) R), the token noise's n T d draws, the run's
+    and its clean-label twin's GD steps at the reduced step's floor and the population
+    evaluations at theirs (benchmarks/floor_kernels.py); the bases, the tail estimator's search,
+    records and start-up count 0. Medians of ``reps``."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import floor_kernels as FK
+    from bench_floors import default_problem, population_floor_args
+
+    from attnsim.models.attention import steppers
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        cfg, pb, ds, prob = default_problem()
+        d, nT, k, r = cfg.d, cfg.n * cfg.T, pb.X2.shape[1], pb.p0.size
+        rng = np.random.default_rng(0)
+        W = np.empty((d, d))
+        QT = np.ascontiguousarray(np.linalg.qr(rng.standard_normal((d, k)))[0].T)
+        RT = np.ascontiguousarray(np.linalg.qr(rng.standard_normal((d, r)))[0].T)
+
+        def setup() -> None:
+            rng.random(out=W.reshape(-1))
+            QT @ W
+            N = RT @ W.T
+            N @ N.T
+            rng.standard_normal((nT, d))
+
+        xw = steppers.SegmentXW(prob)
+        B, K, p = xw.B.copy(), np.ascontiguousarray(xw.K), pb.p0.copy()
+        c, z, v, gp = np.full(nT, 1e-3), np.empty(nT), np.empty(nT), np.empty(r)
+        _, _, fargs, _ = population_floor_args(cfg, ds)
+        parts = {
+            "setup_s": setup,
+            "steps_s": lambda: FK.reduced_xw_step_floor(B, K, p, c, 1e-9, 2 * cfg.steps, z, v, gp),
+            "evaluations_s": lambda: [FK.population_floor(*fargs) for _ in range(cfg.pop_log_points)],
+        }
+        out = {}
+        for name, fn in parts.items():
+            fn()
+            ts = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t)
+            out[name] = statistics.median(ts)
+    out["per_seed_s"] = sum(out.values())
+    out["sizes"] = {
+        "d": d,
+        "k": k,
+        "r": r,
+        "tokens": nT,
+        "steps": 2 * cfg.steps,
+        "evaluations": cfg.pop_log_points,
+    }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-199")
@@ -51,8 +112,12 @@ def main() -> None:
     ap.add_argument("--baseline", action="append", default=[], help="an older revision or checkout")
     ap.add_argument("--plot", help="write a bar chart of the medians")
     ap.add_argument("--json", default="", help="write the measurements here")
+    ap.add_argument("--floor-only", action="store_true", help="print the floor per seed and stop")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if args.floor_only:
+        print(json.dumps(seed_floor(max(args.reps, 5)), indent=1))
+        return
     variants = [
         ("this checkout (workers: default)", ROOT, []),
         ("this checkout, --workers 1", ROOT, ["--workers", "1"]),
@@ -69,20 +134,32 @@ def main() -> None:
             for name, source, extra in variants:
                 times[name].append(timed(source, args.seeds, extra, Path(tmp) / "out"))
     base = statistics.median(times[variants[-1][0]])
+    threads = os.environ["OPENBLAS_NUM_THREADS"]  # the runs' (importing bench_floors pins it to 1)
+    floor = seed_floor(max(args.reps, 5))
     if args.json:
         rows = {n: {"s": statistics.median(ts), "min": min(ts), "max": max(ts)} for n, ts in times.items()}
         data = {"seeds": args.seeds, "reps": args.reps, "rows": rows, "baseline": variants[-1][0],
-                "threads": os.environ["OPENBLAS_NUM_THREADS"], "cores": os.cpu_count()}  # fmt: skip
+                "threads": threads, "cores": os.cpu_count(),
+                "floor": floor}  # fmt: skip
         with open(args.json, "w") as fh:
             json.dump(data, fh)
     print(f"attnsim run --seeds {args.seeds} (default experiment); OPENBLAS_NUM_THREADS="
-          f"{os.environ['OPENBLAS_NUM_THREADS']}, {os.cpu_count()} cores, median of {args.reps}")  # fmt: skip
+          f"{threads}, {os.cpu_count()} cores, median of {args.reps}")  # fmt: skip
     width = max(len(n) for n in times)
     for name, ts in times.items():
         med = statistics.median(ts)
         print(
             f"{name:<{width}}  {med:7.1f} s  ({min(ts):.1f}-{max(ts):.1f})  {base / med:5.2f}x the last row"
         )
+    from attnsim.experiments.seeds import parse_seeds
+
+    n = len(parse_seeds(args.seeds))
+    cores = os.cpu_count() or 1
+    bound = n * floor["per_seed_s"] / cores
+    print(f"floor per seed, one core: {1e3 * floor['per_seed_s']:.1f} ms (W(0) and noise draws, products "
+          f"{1e3 * floor['setup_s']:.1f}; steps {1e3 * floor['steps_s']:.1f}; evaluations "
+          f"{1e3 * floor['evaluations_s']:.1f}); {n} seeds on {cores} cores >= {bound:.1f} s: at most "
+          f"{base / bound:.2f}x the last row")  # fmt: skip
     if args.plot:
         import matplotlib
 

@@ -369,7 +369,25 @@ def section_seeds(res: dict) -> list[str]:
     lines += ["", f"`attnsim run --seeds {res['seeds']}` of the default experiment, the whole command; "
               f"median (min–max) of {res['reps']} interleaved rounds after a warm-up; {res['cores']} cores, "
               f"OPENBLAS_NUM_THREADS={res['threads']}."]  # fmt: skip
+    f = res.get("floor")
+    if f:
+        n = _count(res["seeds"])
+        bound = n * f["per_seed_s"] / res["cores"]
+        ms = {k: f"{1e3 * v:.1f} ms" for k, v in f.items() if k.endswith("_s")}
+        lines += ["", f"The floor of one seed, one core (medians): W(0)'s d² draws, the token noise and the "
+                  f"two d × d × k products of the setup {ms['setup_s']}, the run's and its twin's "
+                  f"{f['sizes']['steps']} GD steps at the reduced step's floor {ms['steps_s']}, "
+                  f"{f['sizes']['evaluations']} population evaluations at theirs {ms['evaluations_s']}: "
+                  f"{ms['per_seed_s']}. {n} seeds on {res['cores']} cores take at least "
+                  f"{bound:.1f} s, at most **{res['rows'][res['baseline']]['s'] / bound:.2f}×** the last row "
+                  "whatever the code."]  # fmt: skip
     return lines
+
+
+def _count(seeds: str) -> int:
+    """How many seeds "A-B" or "A,B,..." names."""
+    return sum(int(b) - int(a) + 1 if "-" in part else 1
+               for part in seeds.split(",") for a, _, b in [part.partition("-")])  # fmt: skip
 
 
 def section_sweep_store(res: dict) -> list[str]:
@@ -546,7 +564,8 @@ def page(info: dict, results: dict, quick: bool) -> str:
     out += ["## Targets", "",
             "Each performance target a benchmark measures, against its latest measurement below "
             "(`benchmarks/targets.py` reads the benchmarks' JSON): met or not, and, where a benchmark "
-            "measures one, the lower bound no code can beat with the work the target asks for.", "",
+            "measures one, the bound no code can beat with the work the target asks for (seconds: a lower "
+            "bound; a speed-up: an upper one).", "",
             *targets.section({k: v["json"] for k, v in results.items()},
                              {k: v[0] for k, v in SECTIONS.items()}), ""]  # fmt: skip
     for name, (title, what, fn, plot) in SECTIONS.items():
