@@ -273,8 +273,13 @@ def test_a_stopped_workers_lock_file_is_removed_unless_someone_holds_it(tmp_path
     store = Store(tmp_path / "s")
     left = store.dir / "a.lock"
     left.write_text("4242")  # its holder is gone
+    half = store.dir / ".a.json.04bd330333706475.tmp"  # killed while writing its record
+    half.write_text('{"config"')
+    other = store.dir / ".b.json.04bd330333706475.tmp"  # another point's: not this one's to remove
+    other.write_text("{")
     store.drop_stale_lock("a")
-    assert not left.exists()
+    assert not left.exists() and not half.exists() and other.exists()
+    other.unlink()
     store.drop_stale_lock("never-locked")  # nothing there: nothing to do
     with store.lock("b"):  # held (by another open file, as another process would)
         store.drop_stale_lock("b")

@@ -214,7 +214,8 @@ class Store:
     def drop_stale_lock(self, key: str) -> None:
         """Remove the lock file of a point whose worker was stopped mid-point, unless a live
         process holds it (a lock dies with its process; its file stays when the worker was
-        killed, or stopped between creating the file and holding it)."""
+        killed, or stopped between creating the file and holding it), and the temporary
+        record file a worker killed while writing it left (nobody else writes that point)."""
         path = self.dir / f"{key}.lock"
         try:
             fd = os.open(path, os.O_RDWR)
@@ -225,6 +226,9 @@ class Store:
         except BlockingIOError:
             os.close(fd)
             return
+        for tmp in self.dir.glob(f".{key}.json.*.tmp"):  # atomic_write's names
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
         _remove_lock(fd, path)
 
     @contextlib.contextmanager
