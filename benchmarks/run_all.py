@@ -371,7 +371,9 @@ def section_seeds(res: dict) -> list[str]:
               f"OPENBLAS_NUM_THREADS={res['threads']}."]  # fmt: skip
     f = res.get("floor")
     if f:
-        n = _count(res["seeds"])
+        from attnsim.experiments.seeds import parse_seeds  # lazy: the page's other sections need no attnsim
+
+        n = len(parse_seeds(res["seeds"]))
         bound = n * f["per_seed_s"] / res["cores"]
         ms = {k: f"{1e3 * v:.1f} ms" for k, v in f.items() if k.endswith("_s")}
         lines += ["", f"The floor of one seed, one core (medians): W(0)'s d² draws, the token noise and the "
@@ -382,12 +384,6 @@ def section_seeds(res: dict) -> list[str]:
                   f"{bound:.1f} s, at most **{res['rows'][res['baseline']]['s'] / bound:.2f}×** the last row "
                   "whatever the code."]  # fmt: skip
     return lines
-
-
-def _count(seeds: str) -> int:
-    """How many seeds "A-B" or "A,B,..." names."""
-    return sum(int(b) - int(a) + 1 if "-" in part else 1
-               for part in seeds.split(",") for a, _, b in [part.partition("-")])  # fmt: skip
 
 
 def section_sweep_store(res: dict) -> list[str]:
