@@ -287,6 +287,20 @@ def test_a_stopped_workers_lock_file_is_removed_unless_someone_holds_it(tmp_path
     assert not (store.dir / "b.lock").exists()
 
 
+def test_taking_a_points_lock_removes_the_temporary_a_killed_writer_left(tmp_path):
+    """SIGKILL leaves atomic_write's temporary file behind (no handler runs); the next worker to
+    take that point's lock removes it, and no other point's."""
+    store = Store(tmp_path / "s")
+    half = store.dir / ".a.json.04bd330333706475.tmp"
+    half.write_text('{"config"')
+    other = store.dir / ".b.json.04bd330333706475.tmp"
+    other.write_text("{")
+    with store.lock("a"):
+        assert not half.exists() and other.exists()
+        store.write("a", {"status": "ok"})
+    assert json.loads(store.path("a").read_text()) == {"status": "ok"} and other.exists()
+
+
 def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     # about a second per point (10^5 steps took 0.12 s: the sweep could end before the signal)
     path = _sweep_file(tmp_path, steps=1_000_000, base="log_every = 100000\n")

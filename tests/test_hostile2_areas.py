@@ -85,7 +85,9 @@ def test_a_positional_semantic_sweep_killed_resumes_without_recomputing(tmp_path
     os.killpg(proc.pid, how)
     proc.communicate(timeout=120)
     first = {p.name: p.read_bytes() for p in recdir.glob("*.json")}
-    assert 2 <= len(first) < 30 and not list(recdir.glob("*.tmp*"))
+    assert 2 <= len(first) < 30
+    if how == signal.SIGTERM:  # the sweep stops its worker and tidies; SIGKILL may leave a temporary
+        assert not list(recdir.glob("*.tmp*"))
     for text in first.values():
         json.loads(text)  # nothing half-written
     out = subprocess.run([sys.executable, "-c", _KILLED, str(tmp_path)], capture_output=True, text=True,
@@ -93,6 +95,7 @@ def test_a_positional_semantic_sweep_killed_resumes_without_recomputing(tmp_path
     after = {p.name: p.read_bytes() for p in recdir.glob("*.json")}
     assert len(after) == 30 and f"computed {30 - len(first)} ok 30" in out, out
     assert all(after[name] == data for name, data in first.items())
+    assert not list(recdir.glob("*.tmp*"))  # a killed write's temporary is gone once its point is done
 
 
 # -- damaged files of every model -------------------------------------------------------------

@@ -207,6 +207,7 @@ class Store:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()} {threading.current_thread().name}".encode(), 0)
+            self._drop_temporaries(key)  # a killed writer's half-written record (SIGKILL leaves it)
             yield
         finally:
             _remove_lock(fd, path)  # after the record is written: a waiter then finds it done
@@ -226,10 +227,15 @@ class Store:
         except BlockingIOError:
             os.close(fd)
             return
-        for tmp in self.dir.glob(f".{key}.json.*.tmp"):  # atomic_write's names
+        self._drop_temporaries(key)
+        _remove_lock(fd, path)
+
+    def _drop_temporaries(self, key: str) -> None:
+        """The temporary record files of ``key`` (atomic_write's names), left by a writer killed
+        mid-write; called only while holding the point's lock, so nobody else is writing one."""
+        for tmp in self.dir.glob(f".{key}.json.*.tmp"):
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        _remove_lock(fd, path)
 
     @contextlib.contextmanager
     def computing(self, grid: str) -> Iterator[None]:
