@@ -1,5 +1,7 @@
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,42 @@ if os.environ.get("ATTNSIM_TEST_TOY"):
         registry.register("toy", toymodel.spec.entry(fault))
     if fault == "wrong_kernel":
         toymodel.spec._step_grad = toymodel.spec.wrong_step_grad
+
+
+# the kernels compiled before the tests start, in two processes side by side: the first model's
+# (the largest family) in one, every other model's in the other
+_COMPILE = """
+import sys
+from attnsim import registry
+from attnsim.run import ensure_compiled
+first = sys.argv[1] == "first"
+for model in list(registry.MODELS)[: 1] if first else list(registry.MODELS)[1:]:
+    for integrator in registry.spec(model).warm_configs:
+        ensure_compiled(integrator, model=model)
+"""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Compile (or load from Numba's cache) every model's kernels once, before pytest-xdist starts
+    its workers. On a fresh clone each worker would otherwise compile whatever its first tests
+    meet, often the same kernels at the same time, and a test reading a run's stderr would find
+    the compiling notice in it."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
+    if os.environ.get("ATTNSIM_TEST_TOY"):
+        return
+    t = time.perf_counter()
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    procs = [subprocess.Popen([sys.executable, "-c", _COMPILE, part], **quiet) for part in ("first", "rest")]
+    errs = [p.communicate()[1].decode(errors="replace").strip() for p in procs]
+    failed = [err for p, err in zip(procs, errs, strict=True) if p.returncode]
+    say = session.config.pluginmanager.get_plugin("terminalreporter")
+    if say is not None:
+        took = time.perf_counter() - t
+        say.write_line(f"attnsim: every model's kernels compiled or loaded in {took:.1f} s")
+        for err in failed:  # the tests that use them then fail with their own messages
+            say.write_line(f"attnsim: compiling the kernels failed: {err.splitlines()[-1] if err else '?'}")
 
 
 @pytest.fixture
