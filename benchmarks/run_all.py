@@ -12,8 +12,9 @@ printed report saved beside it (docs/perf/), with the command that made it.
 Usage::
 
     pip install '.[bench]'              # the PyTorch peers (optional: without torch they are left out)
-    python benchmarks/run_all.py        # about 20 minutes on 2 cores
-    python benchmarks/run_all.py --quick  # fewer repetitions and sizes: a few minutes
+    python benchmarks/run_all.py        # about 20 minutes on 2 cores, and half an hour for the
+                                        # test suite on two fresh clones (bench_suite.py)
+    python benchmarks/run_all.py --quick  # fewer repetitions and sizes, no suite: a few minutes
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ BENCHMARKS = [
      ["--seeds", "0-39", "--reps", "1", "--baseline", "70b8a38"]),
     ("sweep_store", "bench_sweep_store.py", ["--points", "100000", "--reps", "3"],
      ["--points", "5000", "--reps", "1"]),
+    ("suite", "bench_suite.py", ["--baseline", "70b8a38", "--reps", "1", "--plot", "{perf}/bench_suite.png"],
+     None),  # half an hour whatever the options: not in --quick
 ]  # fmt: skip
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -277,6 +280,18 @@ def section_replica(res: dict) -> list[str]:
     return lines
 
 
+def section_suite(res: dict) -> list[str]:
+    lines = ["| revision | `bash .ci/run`, s | pytest, s | of which compiling before the tests, s | tests |",
+             "|---|---:|---:|---:|---|"]  # fmt: skip
+    for label, r in res["rows"].items():
+        whole = r["pytest_s"] + r["compile_first_s"]
+        lines.append(f"| {label} | {spread(r['s'], r['min'], r['max'], '.0f')} | {whole:.0f} | "
+                     f"{r['compile_first_s']:.0f} | {r['summary']} |")  # fmt: skip
+    lines += ["", f"This checkout over revision {res['baseline']}: **{res['ratio']:.2f}×** the time "
+              f"({res['reps']} run(s) each, one after the other, {res['cores']} cores)."]  # fmt: skip
+    return lines
+
+
 def section_floors(res: dict) -> list[str]:
     lines = ["| loop | attnsim, µs | floor, µs | × floor |", "|---|---:|---:|---:|"]
     for name, r in res["rows"].items():
@@ -477,6 +492,12 @@ SECTIONS = {
               "its worker processes (the default), with --workers 1, and revision 70b8a38 (a temporary "
               "worktree). Target: ≥ 4× 70b8a38.",
               section_seeds, None),
+    "suite": ("The test suite on a fresh clone",
+              "`bash .ci/run` (what CI runs: a fresh virtualenv, the install, the linters, pytest with "
+              "Numba's cache cold) in a fresh clone of this revision and of revision 70b8a38, one after "
+              "the other on this machine. pytest's seconds include the kernels compiled before the tests "
+              "start (tests/conftest.py). Target: ≤ half of 70b8a38's time.",
+              section_suite, "bench_suite.png"),
     "sweep_store": ("A sweep of 100 000 points",
                     "100 000 runs of 10 steps through `attnsim sweep`, killed once, resumed, then read back "
                     "with `load_sweep` in fresh processes. Target: completes, resumes without recomputing, "
@@ -613,6 +634,8 @@ def main() -> int:
     for name, script, full, quick in BENCHMARKS:
         if only is not None and name not in only:
             continue
+        if args.quick and quick is None:  # no quick form: kept as last measured
+            continue
         data, _, shown = run(name, script, quick if args.quick else full, perf, env)
         if data is not None:
             data["run"] = {"date": info["date"], "git": info["git"], "quick": args.quick, "command": shown}
@@ -628,7 +651,12 @@ def main() -> int:
     tmp.write_text(page(info, results, args.quick))
     os.replace(tmp, args.out)
     print(f"wrote {args.out}")
-    return 0 if all(name in results for name, *_ in BENCHMARKS if only is None or name in only) else 1
+    wanted = [
+        n
+        for n, _, _, quick in BENCHMARKS
+        if (only is None or n in only) and not (args.quick and quick is None)
+    ]
+    return 0 if all(name in results for name in wanted) else 1
 
 
 if __name__ == "__main__":

@@ -247,3 +247,33 @@ def test_the_seeds_and_sweep_store_targets_read_their_json():
     assert tg.evaluate(tg.TARGETS[-1], {"sweep_store": quick})[2] == "not measured"
     assert "| revision 70b8a38 | 60 (58–61) | 1.00× |" in run_all.section_seeds(seeds)
     assert any("70000 computed (the 70000 missing)" in line for line in run_all.section_sweep_store(store))
+
+
+def test_the_suite_and_replica_targets_read_their_json():
+    tg, run_all, suite = _load("targets"), _load("run_all"), _load("bench_suite")
+    log = ("attnsim: every model's kernels compiled or loaded in 42.3 s\n...\n"
+           "============ 2 failed, 1441 passed, 1 skipped in 750.04s (0:12:30) =============\n")  # fmt: skip
+    assert suite.SUMMARY.findall(log) == [("2 failed, 1441 passed, 1 skipped", "750.04")]
+    assert suite.COMPILED.search(log).group(1) == "42.3"
+    row = {"min": 0, "max": 0, "rc": [0]}
+    data = {"baseline": "70b8a38", "head": "abc", "reps": 1, "cores": 2, "ratio": 0.6,
+            "rows": {"this checkout (abc)": {**row, "s": 600.0, "pytest_s": 500.0, "compile_first_s": 40.0,
+                                             "summary": "1445 passed"},
+                     "revision 70b8a38": {**row, "s": 1000.0, "pytest_s": 950.0, "compile_first_s": 0.0,
+                                          "summary": "1180 passed"}}}  # fmt: skip
+    replica = {"reps": 1, "threads": "1", "rows": [
+        {"case": "a", "orders": "8,12", "compiled_s": 0.8, "compiled_min": 0.8, "compiled_max": 0.8,
+         "numpy_s": 16.0, "numpy_min": 16.0, "numpy_max": 16.0, "same": "bit for bit"},
+        {"case": "b", "orders": "8,12,16", "compiled_s": 3.0, "compiled_min": 3.0, "compiled_max": 3.0,
+         "numpy_s": 24.0, "numpy_min": 24.0, "numpy_max": 24.0, "same": "bit for bit"}]}  # fmt: skip
+    rows = {t.what: tg.evaluate(t, {"suite": data, "replica": replica}) for t in tg.TARGETS}
+    assert rows["the test suite on a fresh clone (`bash .ci/run`), × revision 70b8a38"][:3] == (
+        "0.60×", "≤ 0.50×", "**not met**")  # fmt: skip
+    assert rows["the slowest replica fixed point of the benchmark's settings, seconds on one core"][:3] == (
+        "3 s", "≤ 1 s", "**not met**")  # fmt: skip
+    least = rows["replica fixed points, the compiled map over the NumPy map it replaced (the least gain)"]
+    assert least[:3] == ("8.00×", "≥ 10.00×", "**not met**")
+    text = "\n".join(run_all.section_suite(data))
+    assert "| revision 70b8a38 | 1000 (0–0) | 950 | 0 | 1180 passed |" in text and "0.60×" in text
+    other = tg.evaluate(tg.TARGETS[-3], {"suite": {**data, "baseline": "1234567"}})
+    assert other[2] == "not measured"
