@@ -398,6 +398,16 @@ def section_seeds(res: dict) -> list[str]:
                   f"{ms['per_seed_s']}. {n} seeds on {res['cores']} cores take at least "
                   f"{bound:.1f} s, at most **{res['rows'][res['baseline']]['s'] / bound:.2f}×** the last row "
                   "whatever the code."]  # fmt: skip
+        mine = res["rows"]["this checkout (workers: default)"]["s"]
+        per_seed = res["cores"] * mine / n
+        lines += ["", "The seeds run side by side on the cores (each seed's result as alone). A seed's "
+                  "result is its own W(0), drawn in d dimensions and projected twice onto the reduced "
+                  f"engine's bases: these d² passes alone are {ms['setup_s']} a seed on one core (the bases, "
+                  "the tail estimator's design search, the records and the start-up count 0 in the bound). "
+                  "Batching the seeds' small reduced problems in one kernel would touch the steps' "
+                  f"{ms['steps_s']} only, not the setup. A seed costs {per_seed:.2f} CPU seconds here "
+                  f"({mine:.1f} s on {res['cores']} cores), {per_seed / f['per_seed_s']:.1f}× its "
+                  "floor."]  # fmt: skip
     return lines
 
 
@@ -413,6 +423,10 @@ def section_sweep_store(res: dict) -> list[str]:
         f"| `load_sweep` (its kept table) | {spread(res['load_s'], res['load_min'], res['load_max'])} s, "
         f"{res['rows']} rows; median of {res['reps']} fresh processes |",
         f"| `load_sweep` from the packed records | {res['load_records_s']:.3g} s |",
+        "",
+        "The packed records are read only when the kept table is stale (a sweep killed and not run again, "
+        "or another sweep writing in the folder): then every point is validated again and every record "
+        f"parsed and verified, {res['load_records_s']:.0f} s at {res['points']} points.",
     ]  # fmt: skip
 
 
@@ -527,22 +541,24 @@ WHY = """## Why it is fast
   on; the run's clean-label and precision twins train beside it on a thread
   of their own (in a sweep worker, one process per core, after it). While a
   twin steps, the evaluations wait rather than make three threads take turns
-  on two cores (and on the GIL), and each thread that has stepped computes
-  queued evaluations itself, the last first, while the background thread
-  takes them from the first.
-- **Start-up.** `attnsim --version` imports nothing numerical; cached kernels
-  load without Numba's compiler refresh and without parsing their bitcode
-  ([Design](design.md#numba)).
+  on two cores (and on the GIL); the evaluations are computed on the
+  background thread alone, in the order they were queued.
+- **Start-up.** `attnsim --version` imports nothing numerical; every kernel
+  loads through Numba's public interface ([Design](design.md#numba)), which
+  refreshes Numba's compiler before a process's first load: 0.1–0.3 s that a
+  patch of Numba's cache saved until December 2026. The start-up targets
+  (`attnsim run` within 1.5× the import floor, a fresh run's `elapsed_s`
+  within 0.12 s) are retired: start-up is bought with public APIs only.
 - **Sweeps.** Points that share d and seed share the reduced setup and the
   draws of W(0); workers are long-lived processes that load the kernels once.
 - **Figures.** `attnsim figures` queues every figure's sweeps together on one
   worker per core, the costliest tasks first whichever figure they belong to,
   and draws each figure as soon as its own sweeps are done; figures whose runs
   were serial in the drawing process (15, 17, 18) run as sweeps too.
-- **No dispatch in hot calls.** A kernel called thousands of times with the
-  same argument types (the flow's vector field, the population tail's passes)
-  goes straight to its compiled function after the first call; typing a
-  namedtuple of a dozen arrays cost Numba's dispatch 2.6 µs a call.
+- **No dispatch in the flow's field.** The flow's vector field, called thousands
+  of times with the same argument types, goes straight to its compiled
+  function after the first call; typing a namedtuple of a dozen arrays cost
+  Numba's dispatch 2.6 µs a call.
 - **Gradient flow** integrates the same dynamics to 10¹⁴ steps in seconds:
   its cost follows the solver's steps, not the number of GD steps.
 """
@@ -597,7 +613,8 @@ def page(info: dict, results: dict, quick: bool) -> str:
         when = res["json"].get("run")
         source = f"Command: `{res['command']}`; report: [perf/{name}.txt](perf/{name}.txt)"
         source += f"; measured {when['date']} at {when['git']}." if when else "."
-        out += [*fn(res["json"]), "", source, ""]
+        note = res["json"].get("note")  # what the numbers alone do not say (set by hand in the JSON)
+        out += [*fn(res["json"]), "", *([note, ""] if note else []), source, ""]
         if plot and (ROOT / "docs" / "perf" / plot).exists():
             out += [f"![{name}](perf/{plot})", ""]
     out.append(WHY)
