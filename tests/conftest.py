@@ -11,6 +11,10 @@ DATA = Path(__file__).resolve().parent / "data"  # copies of the official-code r
 # the figure code (scripts/gallery) is not installed with the package: a test run from a checkout
 # with the package installed from it (CI's pip install .) finds it here
 os.environ.setdefault("ATTNSIM_FIGURE_CODE", str(Path(__file__).resolve().parent.parent / "scripts"))
+# the tests' own processes (python -m attnsim.cli, python -c) import the attnsim under test, the
+# installed one, as the tests do, not the checkout in the working directory python -m and -c
+# would put first: with pip install . they are two copies, each with its own Numba cache to fill
+os.environ.setdefault("PYTHONSAFEPATH", "1")
 
 if os.environ.get("ATTNSIM_TEST_TOY"):
     # tests/test_models.py runs its conformance suite on the toy model (tests/toymodel) in a
