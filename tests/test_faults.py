@@ -291,6 +291,7 @@ def test_taking_a_points_lock_removes_the_temporary_a_killed_writer_left(tmp_pat
     """SIGKILL leaves atomic_write's temporary file behind (no handler runs); the next worker to
     take that point's lock removes it, and no other point's."""
     store = Store(tmp_path / "s")
+    (store.dir / "a.lock").write_text("4242")  # the killed writer's lock file stays with it
     half = store.dir / ".a.json.04bd330333706475.tmp"
     half.write_text('{"config"')
     other = store.dir / ".b.json.04bd330333706475.tmp"

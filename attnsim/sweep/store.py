@@ -187,6 +187,7 @@ class Store:
         """Hold the lock of one record. While another process holds it, says so
         once on stderr (naming the record and the holder's pid), then waits."""
         path = self.dir / f"{key}.lock"
+        left = path.exists()  # held now, or left by a killed worker (with its temporary record, maybe)
         try:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         except OSError as exc:
@@ -207,7 +208,8 @@ class Store:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()} {threading.current_thread().name}".encode(), 0)
-            self._drop_temporaries(key)  # a killed writer's half-written record (SIGKILL leaves it)
+            if left:  # a writer killed mid-record (SIGKILL) leaves its lock file and its temporary;
+                self._drop_temporaries(key)  # looked for only then: a glob reads the whole folder
             yield
         finally:
             _remove_lock(fd, path)  # after the record is written: a waiter then finds it done
