@@ -526,6 +526,69 @@ def test_the_environment_is_checked_before_numba_or_matplotlib_load(env, tmp_pat
     assert _files(tmp_path) == []
 
 
+_IN_IMPORTLIB = """
+import signal, time
+from attnsim.runtime.signals import on_signal
+def stop():
+    raise SystemExit(143)
+on_signal(signal.SIGTERM, stop)
+ns = {}
+code = "import signal\\ndef inside():\\n    signal.raise_signal(signal.SIGTERM)\\n    return 'returned'\\n"
+exec(compile(code, "<frozen importlib._bootstrap>", "exec"), ns)
+print(ns["inside"](), flush=True)
+time.sleep(20)
+print("carried on", flush=True)
+"""
+
+
+def test_a_signal_inside_the_import_machinery_waits_until_it_returns(tmp_path):
+    """A module lock's weakref callback takes the global import lock before its
+    ``try``: a raise there was dropped with the lock held, and the process hung
+    once a thread imported anything (seen once in 16 SIGTERMs while the kernels
+    loaded). Inside the import machinery's own frames the signal waits; a module's
+    body, which the import machinery runs, takes it at once."""
+    done = subprocess.run([sys.executable, "-c", _IN_IMPORTLIB], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143 and done.stdout == "returned\n", (done.stdout, done.stderr)
+    from attnsim.runtime.signals import _deferred
+
+    (tmp_path / "attnsim_probe_body.py").write_text(
+        "import sys\nfrom attnsim.runtime.signals import _deferred\nDEFERRED = _deferred(sys._getframe())\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import attnsim_probe_body
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("attnsim_probe_body", None)
+    assert attnsim_probe_body.DEFERRED is False
+    assert _deferred(sys._getframe()) is False
+
+
+_IN_DEL = """
+import signal, time
+from attnsim.runtime.signals import on_signal
+def stop():
+    raise SystemExit(143)
+on_signal(signal.SIGTERM, stop)
+class Finalized:
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+obj = Finalized()
+del obj
+print("dropped", flush=True)
+time.sleep(20)
+print("carried on", flush=True)
+"""
+
+
+def test_a_signal_whose_exception_python_drops_is_sent_again():
+    """In a ``__del__`` (or a weakref callback) Python prints the handler's
+    exception and carries on; the signal is sent again and stops the process."""
+    done = subprocess.run([sys.executable, "-c", _IN_DEL], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143 and done.stdout == "dropped\n", (done.stdout, done.stderr)
+    assert done.stderr == "", done.stderr
+
+
 _WARM_UP = """
 import signal
 from attnsim.runtime.signals import on_signal

@@ -21,7 +21,15 @@ _DEFER_IN = (
 
 
 def _deferred(frame: Any) -> bool:
-    """Whether a signal that finds the main thread at ``frame`` must wait (:data:`_DEFER_IN`)."""
+    """Whether a signal that finds the main thread at ``frame`` must wait (:data:`_DEFER_IN`,
+    anywhere on the stack), or the main thread is in the import machinery's own code (only
+    the innermost frame: a module's body runs under the import machinery's frames and takes
+    signals as any code does). There a raise can leave the global import lock held: a
+    module lock's weakref callback (``_get_module_lock.<locals>.cb``) takes the lock before
+    its ``try``; a raise there is printed and dropped, the lock stays held, and the next
+    thread that imports anything waits for ever while this one waits for that thread."""
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        return True
     f = frame
     while f is not None:
         code = f.f_code
@@ -46,17 +54,49 @@ def on_signal(signum: int, action: Callable[[], None]) -> Any:
     (compiled kernels have no Python frames: a long kernel delays any handler
     until it returns anyway, which is why steps go in chunks of at most about a
     tenth of a second). A thread that waits for another (a twin, an evaluation)
-    takes the signal at once."""
+    takes the signal at once. Anywhere else an exception is dropped (a ``__del__``,
+    a weakref callback) the handler's exception reaches :data:`sys.unraisablehook`,
+    which sends the signal again instead of printing it."""
+    _catch_dropped()
 
     def handler(sig, frame):
         if _deferred(frame):
-            retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
-            retry.daemon = True
-            retry.start()
+            _send_again(sig)
             return
-        action()
+        try:
+            action()
+        except BaseException as exc:
+            _raised[:] = [exc, sig]
+            raise
 
     return signal.signal(signum, handler)
+
+
+_raised: list = []  # [the exception a handler last raised, its signal]
+
+
+def _send_again(sig: int) -> None:
+    retry = threading.Timer(0.05, os.kill, (os.getpid(), sig))
+    retry.daemon = True
+    retry.start()
+
+
+def _catch_dropped() -> None:
+    """Install (once) the hook that re-sends a signal whose handler's exception was dropped."""
+    previous = sys.unraisablehook
+    if getattr(previous, "attnsim_signals", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if _raised and unraisable.exc_value is _raised[0]:
+            sig = _raised[1]
+            _raised.clear()
+            _send_again(sig)
+            return
+        previous(unraisable)
+
+    hook.attnsim_signals = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def end_process(code: int) -> None:
