@@ -43,8 +43,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"  # as in a sweep worker's runs; before 
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # floor_kernels, bench_encoder (attnsim: the installed package)
 import floor_kernels as FK  # noqa: E402
 
 IN_CACHE = 1 << 20  # floats: the attention floors bound steps whose arrays stay within 8 MB

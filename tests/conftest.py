@@ -74,6 +74,22 @@ def pytest_sessionstart(session):
             say.write_line(f"attnsim: compiling the kernels failed: {err.splitlines()[-1] if err else '?'}")
 
 
+@pytest.fixture(autouse=True)
+def _one_attnsim_on_the_path():
+    """No test leaves a path to another copy of attnsim on ``sys.path`` (the checkout, with
+    the package installed from it): the worker's later multiprocessing and Dask processes
+    inherit ``sys.path``, import that copy and compile its kernels into a second cache."""
+    before = set(sys.path)
+    yield
+    import attnsim
+
+    home = Path(attnsim.__file__).resolve().parent
+    for entry in set(sys.path) - before:
+        other = Path(entry or ".").resolve() / "attnsim"
+        if (other / "__init__.py").is_file() and other != home:
+            pytest.fail(f"the test left {entry!r} on sys.path: another attnsim than {home}")
+
+
 @pytest.fixture
 def fixture_path():
     return DATA / "peer_small.npz"
