@@ -66,7 +66,9 @@ def test_risk_kernel_matches_the_reference_and_its_partials_central_differences(
 
 def _monte_carlo(o, lam, gamma, d, L, eps, n, rng):
     """E[(T - y)^2] by sampling the tokens' coordinates along k, v, k*, v*: the joint Gaussian of
-    (x_1.k, x_1.v, x_1.v*) and of (x_l.k, x_l.v), drawn in chunks; mean and standard error."""
+    (x_1.k, x_1.v, x_1.v*) and of (x_l.k, x_l.v), drawn in chunks; mean and standard error. The
+    label noise, independent of the tokens, is averaged exactly (E[(A - eps g)^2] = A^2 + eps^2):
+    one draw fewer per sample and a smaller variance."""
     kappa, nu, theta, eta, rho = o
     C1 = np.linalg.cholesky(np.array([[1, rho, eta], [rho, 1, nu], [eta, nu, 1]]) + 1e-15 * np.eye(3))
     C2 = np.linalg.cholesky(np.array([[1, rho], [rho, 1]]) + 1e-15 * np.eye(2))
@@ -77,7 +79,7 @@ def _monte_carlo(o, lam, gamma, d, L, eps, n, rng):
         zl = rng.standard_normal((m, L - 1, 2)) @ C2.T
         T = erf(lam * (h * kappa + gamma * z[:, 0])) * (h * theta + gamma * z[:, 1])
         T += (erf(lam * zl[..., 0]) * zl[..., 1]).sum(axis=1)
-        e = (T - gamma * z[:, 2] - eps * rng.standard_normal(m)) ** 2
+        e = (T - gamma * z[:, 2]) ** 2 + eps**2
         total, total2, done = total + e.sum(), total2 + (e**2).sum(), done + m
     mean = total / n
     return mean, math.sqrt((total2 / n - mean**2) / n)
@@ -85,9 +87,10 @@ def _monte_carlo(o, lam, gamma, d, L, eps, n, rng):
 
 @pytest.mark.slow
 def test_closed_form_risk_matches_monte_carlo_at_eight_random_states():
-    """The derivation (reference's note) against 10^7 samples per state: z within +-3."""
-    rng = np.random.default_rng(1)
-    zs = []
+    """The derivation (reference's note) against 3 10^6 samples per state (standard errors
+    0.02-0.09 % of the risk; a 0.5 % error in the risk is more than 5 of them): z within +-3."""
+    rng, draws = np.random.default_rng(1), np.random.default_rng(2)
+    zs, rel = [], []
     for i in range(8):
         k, v, ks, vs = _state(rng)
         if i == 0:
@@ -100,9 +103,10 @@ def test_closed_form_risk_matches_monte_carlo_at_eight_random_states():
             5,
             0.2,
         )
-        mc, se = _monte_carlo(o, lam, gamma, d, L, eps, 10**7, rng)
+        mc, se = _monte_carlo(o, lam, gamma, d, L, eps, 3 * 10**6, draws)
         zs.append((mc - R.risk(o, lam, gamma, d, L, eps)) / se)
-    print("z", np.round(zs, 2))
+        rel.append(se / mc)
+    print("z", np.round(zs, 2), "relative standard errors", np.round(rel, 5))
     assert np.all(np.abs(zs) < 3), zs
 
 
