@@ -14,12 +14,11 @@ NAMES, make = GALLERY.NAMES, GALLERY.make
 @pytest.fixture(scope="session")
 def figure_cache(tmp_path_factory):
     """One sweep cache for the quick figures (a figure that reads another's sweeps, as figure 13
-    reads 6, 15 and 16's, finds them there): they run on one worker (their xdist_group)."""
+    reads 6, 15 and 16's, finds them there): they run on one worker (setup.cfg's --dist loadfile)."""
     return tmp_path_factory.mktemp("figure-cache")
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("quick-figures")
 @pytest.mark.parametrize("name", list(NAMES))
 def test_figure_quick_smoke(name, tmp_path, monkeypatch, figure_cache):
     """Every figure in quick mode: its PNGs and numbers file, the cache reused (the figure's
