@@ -32,14 +32,16 @@ def test_dense_reduced_and_flow_agree():
 @pytest.mark.slow
 def test_population_error_matches_a_large_test_set():
     """The population error of StableMax scores from the quasi-random points against
-    1 - accuracy on 100 000 fresh samples (independent draws through the test-set path):
-    within 4 standard errors where resolved, and covered where it is a bound."""
+    1 - accuracy on 30 000 fresh samples (independent draws through the test-set path):
+    within 4 standard errors where resolved (about 9 % of the error at mu = 5), and covered
+    where it is a bound. (Drawing the test set is the cost: m T k r normals and products in
+    the reduced engine's coordinates, 20 s at 100 000 samples.)"""
     for mu in (5.0, 10.0):
-        keys = {"signal_norm": mu, "steps": 3000, "log_every": 3000, "test_n": 100_000}
+        keys = {"signal_norm": mu, "steps": 3000, "log_every": 3000, "test_n": 30_000}
         r = attnsim.simulate({**SMALL, **keys})  # two log points: the test set is evaluated twice
         f = r.final
         test_err = 1.0 - f["test_acc"]
-        se = math.sqrt(max(test_err * (1 - test_err), 1e-12) / 100_000)
+        se = math.sqrt(max(test_err * (1 - test_err), 1e-12) / 30_000)
         print(mu, f["pop_error"], f["pop_error_se"], f["pop_error_resolved"], test_err, se)
         if f["pop_error_resolved"] == 1.0:
             assert abs(f["pop_error"] - test_err) < 4 * math.hypot(se, f["pop_error_se"])
