@@ -130,11 +130,8 @@ def error_by_importance_sampling(aq, an, kappa, b, sdc, y, n: int, rng, anchor: 
         m = min(chunk, n - start)
         k = rng.choice(means.shape[0], size=m, p=weights)
         z = means[k] + scales[k, None] * rng.standard_normal((m, T))
-        log_comp = (
-            np.log(weights)
-            - 0.5 * np.sum((z[:, None, :] - means[None]) ** 2, axis=2) / scales**2
-            - T * np.log(scales)
-        )
+        d2 = np.sum(z * z, axis=1)[:, None] - 2.0 * z @ means.T + np.sum(means * means, axis=1)
+        log_comp = np.log(weights) - 0.5 * d2 / scales**2 - T * np.log(scales)
         log_q = np.logaddexp.reduce(log_comp, axis=1)
         w = np.exp(-0.5 * np.sum(z * z, axis=1) - log_q + log_error_integrand(z, *args))
         s1 += float(w.sum())
