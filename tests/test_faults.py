@@ -526,12 +526,18 @@ def test_the_environment_is_checked_before_numba_or_matplotlib_load(env, tmp_pat
     assert _files(tmp_path) == []
 
 
-_IN_IMPORTLIB = """
+# a process that SIGTERM stops with exit code 143 (attnsim.runtime.signals.on_signal)
+_STOPPED_BY_SIGTERM = """
 import signal, time
 from attnsim.runtime.signals import on_signal
 def stop():
     raise SystemExit(143)
 on_signal(signal.SIGTERM, stop)
+"""
+
+_IN_IMPORTLIB = (
+    _STOPPED_BY_SIGTERM
+    + """
 ns = {}
 code = "import signal\\ndef inside():\\n    signal.raise_signal(signal.SIGTERM)\\n    return 'returned'\\n"
 exec(compile(code, "<frozen importlib._bootstrap>", "exec"), ns)
@@ -539,6 +545,7 @@ print(ns["inside"](), flush=True)
 time.sleep(20)
 print("carried on", flush=True)
 """
+)
 
 
 def test_a_signal_inside_the_import_machinery_waits_until_it_returns(tmp_path):
@@ -564,12 +571,9 @@ def test_a_signal_inside_the_import_machinery_waits_until_it_returns(tmp_path):
     assert _deferred(sys._getframe()) is False
 
 
-_IN_DEL = """
-import signal, time
-from attnsim.runtime.signals import on_signal
-def stop():
-    raise SystemExit(143)
-on_signal(signal.SIGTERM, stop)
+_IN_DEL = (
+    _STOPPED_BY_SIGTERM
+    + """
 class Finalized:
     def __del__(self):
         signal.raise_signal(signal.SIGTERM)
@@ -579,6 +583,7 @@ print("dropped", flush=True)
 time.sleep(20)
 print("carried on", flush=True)
 """
+)
 
 
 def test_a_signal_whose_exception_python_drops_is_sent_again():
@@ -589,12 +594,9 @@ def test_a_signal_whose_exception_python_drops_is_sent_again():
     assert done.stderr == "", done.stderr
 
 
-_WARM_UP = """
-import signal
-from attnsim.runtime.signals import on_signal
-def stop():
-    raise SystemExit(143)
-on_signal(signal.SIGTERM, stop)
+_WARM_UP = (
+    _STOPPED_BY_SIGTERM
+    + """
 print("ready", flush=True)
 try:
     from attnsim.run import ensure_compiled
@@ -605,6 +607,7 @@ except RuntimeError as exc:  # raised inside a class body's __set_name__ (an imp
     raise
 print("warm", flush=True)
 """
+)
 
 
 @pytest.mark.slow
