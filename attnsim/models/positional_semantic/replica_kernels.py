@@ -23,20 +23,20 @@ def _sigmoid(u):
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _energy(x, y, h1, h2, m00, m01, m10, m11, V, s2):
+    """The energy at (x, y) and the softmax's diagonal (a, b) there: (E, a, b)."""
     a, b = _sigmoid(x * (x - y)), _sigmoid(y * (y - x))
     frob = (a - m00) ** 2 + (1 - a - m01) ** 2 + (1 - b - m10) ** 2 + (b - m11) ** 2
-    return ((x - h1) ** 2 + (y - h2) ** 2) / V + s2 * frob
+    return ((x - h1) ** 2 + (y - h2) ** 2) / V + s2 * frob, a, b
 
 
 @njit(cache=True, error_model="numpy")
 def _newton(x, y, h1, h2, m00, m01, m10, m11, V, s2):
-    """replica_maps._newton at one point: (x, y, E, converged)."""
+    """replica_maps._newton at one point: (x, y, E, converged). The line search's accepted energy
+    and softmax are the next step's (the same numbers the NumPy version computes again)."""
     floor = 1e-8 / V
     done = False
+    E, a, b = _energy(x, y, h1, h2, m00, m01, m10, m11, V, s2)
     for _ in range(MAX_ITER):
-        a, b = _sigmoid(x * (x - y)), _sigmoid(y * (y - x))
-        frob = (a - m00) ** 2 + (1 - a - m01) ** 2 + (1 - b - m10) ** 2 + (b - m11) ** 2
-        E = ((x - h1) ** 2 + (y - h2) ** 2) / V + s2 * frob
         Fa = 2 * (2 * a - 1 - m00 + m01)
         Gb = 2 * (2 * b - 1 - m11 + m10)
         a1, b1 = a * (1 - a), b * (1 - b)
@@ -64,24 +64,27 @@ def _newton(x, y, h1, h2, m00, m01, m10, m11, V, s2):
         t = 1.0
         found = False
         for _ in range(LINE_SEARCH):
-            En = _energy(x + t * dx, y + t * dy, h1, h2, m00, m01, m10, m11, V, s2)
+            En, an, bn = _energy(x + t * dx, y + t * dy, h1, h2, m00, m01, m10, m11, V, s2)
             if not (En > E + 1e-4 * t * slope + 1e-13 * abs(E)):  # E's rounding allowed
                 found = True
                 break
             t = t / 2
         if not found:
             break  # no decrease: given up (not converged)
-        x, y = x + t * dx, y + t * dy
-    return x, y, _energy(x, y, h1, h2, m00, m01, m10, m11, V, s2), done
+        x, y, E, a, b = x + t * dx, y + t * dy, En, an, bn
+    return x, y, E, done
 
 
 @njit(cache=True, parallel=True, error_model="numpy")  # 0/0 is NaN, as in NumPy
-def _prox_all(h1, h2, M, V, s2, w1, w2, has_warm, x, y, E, ok):
+def _prox_all(h1, h2, M, V, s2, w1, w2, has_warm, track, x, y, E, ok):
     for i in prange(h1.size):
         m00, m01, m10, m11 = M[i, 0, 0], M[i, 0, 1], M[i, 1, 0], M[i, 1, 1]
         a1, a2 = h1[i], h2[i]
         best_x, best_y, best_E, best_ok = 0.0, 0.0, 0.0, False
+        first = True
         for k in range(6 if has_warm else 5):
+            if track and k != 5:  # tracking: the warm start alone
+                continue
             if k == 0:
                 x0, y0 = 0.0, 0.0
             elif k == 1:
@@ -95,14 +98,18 @@ def _prox_all(h1, h2, M, V, s2, w1, w2, has_warm, x, y, E, ok):
             else:
                 x0, y0 = w1[i], w2[i]
             xs, ys, Es, oks = _newton(x0, y0, a1, a2, m00, m01, m10, m11, V, s2)
-            if k == 0 or (oks and (not best_ok or Es < best_E)):
+            if first or (oks and (not best_ok or Es < best_E)):
                 best_x, best_y, best_E, best_ok = xs, ys, Es, oks
+            first = False
         x[i], y[i], E[i], ok[i] = best_x, best_y, best_E, best_ok
 
 
-def prox_compiled(h1, h2, M, V, s2, warm: tuple | None = None):
+def prox_compiled(h1, h2, M, V, s2, warm: tuple | None = None, track: bool = False):
     """:func:`.replica_maps.prox` compiled: the global minimizer of |z - h|^2 / V + s2 |S(z) - M|_F^2
-    elementwise over h and M (..., 2, 2). Returns (x, y, E, converged), each of h's broadcast shape."""
+    elementwise over h and M (..., 2, 2) (with ``track``, the minimum reached from ``warm`` alone).
+    Returns (x, y, E, converged), each of h's broadcast shape."""
+    if track and warm is None:
+        raise ValueError("track: following the minima needs a warm start")
     h1, h2 = np.broadcast_arrays(h1, h2, M[..., 0, 0])[:2]
     shape = h1.shape
     Mf = np.ascontiguousarray(np.broadcast_to(M, (*shape, 2, 2)), dtype=np.float64).reshape(-1, 2, 2)
@@ -115,5 +122,5 @@ def prox_compiled(h1, h2, M, V, s2, warm: tuple | None = None):
         w1 = w2 = np.zeros(1)
     x, y, E = (np.empty(a.size) for _ in range(3))
     ok = np.empty(a.size, dtype=np.bool_)
-    _prox_all(a, b, Mf, float(V), float(s2), w1, w2, warm is not None, x, y, E, ok)
+    _prox_all(a, b, Mf, float(V), float(s2), w1, w2, warm is not None, track, x, y, E, ok)
     return x.reshape(shape), y.reshape(shape), E.reshape(shape), ok.reshape(shape)

@@ -154,17 +154,22 @@ def _newton(x, y, h1, h2, M, V, s2, max_iter: int = 100):
     return x, y, E, done
 
 
-def prox(h1, h2, M, V, s2, warm: tuple | None = None):
+def prox(h1, h2, M, V, s2, warm: tuple | None = None, track: bool = False):
     """The global minimizer z* of |z - h|^2 / V + s2 |S(z) - M|_F^2, elementwise over h (...,) and
     M (..., 2, 2): Newton from the origin, from h, from h swapped, from (h1, -h1), (-h2, h2) and
-    from ``warm`` (a previous answer), keeping the lowest minimum. Returns (x, y, E, converged)."""
+    from ``warm`` (a previous answer), keeping the lowest minimum. With ``track``, Newton from
+    ``warm`` alone: the minimum a previous answer's basin leads to (the solver checks it is the
+    global one). Returns (x, y, E, converged)."""
+    if track and warm is None:
+        raise ValueError("track: following the minima needs a warm start")
     h1, h2 = np.broadcast_arrays(h1, h2, M[..., 0, 0])[:2]
     zero = np.zeros_like(h1)
-    starts = [(zero, zero), (h1, h2), (h2, h1), (h1, -h1), (-h2, h2)]
+    starts = [] if track else [(zero, zero), (h1, h2), (h2, h1), (h1, -h1), (-h2, h2)]
     if warm is not None:
         starts.append(warm)
     best = None
     for x0, y0 in starts:
+        x0, y0 = np.broadcast_arrays(x0, y0, h1)[:2]
         x, y, E, ok = _newton(np.array(x0, dtype=float), np.array(y0, dtype=float), h1, h2, M, V, s2)
         if best is None:
             best = [x, y, E, ok]
@@ -175,12 +180,13 @@ def prox(h1, h2, M, V, s2, warm: tuple | None = None):
     return tuple(best)
 
 
-def prox_from_origin(h1, h2, M, V, s2, warm: tuple | None = None):
+def prox_from_origin(h1, h2, M, V, s2, warm: tuple | None = None, track: bool = False):
     """The published notebook's proximal map: scipy's BFGS from the origin (finite-difference
     gradient, its default gradient tolerance 1e-5), point by point. It answers a local minimum
     when the origin's basin is not the global one, as it is on the agnostic branch's states
     (m = 0, V about 30): kept to reproduce the published rows, not to solve the theory. ``warm``
-    is ignored (the notebook starts every point at the origin). Returns (x, y, E, converged)."""
+    and ``track`` are ignored (the notebook starts every point at the origin). Returns (x, y, E,
+    converged)."""
     from scipy.optimize import minimize  # lazy: only this reproduction needs it
 
     h1, h2 = np.broadcast_arrays(h1, h2, M[..., 0, 0])[:2]
@@ -196,12 +202,12 @@ def prox_from_origin(h1, h2, M, V, s2, warm: tuple | None = None):
     return x, y, _attention_energy(x, y, h1, h2, M, V, s2, order=0), ok
 
 
-def prox_compiled(h1, h2, M, V, s2, warm: tuple | None = None):
+def prox_compiled(h1, h2, M, V, s2, warm: tuple | None = None, track: bool = False):
     """:func:`prox` compiled (:mod:`.replica_kernels`, loaded on first use: the rules above need no
     Numba): the same Newton method point by point in one parallel pass, 30-60 times faster."""
     from .replica_kernels import prox_compiled as compiled  # lazy
 
-    return compiled(h1, h2, M, V, s2, warm)
+    return compiled(h1, h2, M, V, s2, warm, track)
 
 
 # the proximal maps iterate() takes: the compiled global one, its NumPy reference, the notebook's
