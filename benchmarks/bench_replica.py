@@ -5,10 +5,12 @@ side, interleaved, in two processes pinned to one thread each, on the published 
 solve() from scratch (Gauss-Hermite orders raised until the answer stops moving), median of the
 repetitions. ``--scan`` also times this checkout alone on the whole published grid (omega 0, 0.1,
 0.3, 0.5; both teacher matrices; alpha 0.1-3; semantic and positional), where some points are
-not resolved by the rule at any order it tries (the answer says so, and what it cost is timed):
+not resolved by the rule at any order it tries (the answer says so, and what it cost is timed);
+``--paths`` solves each resolved point again along the untracked path (``track=False``, the
+iteration 70b8a38 ran) and says where the two answers differ:
 
     OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_replica.py [--baseline 70b8a38]
-        [--reps 3] [--scan] [--plot F.png] [--json F.json]
+        [--reps 3] [--scan [--paths]] [--plot F.png] [--json F.json]
 
 The older revision's package is unpacked from git (``git archive``) into a temporary directory and
 imported there by a worker process (it prints where it imported it from).
@@ -64,9 +66,9 @@ for line in sys.stdin:
 """
 
 
-def solve_here(settings: dict, branch: str) -> dict:
+def solve_here(settings: dict, branch: str, **kw) -> dict:
     t = time.perf_counter()
-    sol = R.solve(R.Settings(**settings), branch)
+    sol = R.solve(R.Settings(**settings), branch, **kw)
     dt = time.perf_counter() - t
     out = {k: getattr(sol, k) for k in KEYS}
     return dict(out, s=dt, converged=sol.converged, orders=[h[0] for h in sol.history],
@@ -119,6 +121,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="70b8a38", help="the older revision (default 70b8a38)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--scan", action="store_true", help="also time this checkout on the whole grid")
+    ap.add_argument("--paths", action="store_true", help="with --scan: each resolved point again, untracked")
     ap.add_argument("--plot", help="write the times as a chart")
     ap.add_argument("--json", default="", help="write the measurements here")
     args = ap.parse_args()
@@ -172,6 +175,12 @@ def main() -> None:
                                      "orders": ",".join(map(str, a["orders"])),
                                      "message": a["message"]})  # fmt: skip
                         verdict = "" if a["converged"] else ", not resolved"
+                        if args.paths and a["converged"]:  # the same solve along the untracked path
+                            b = solve_here(settings, branch, track=False)
+                            d = difference(a, b)
+                            scan[-1]["untracked"] = d if d is not None else "not resolved"
+                            verdict += f"; untracked: {scan[-1]['untracked']:.1e}" if d is not None else (
+                                "; untracked: not resolved")  # fmt: skip
                         print(f"omega {omega} {teacher} alpha {alpha} {branch}: {a['s']:.2f} s, orders "
                               f"{scan[-1]['orders']}{verdict}", flush=True)  # fmt: skip
         ok = [r["s"] for r in scan if r["converged"]]
@@ -179,6 +188,13 @@ def main() -> None:
         print(f"resolved {len(ok)} of {len(scan)}: slowest {max(ok):.2f} s, median "
               f"{statistics.median(ok):.2f} s"
               + (f"; not resolved {len(bad)}: slowest {max(bad):.2f} s" if bad else ""))  # fmt: skip
+        if args.paths:
+            paths = [r["untracked"] for r in scan if "untracked" in r]
+            same = [d for d in paths if not isinstance(d, str) and d <= 1e-6]
+            other = [str(d) for d in paths if isinstance(d, str) or d > 1e-6]
+            print(f"the untracked path (track=False) agrees to 1e-6 at {len(same)} of {len(paths)} resolved "
+                  f"points (largest {max(same, default=0):.1e})"
+                  + (f"; elsewhere: {', '.join(other)}" if other else ""))  # fmt: skip
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"rows": table, "scan": scan, "threads": env, "reps": args.reps, "head": head,
