@@ -79,8 +79,8 @@ def sweeps(quick: bool) -> list[dict]:
 
 def theory(quick: bool, cache: Path) -> dict:
     """alpha_c per omega (published rules, and Gauss-Hermite rules of two orders), the branches'
-    state at the scaling point; cached as JSON beside the sweeps (an hour to compute, most of it
-    the Gauss-Hermite line)."""
+    state at the scaling point; cached as JSON beside the sweeps (about 90 s on one core, most of
+    it the Gauss-Hermite line)."""
     path = Path(cache) / f"fig20_theory{'_quick' if quick else ''}.json"
     plan = _plan(quick)
     if path.is_file():
