@@ -127,15 +127,17 @@ def conjugates(state, s: Settings, rules: _Rules, warm=None, track: bool = False
 
 def _conjugates(state, s: Settings, rules: _Rules, warm=None, track: bool = False):
     """:func:`conjugates` and the maps' minima E (the free energy's envelope at these nodes)."""
-    h1, h2, M, *_ = _fields(state, s, rules.eqs, rules.eqs)
+    fields = _fields(state, s, rules.eqs, rules.eqs)
+    h1, h2, M, *_ = fields
     x, y, E, ok = rules.prox(h1, h2, M, state[2], s.sigma**2, warm, track)
-    return hats_at(state, s, rules, x, y), (x, y), E, int((~ok).sum())
+    return hats_at(state, s, rules, x, y, fields), (x, y), E, int((~ok).sum())
 
 
-def hats_at(state, s: Settings, rules: _Rules, x, y) -> tuple:
-    """The conjugates given the proximal maps' answers (x, y) at the rule's points."""
+def hats_at(state, s: Settings, rules: _Rules, x, y, fields: tuple | None = None) -> tuple:
+    """The conjugates given the proximal maps' answers (x, y) at the rule's points (``fields``:
+    :func:`_fields` at ``state`` on the equations' rule, when at hand)."""
     q, m, V, theta = state
-    h1, h2, M, xi, yy, wx, wy, vs = _fields(state, s, rules.eqs, rules.eqs)
+    h1, h2, M, xi, yy, wx, wy, vs = fields or _fields(state, s, rules.eqs, rules.eqs)
     r1, r2 = x - h1, y - h2
     W = wx[:, None] * wy[None, :]
     E = lambda f: float((W * f).sum())  # noqa: E731

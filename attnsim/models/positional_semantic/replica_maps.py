@@ -169,7 +169,6 @@ def prox(h1, h2, M, V, s2, warm: tuple | None = None, track: bool = False):
         starts.append(warm)
     best = None
     for x0, y0 in starts:
-        x0, y0 = np.broadcast_arrays(x0, y0, h1)[:2]
         x, y, E, ok = _newton(np.array(x0, dtype=float), np.array(y0, dtype=float), h1, h2, M, V, s2)
         if best is None:
             best = [x, y, E, ok]
